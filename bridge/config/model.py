@@ -1,0 +1,100 @@
+"""Frozen, typed configuration objects. The rest of the bridge never sees raw YAML dicts."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+Dialect = Literal["postgresql", "sqlite", "sqlserver"]
+Backoff = Literal["constant", "linear", "exponential"]
+MissingQueuePolicy = Literal["retry", "error"]
+
+
+@dataclass(frozen=True)
+class DatabaseConfig:
+    """One database the bridge talks to.
+
+    `connection` is the ODBC connection string with `${VAR}` already expanded (postgresql,
+    sqlserver); `path` is the SQLite file (sqlite). `schema` is the default schema used for
+    addresses that name none (None: the dialect's default, `public` / `dbo`).
+    """
+
+    name: str
+    dialect: Dialect
+    connection: str | None = None
+    path: str | None = None
+    schema: str | None = None
+    connect_timeout: float = 5.0
+
+
+@dataclass(frozen=True)
+class ForwarderConfig:
+    """One local forwarding queue and the workers that drain it."""
+
+    name: str
+    database: str
+    queue: str
+    error_queue: str = "error"
+    batch_size: int = 100
+    concurrency: int = 2
+    peek_interval: float = 1.0
+
+
+@dataclass(frozen=True)
+class RouteConfig:
+    """Destination table-name glob -> database. `schema` overrides the destination schema."""
+
+    match: str
+    database: str
+    schema: str | None = None
+
+
+@dataclass(frozen=True)
+class RetryConfig:
+    """Delayed retries (durable, in the source database) and immediate in-process retries."""
+
+    delay: float = 10.0
+    max_attempts: int = 100
+    backoff: Backoff = "constant"
+    max_delay: float = 3600.0
+    immediate_attempts: int = 3
+    missing_queue: MissingQueuePolicy = "retry"
+
+
+@dataclass(frozen=True)
+class LedgerConfig:
+    """Dedup ledger retention and cleanup (seed 003: 7 days, every minute)."""
+
+    retention: float = 7 * 24 * 3600.0
+    cleanup_interval: float = 60.0
+    cleanup: bool = True
+
+
+@dataclass(frozen=True)
+class LoggingConfig:
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+
+@dataclass(frozen=True)
+class SentryConfig:
+    dsn: str | None = None
+    environment: str | None = None
+
+
+@dataclass(frozen=True)
+class BridgeConfig:
+    databases: Mapping[str, DatabaseConfig]
+    forwarders: tuple[ForwarderConfig, ...]
+    routes: tuple[RouteConfig, ...]
+    retries: RetryConfig = field(default_factory=RetryConfig)
+    ledger: LedgerConfig = field(default_factory=LedgerConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    sentry: SentryConfig = field(default_factory=SentryConfig)
+    source_path: str | None = None
+
+    def forwarder(self, name: str) -> ForwarderConfig:
+        for forwarder in self.forwarders:
+            if forwarder.name == name:
+                return forwarder
+        raise KeyError(name)
