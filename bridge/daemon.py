@@ -1,0 +1,281 @@
+"""The daemon: worker threads per forwarder, scheduled upkeep, signals, systemd.
+
+Each worker loops peek -> receive batches until the queue looks empty -> sleep the peek
+interval, like the transport's own receive loop (seed 000). Worker 0 of each forwarder also
+forwards due retries. SIGTERM / SIGINT let every worker finish the batch it holds (each batch
+is one source transaction, so stopping between batches loses nothing) and exit 0. SIGHUP
+reloads the configuration, keeping the old one if the new one is invalid.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from types import FrameType
+
+from apscheduler.schedulers.background import BackgroundScheduler
+
+from bridge.config.model import BridgeConfig, ForwarderConfig
+from bridge.connections import Connections
+from bridge.dialects import dialect_for
+from bridge.dialects.base import LEDGER_TABLE
+from bridge.drivers import DatabaseError, DatabaseUnavailable
+from bridge.forwarding import BatchForwarder, forwarder_tables
+from bridge.install import install_plan
+from bridge.notify import notify, watchdog_interval
+from bridge.observability import report_exception
+
+log = logging.getLogger(__name__)
+
+# How long a worker backs off when its own forwarding database is unreachable, at most.
+MAX_SOURCE_BACKOFF = 10.0
+
+
+class Worker(threading.Thread):
+    """Forwards one forwarder's queue; worker 0 also forwards its due retries."""
+
+    def __init__(
+        self, config: BridgeConfig, forwarder: ForwarderConfig, index: int, stop: threading.Event
+    ) -> None:
+        super().__init__(name=f"{forwarder.name}-{index}", daemon=True)
+        self.config = config
+        self.forwarder = forwarder
+        self.index = index
+        self.stop = stop
+        self.totals: Counter[str] = Counter()
+        self.last_progress = time.monotonic()
+        self._lock = threading.Lock()
+
+    def run(self) -> None:
+        connections = Connections(self.config.databases)
+        batches = BatchForwarder(self.config, self.forwarder, connections, slot=self.index)
+        peek_sql = batches.dialect.sql("peek", queue=batches.tables.queue)
+        next_retry_poll = 0.0
+        source_down_since: float | None = None
+        backoff = 0.5
+        try:
+            while not self.stop.is_set():
+                self.last_progress = time.monotonic()
+                try:
+                    if self.index == 0 and time.monotonic() >= next_retry_poll:
+                        self._drain(batches, "retry")
+                        next_retry_poll = time.monotonic() + self.forwarder.peek_interval
+                    source = connections.get(self.forwarder.database)
+                    estimate = source.query(peek_sql)[0][0] or 0
+                    source.commit()
+                    if source_down_since is not None:
+                        log.warning(
+                            "forwarder '%s': database '%s' is reachable again after %.0f s",
+                            self.forwarder.name, self.forwarder.database,
+                            time.monotonic() - source_down_since,
+                        )
+                        source_down_since, backoff = None, 0.5
+                    if estimate > 0:
+                        self._drain(batches, "queue")
+                    else:
+                        self.stop.wait(self.forwarder.peek_interval)
+                except DatabaseUnavailable as error:
+                    connections.discard(self.forwarder.database)
+                    if source_down_since is None:
+                        source_down_since = time.monotonic()
+                        log.error(
+                            "forwarder '%s' cannot read its queue: %s; retrying", self.forwarder.name,
+                            error,
+                        )
+                    self.stop.wait(backoff)
+                    backoff = min(backoff * 2, MAX_SOURCE_BACKOFF)
+                except DatabaseError as error:
+                    log.error("forwarder '%s': %s", self.forwarder.name, error)
+                    self.stop.wait(1.0)
+                except Exception as error:  # the daemon must survive anything a batch throws
+                    log.exception("forwarder '%s': unexpected error", self.forwarder.name)
+                    report_exception(error)
+                    self.stop.wait(1.0)
+        finally:
+            connections.close()
+
+    def _drain(self, batches: BatchForwarder, source: str) -> None:
+        """Forward batches until one comes back short of a full batch, or we are stopping."""
+        while not self.stop.is_set():
+            report = batches.forward_batch("retry" if source == "retry" else "queue")
+            self.last_progress = time.monotonic()
+            with self._lock:
+                self.totals.update(report.counts)
+            if report.claimed < self.forwarder.batch_size:
+                return
+
+    def snapshot(self) -> Counter[str]:
+        with self._lock:
+            return Counter(self.totals)
+
+
+def ledger_databases(config: BridgeConfig) -> list[str]:
+    """Databases that hold a dedup ledger (those `install` creates one in)."""
+    return sorted({step.database for step in install_plan(config) if step.description == "dedup ledger"})
+
+
+def cleanup_ledgers(config: BridgeConfig) -> int:
+    """Delete ledger rows older than the retention. Returns rows deleted; logs failures."""
+    cutoff = datetime.now(UTC).replace(tzinfo=None) - timedelta(seconds=config.ledger.retention)
+    connections = Connections(config.databases)
+    deleted = 0
+    try:
+        for database in ledger_databases(config):
+            target = config.databases[database]
+            dialect = dialect_for(target.dialect)
+            ledger = dialect.bridge_table(LEDGER_TABLE, target.schema)
+            try:
+                connection = connections.get(database)
+                connection.begin()
+                deleted += connection.execute(
+                    dialect.sql("ledger_cleanup", ledger=ledger), (dialect.encode_timestamp(cutoff),)
+                )
+                connection.commit()
+            except DatabaseError as error:
+                connections.discard(database)
+                log.warning("ledger cleanup skipped for database '%s': %s", database, error)
+    finally:
+        connections.close()
+    return deleted
+
+
+class Daemon:
+    """Runs workers for every forwarder until told to stop."""
+
+    def __init__(
+        self, config: BridgeConfig, reload_config: Callable[[], BridgeConfig] | None = None
+    ) -> None:
+        self.config = config
+        self._reload_config = reload_config
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._reload_requested = False
+        self._workers: list[Worker] = []
+        self._worker_stop = threading.Event()
+        self._scheduler: BackgroundScheduler | None = None
+        self._earlier_totals: Counter[str] = Counter()  # from workers replaced by a reload
+
+    # -- control -------------------------------------------------------------------------
+
+    def request_stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+
+    def request_reload(self) -> None:
+        self._reload_requested = True
+        self._wake.set()
+
+    def install_signal_handlers(self) -> None:
+        def on_stop(signum: int, frame: FrameType | None) -> None:
+            log.info("received %s; finishing in-flight batches", signal.Signals(signum).name)
+            self.request_stop()
+
+        def on_reload(signum: int, frame: FrameType | None) -> None:
+            self.request_reload()
+
+        signal.signal(signal.SIGTERM, on_stop)
+        signal.signal(signal.SIGINT, on_stop)
+        signal.signal(signal.SIGHUP, on_reload)
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Run until stopped. Returns the process exit code (0: clean stop)."""
+        self._start()
+        notify("READY=1")
+        notify(f"STATUS=forwarding {len(self.config.forwarders)} queue(s)")
+        interval = watchdog_interval()
+        while not self._stop.is_set():
+            self._wake.wait(timeout=interval or 1.0)
+            self._wake.clear()
+            if self._reload_requested:
+                self._reload_requested = False
+                self._reload()
+            if interval and self._workers_alive():
+                notify("WATCHDOG=1")
+        notify("STOPPING=1")
+        self._stop_workers()
+        log.info("stopped; forwarded since start: %s", _format_counts(self.totals()))
+        return 0
+
+    def totals(self) -> Counter[str]:
+        total: Counter[str] = Counter(self._earlier_totals)
+        for worker in self._workers:
+            total.update(worker.snapshot())
+        return total
+
+    def _start(self) -> None:
+        self._worker_stop = threading.Event()
+        self._workers = []
+        for forwarder in self.config.forwarders:
+            dialect = self.config.databases[forwarder.database].dialect
+            # SQLite serialises writers: a second worker would only wait for the first.
+            count = 1 if dialect == "sqlite" else forwarder.concurrency
+            tables = forwarder_tables(self.config, forwarder)
+            log.info(
+                "forwarder '%s': %d worker(s) on %s in database '%s'",
+                forwarder.name, count, tables.queue_canonical, forwarder.database,
+            )
+            for index in range(count):
+                self._workers.append(Worker(self.config, forwarder, index, self._worker_stop))
+        for worker in self._workers:
+            worker.start()
+        self._scheduler = BackgroundScheduler(timezone="UTC")
+        if self.config.ledger.cleanup:
+            self._scheduler.add_job(
+                cleanup_ledgers,
+                "interval",
+                args=[self.config],
+                seconds=self.config.ledger.cleanup_interval,
+                max_instances=1,
+                coalesce=True,
+                next_run_time=datetime.now(UTC),
+            )
+        self._scheduler.add_job(
+            self._log_progress, "interval", seconds=60, max_instances=1, coalesce=True
+        )
+        self._scheduler.start()
+
+    def _stop_workers(self) -> None:
+        self._worker_stop.set()
+        if self._scheduler is not None:
+            self._scheduler.shutdown(wait=True)
+            self._scheduler = None
+        for worker in self._workers:
+            worker.join()
+
+    def _workers_alive(self) -> bool:
+        # A worker that has not looped for a long time is hung (a statement that never
+        # returns); withholding the watchdog ping lets systemd restart the daemon.
+        limit = max(60.0, max((w.forwarder.peek_interval for w in self._workers), default=1) * 5)
+        now = time.monotonic()
+        return all(w.is_alive() and now - w.last_progress < limit for w in self._workers)
+
+    def _reload(self) -> None:
+        if self._reload_config is None:
+            return
+        notify("RELOADING=1")
+        try:
+            new_config = self._reload_config()
+        except Exception as error:
+            log.error("reload failed, keeping the running configuration:\n%s", error)
+            notify("READY=1")
+            return
+        log.info("configuration reloaded; restarting workers")
+        self._stop_workers()
+        self._earlier_totals = self.totals()
+        self.config = new_config
+        self._start()
+        notify("READY=1")
+
+    def _log_progress(self) -> None:
+        log.info("progress: %s", _format_counts(self.totals()))
+
+
+def _format_counts(counts: Counter[str]) -> str:
+    return ", ".join(f"{name} {value}" for name, value in sorted(counts.items())) or "nothing"

@@ -1,0 +1,232 @@
+"""Deliver messages into one destination database, exactly once, without a distributed transaction.
+
+For a remote database, every message's dedup-ledger row and queue row are written in one
+destination transaction that commits before the source transaction does. If the bridge dies
+between the two commits the source rows come back, and redelivering them only hits the
+ledger. For the forwarding database itself the rows are written in the source transaction.
+
+A failure that concerns one message (its destination table is missing, the server rejects a
+value) is isolated: the transaction is rolled back and retried without that message, so one
+bad message never holds up the others in its batch.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
+
+from bridge.addressing import QueueAddress
+from bridge.classify import ClaimedMessage, Deliver
+from bridge.connections import Connections
+from bridge.dialects import Dialect
+from bridge.drivers import (
+    Connection,
+    ConnectionLost,
+    DatabaseError,
+    DatabaseUnavailable,
+    QueueNotFound,
+    TransientDatabaseError,
+)
+from bridge.routing import Destination, nearest_table
+
+log = logging.getLogger(__name__)
+
+_IMMEDIATE_RETRY_WAIT = wait_exponential(multiplier=0.05, max=1.0)
+
+
+@dataclass(frozen=True)
+class Delivered:
+    pass
+
+
+@dataclass(frozen=True)
+class Duplicate:
+    """The ledger already had this message for this destination: it was delivered before."""
+
+
+@dataclass(frozen=True)
+class Failed:
+    """Not delivered. `retryable` False sends it to the error queue without further attempts."""
+
+    error: str
+    retryable: bool = True
+    missing_queue: bool = False
+
+
+DeliveryResult = Delivered | Duplicate | Failed
+Item = tuple[ClaimedMessage, Deliver]
+
+
+class ItemWriteError(Exception):
+    """Writing the item at `position` failed for a reason specific to that item."""
+
+    def __init__(self, position: int, error: DatabaseError) -> None:
+        super().__init__(str(error))
+        self.position = position
+        self.error = error
+
+
+def deliver_in_transaction(
+    connection: Connection,
+    dialect: Dialect,
+    items: Sequence[Item],
+    *,
+    ledger: QueueAddress | None,
+) -> dict[int, DeliveryResult]:
+    """Insert every item inside the caller's open transaction; the caller commits.
+
+    With a `ledger` address each message is first recorded there; a message already recorded
+    for the same destination is a Duplicate and is not inserted again. Returns results keyed
+    by position in `items`. Raises ItemWriteError for an item-specific failure and the
+    DatabaseUnavailable / TransientDatabaseError family as they are; either way the
+    transaction must be rolled back.
+    """
+    results: dict[int, DeliveryResult] = {}
+    for position, (message, decision) in enumerate(items):
+        try:
+            if ledger is not None:
+                recorded = connection.execute(
+                    dialect.sql("ledger_record", ledger=ledger),
+                    (decision.message_id, decision.destination.canonical),
+                )
+                if recorded == 0:
+                    results[position] = Duplicate()
+                    continue
+            connection.execute(
+                dialect.sql("send", queue=decision.destination.address),
+                (
+                    dialect.encode_id(uuid.uuid4()),
+                    dialect.encode_timestamp(message.expires),
+                    decision.headers_text,
+                    message.body,
+                ),
+            )
+        except (DatabaseUnavailable, TransientDatabaseError):
+            raise
+        except DatabaseError as error:
+            raise ItemWriteError(position, error) from None
+        results[position] = Delivered()
+    return results
+
+
+@dataclass(frozen=True)
+class Target:
+    """A destination database as delivery needs it."""
+
+    name: str
+    dialect: Dialect
+    ledger: QueueAddress
+
+
+class RemoteDelivery:
+    """Deliver groups of messages into one remote database, with the dedup ledger."""
+
+    def __init__(self, target: Target, connections: Connections, immediate_attempts: int):
+        self._target = target
+        self._connections = connections
+        self._immediate_attempts = max(1, immediate_attempts)
+
+    def deliver(self, items: Sequence[Item]) -> list[DeliveryResult]:
+        """Deliver `items`; every item gets a result, database errors never escape."""
+        results: dict[int, DeliveryResult] = {}
+        pending = list(range(len(items)))
+        # Each round either commits or settles at least one item, so this terminates.
+        while pending:
+            try:
+                committed = self._deliver_round([items[i] for i in pending])
+            except _Settled as settled:
+                for offset in settled.offsets:
+                    results[pending[offset]] = settled.result
+                pending = [p for i, p in enumerate(pending) if i not in settled.offsets]
+                continue
+            except DatabaseError as error:
+                for position in pending:
+                    results[position] = Failed(str(error))
+                break
+            for offset, result in committed.items():
+                results[pending[offset]] = result
+            break
+        return [results[i] for i in range(len(items))]
+
+    def _deliver_round(self, items: Sequence[Item]) -> dict[int, DeliveryResult]:
+        retrying = Retrying(
+            stop=stop_after_attempt(self._immediate_attempts),
+            wait=_IMMEDIATE_RETRY_WAIT,
+            retry=retry_if_exception_type((TransientDatabaseError, ConnectionLost)),
+            before_sleep=self._before_immediate_retry,
+            reraise=True,
+        )
+        for attempt in retrying:
+            with attempt:
+                return self._try_once(items)
+        raise AssertionError("unreachable: tenacity re-raises the last error")
+
+    def _try_once(self, items: Sequence[Item]) -> dict[int, DeliveryResult]:
+        connection = self._connections.get(self._target.name)
+        try:
+            connection.begin()
+            results = deliver_in_transaction(
+                connection, self._target.dialect, items, ledger=self._target.ledger
+            )
+            connection.commit()
+            return results
+        except ItemWriteError as failure:
+            connection.rollback()
+            if isinstance(failure.error, QueueNotFound):
+                raise self._missing_queue(connection, items, failure.position) from None
+            raise _Settled([failure.position], Failed(str(failure.error))) from None
+        except DatabaseError:
+            self._connections.discard(self._target.name)
+            raise
+
+    def _missing_queue(self, connection: Connection, items: Sequence[Item], position: int) -> _Settled:
+        destination = items[position][1].destination
+        offsets = [
+            offset
+            for offset, (_, decision) in enumerate(items)
+            if decision.destination.address == destination.address
+        ]
+        failure = missing_queue_failure(connection, self._target.dialect, self._target.name, destination)
+        connection.rollback()
+        return _Settled(offsets, failure)
+
+    def _before_immediate_retry(self, retry_state: object) -> None:
+        log.info("transient error on database '%s'; retrying at once", self._target.name)
+        self._connections.discard(self._target.name)
+
+
+def missing_queue_failure(
+    connection: Connection, dialect: Dialect, database: str, destination: Destination
+) -> Failed:
+    """A Failed result for a destination table that does not exist, with a nearest-match hint.
+
+    Lists the tables through `connection`, which must be usable (rolled back to a savepoint
+    or a fresh transaction); the caller rolls back afterwards.
+    """
+    hint = ""
+    try:
+        tables = [row[1] for row in connection.query(dialect.sql("list_tables"))]
+        suggestion = nearest_table(destination.address.table, tables)
+        if suggestion and suggestion != destination.address.table:
+            hint = f" (did you mean {suggestion!r}?)"
+    except DatabaseError:
+        pass
+    return Failed(
+        f"destination queue {destination.canonical} does not exist in database "
+        f"'{database}'{hint}; create it (run the receiving endpoint with installers enabled) "
+        "or fix the route or the destination header",
+        missing_queue=True,
+    )
+
+
+class _Settled(Exception):
+    """Some items of a round are settled (failed); the rest go round again."""
+
+    def __init__(self, offsets: list[int], result: Failed) -> None:
+        super().__init__(result.error)
+        self.offsets = offsets
+        self.result = result

@@ -1,0 +1,136 @@
+"""PostgreSQL: the NServiceBus PostgreSQL transport's queue shape (nsb-wire §1.2).
+
+Column names are unquoted (folded to lower case, as the transport creates them); table names
+are quoted. Times are UTC wall-clock `timestamp without time zone`, compared with
+`now() AT TIME ZONE 'UTC'` on the server, as the transport does.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from bridge.dialects.base import Dialect
+
+_NOW = "(now() AT TIME ZONE 'UTC')"
+_EXPIRED = f"CASE WHEN {{alias}}expires IS NULL THEN 0 WHEN {{alias}}expires > {_NOW} THEN 0 ELSE 1 END"
+
+STATEMENTS: dict[str, str] = {
+    "create_schema": "CREATE SCHEMA IF NOT EXISTS {schema}",
+    "create_queue": """
+        CREATE TABLE IF NOT EXISTS {queue} (
+            Id uuid NOT NULL PRIMARY KEY,
+            Expires timestamp,
+            Headers text NOT NULL,
+            Body bytea,
+            Seq serial NOT NULL UNIQUE
+        )""",
+    "create_retry_table": """
+        CREATE TABLE IF NOT EXISTS {retry} (
+            seq bigserial PRIMARY KEY,
+            id uuid NOT NULL,
+            forwarder varchar(200) NOT NULL,
+            destination text NOT NULL,
+            expires timestamp,
+            headers text NOT NULL,
+            body bytea,
+            attempts integer NOT NULL,
+            first_failure_at timestamp NOT NULL,
+            next_attempt_at timestamp NOT NULL,
+            last_error text NOT NULL
+        );
+        CREATE INDEX IF NOT EXISTS {retry_index_due} ON {retry} (forwarder, next_attempt_at)""",
+    "create_ledger_table": """
+        CREATE TABLE IF NOT EXISTS {ledger} (
+            message_id varchar(200) NOT NULL,
+            destination varchar(1000) NOT NULL,
+            forwarded_at timestamp NOT NULL,
+            PRIMARY KEY (message_id, destination)
+        );
+        CREATE INDEX IF NOT EXISTS {ledger_index_forwarded} ON {ledger} (forwarded_at)""",
+    "create_counters_table": """
+        CREATE TABLE IF NOT EXISTS {counters} (
+            forwarder varchar(200) NOT NULL,
+            counter varchar(100) NOT NULL,
+            slot integer NOT NULL,
+            value bigint NOT NULL,
+            PRIMARY KEY (forwarder, counter, slot)
+        )""",
+    # A cheap estimate, like the transport's peek; rows other workers hold are counted too,
+    # which costs at most one empty receive.
+    "peek": "SELECT COALESCE(max(seq) - min(seq) + 1, 0) FROM {queue}",
+    # ARRAY(...) evaluates the locking subquery exactly once; a plain IN or USING join can
+    # re-evaluate it under SKIP LOCKED and return more rows than the limit.
+    "receive_batch": f"""
+        DELETE FROM {{queue}} AS q
+        WHERE q.seq = ANY(ARRAY(
+            SELECT seq FROM {{queue}} ORDER BY seq LIMIT ? FOR UPDATE SKIP LOCKED))
+        RETURNING q.id, {_EXPIRED.format(alias="q.")}, q.expires, q.headers, q.body, q.seq""",
+    "send": "INSERT INTO {queue} (id, expires, headers, body) VALUES (?, ?, ?, ?)",
+    "dead_letter": "INSERT INTO {queue} (id, expires, headers, body) VALUES (?, NULL, ?, ?)",
+    "retry_store": """
+        INSERT INTO {retry} (id, forwarder, destination, expires, headers, body, attempts,
+                             first_failure_at, next_attempt_at, last_error)
+        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+    "retry_claim_due": f"""
+        DELETE FROM {{retry}} AS r
+        WHERE r.seq = ANY(ARRAY(
+            SELECT seq FROM {{retry}} WHERE forwarder = ? AND next_attempt_at <= ?
+            ORDER BY next_attempt_at, seq LIMIT ? FOR UPDATE SKIP LOCKED))
+        RETURNING r.id, {_EXPIRED.format(alias="r.")}, r.expires, r.headers, r.body, r.seq,
+                  r.attempts, r.first_failure_at, r.last_error""",
+    "retry_summary": """
+        SELECT destination, count(*), min(first_failure_at), min(next_attempt_at),
+               max(attempts), (array_agg(last_error ORDER BY seq DESC))[1]
+        FROM {retry} WHERE forwarder = ? GROUP BY destination ORDER BY destination""",
+    "ledger_record": f"""
+        INSERT INTO {{ledger}} (message_id, destination, forwarded_at)
+        VALUES (?, ?, {_NOW}) ON CONFLICT DO NOTHING""",
+    "ledger_cleanup": "DELETE FROM {ledger} WHERE forwarded_at < ?",
+    "counters_add": """
+        INSERT INTO {counters} AS c (forwarder, counter, slot, value) VALUES (?, ?, ?, ?)
+        ON CONFLICT (forwarder, counter, slot) DO UPDATE SET value = c.value + EXCLUDED.value""",
+    "counters_read": """
+        SELECT counter, sum(value) FROM {counters} WHERE forwarder = ?
+        GROUP BY counter ORDER BY counter""",
+    "savepoint": "SAVEPOINT sfbridge_local",
+    "rollback_to_savepoint": "ROLLBACK TO SAVEPOINT sfbridge_local",
+    "release_savepoint": "RELEASE SAVEPOINT sfbridge_local",
+    "queue_count": "SELECT count(*) FROM {queue}",
+    "queue_oldest_headers": "SELECT headers FROM {queue} ORDER BY seq LIMIT 1",
+    "list_tables": """
+        SELECT table_schema, table_name FROM information_schema.tables
+        WHERE table_schema NOT IN ('pg_catalog', 'information_schema')""",
+    "table_columns": """
+        SELECT lower(column_name), data_type FROM information_schema.columns
+        WHERE table_schema = ? AND table_name = ?""",
+    "table_indexes": """
+        SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = ? AND tablename = ?""",
+}
+
+
+def _decode_id(value: Any) -> uuid.UUID:
+    return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
+
+
+def _identity_timestamp(value: datetime | None) -> datetime | None:
+    # timestamp without time zone holds UTC wall-clock; bind naive UTC datetimes.
+    if value is not None and value.tzinfo is not None:
+        raise ValueError("timestamps must be naive UTC")
+    return value
+
+
+def _decode_timestamp(value: Any) -> datetime | None:
+    return value if value is None or isinstance(value, datetime) else datetime.fromisoformat(value)
+
+
+POSTGRESQL = Dialect(
+    name="postgresql",
+    statements=STATEMENTS,
+    queue_columns=frozenset({"id", "expires", "headers", "body", "seq"}),
+    encode_id=lambda value: value,
+    decode_id=_decode_id,
+    encode_timestamp=_identity_timestamp,
+    decode_timestamp=_decode_timestamp,
+)

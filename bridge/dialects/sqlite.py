@@ -1,0 +1,145 @@
+"""SQLite: the SQL Server transport's queue shape (nsb-wire §1.1) in an embedded file.
+
+Times are stored as UTC text `YYYY-MM-DD HH:MM:SS.ffffff`, which sorts and compares
+correctly as text against `strftime('%Y-%m-%d %H:%M:%f', 'now')`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from bridge.dialects.base import Dialect
+
+_NOW = "strftime('%Y-%m-%d %H:%M:%f', 'now')"
+_EXPIRED = f"CASE WHEN Expires IS NULL THEN 0 WHEN Expires > {_NOW} THEN 0 ELSE 1 END"
+
+STATEMENTS: dict[str, str] = {
+    "create_schema": "",  # SQLite has no schemas
+    "create_queue": """
+        CREATE TABLE IF NOT EXISTS {queue} (
+            Id TEXT NOT NULL,
+            CorrelationId TEXT,
+            ReplyToAddress TEXT,
+            Recoverable INTEGER NOT NULL,
+            Expires TEXT,
+            Headers TEXT NOT NULL,
+            Body BLOB,
+            RowVersion INTEGER PRIMARY KEY AUTOINCREMENT
+        );
+        CREATE INDEX IF NOT EXISTS {queue_index_expires} ON {queue} (Expires)
+            WHERE Expires IS NOT NULL""",
+    "create_retry_table": """
+        CREATE TABLE IF NOT EXISTS {retry} (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            id TEXT NOT NULL,
+            forwarder TEXT NOT NULL,
+            destination TEXT NOT NULL,
+            expires TEXT,
+            headers TEXT NOT NULL,
+            body BLOB,
+            attempts INTEGER NOT NULL,
+            first_failure_at TEXT NOT NULL,
+            next_attempt_at TEXT NOT NULL,
+            last_error TEXT NOT NULL
+        );
+        CREATE INDEX IF NOT EXISTS {retry_index_due} ON {retry} (forwarder, next_attempt_at)""",
+    "create_ledger_table": """
+        CREATE TABLE IF NOT EXISTS {ledger} (
+            message_id TEXT NOT NULL,
+            destination TEXT NOT NULL,
+            forwarded_at TEXT NOT NULL,
+            PRIMARY KEY (message_id, destination)
+        );
+        CREATE INDEX IF NOT EXISTS {ledger_index_forwarded} ON {ledger} (forwarded_at)""",
+    "create_counters_table": """
+        CREATE TABLE IF NOT EXISTS {counters} (
+            forwarder TEXT NOT NULL,
+            counter TEXT NOT NULL,
+            slot INTEGER NOT NULL,
+            value INTEGER NOT NULL,
+            PRIMARY KEY (forwarder, counter, slot)
+        )""",
+    "peek": "SELECT COALESCE(max(RowVersion) - min(RowVersion) + 1, 0) FROM {queue}",
+    # The caller holds BEGIN IMMEDIATE, so no other writer can see or take these rows.
+    "receive_batch": f"""
+        DELETE FROM {{queue}} WHERE RowVersion IN (
+            SELECT RowVersion FROM {{queue}} ORDER BY RowVersion LIMIT ?)
+        RETURNING Id, {_EXPIRED}, Expires, Headers, Body, RowVersion""",
+    "send": """
+        INSERT INTO {queue} (Id, Recoverable, Expires, Headers, Body) VALUES (?, 1, ?, ?, ?)""",
+    "dead_letter": """
+        INSERT INTO {queue} (Id, Recoverable, Expires, Headers, Body) VALUES (?, 1, NULL, ?, ?)""",
+    "retry_store": """
+        INSERT INTO {retry} (id, forwarder, destination, expires, headers, body, attempts,
+                             first_failure_at, next_attempt_at, last_error)
+        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+    "retry_claim_due": f"""
+        DELETE FROM {{retry}} WHERE seq IN (
+            SELECT seq FROM {{retry}} WHERE forwarder = ? AND next_attempt_at <= ?
+            ORDER BY next_attempt_at, seq LIMIT ?)
+        RETURNING id, {_EXPIRED.replace("Expires", "expires")}, expires, headers, body, seq,
+                  attempts, first_failure_at, last_error""",
+    "retry_summary": """
+        SELECT destination, count(*), min(first_failure_at), min(next_attempt_at),
+               max(attempts),
+               (SELECT r2.last_error FROM {retry} r2 WHERE r2.forwarder = r.forwarder
+                  AND r2.destination = r.destination ORDER BY r2.seq DESC LIMIT 1)
+        FROM {retry} r WHERE forwarder = ? GROUP BY destination ORDER BY destination""",
+    "ledger_record": f"""
+        INSERT OR IGNORE INTO {{ledger}} (message_id, destination, forwarded_at)
+        VALUES (?, ?, {_NOW})""",
+    "ledger_cleanup": "DELETE FROM {ledger} WHERE forwarded_at < ?",
+    "counters_add": """
+        INSERT INTO {counters} (forwarder, counter, slot, value) VALUES (?, ?, ?, ?)
+        ON CONFLICT (forwarder, counter, slot) DO UPDATE SET value = value + excluded.value""",
+    "counters_read": """
+        SELECT counter, sum(value) FROM {counters} WHERE forwarder = ?
+        GROUP BY counter ORDER BY counter""",
+    "savepoint": "SAVEPOINT sfbridge_local",
+    "rollback_to_savepoint": "ROLLBACK TO SAVEPOINT sfbridge_local",
+    "release_savepoint": "RELEASE SAVEPOINT sfbridge_local",
+    "queue_count": "SELECT count(*) FROM {queue}",
+    "queue_oldest_headers": "SELECT Headers FROM {queue} ORDER BY RowVersion LIMIT 1",
+    "list_tables": "SELECT NULL, name FROM sqlite_master WHERE type = 'table'",
+    # pragma_table_info takes the table name as a value, so no quoting is involved.
+    # Both take (schema, table) like the other dialects; SQLite has no schema, so ?1 is unused
+    # but still referenced, because SQLite insists every bound parameter appears.
+    "table_columns": """
+        SELECT lower(name), type FROM pragma_table_info(?2)
+        WHERE coalesce(?1, '') = coalesce(?1, '')""",
+    "table_indexes": """
+        SELECT name, sql FROM sqlite_master WHERE type = 'index' AND tbl_name = ?2
+        AND coalesce(?1, '') = coalesce(?1, '')""",
+}
+
+_TIMESTAMP_FORMAT = "%Y-%m-%d %H:%M:%S.%f"
+
+
+def _encode_timestamp(value: datetime | None) -> str | None:
+    if value is None:
+        return None
+    if value.tzinfo is not None:
+        raise ValueError("timestamps must be naive UTC")
+    return value.strftime(_TIMESTAMP_FORMAT)
+
+
+def _decode_timestamp(value: Any) -> datetime | None:
+    if value is None or isinstance(value, datetime):
+        return value
+    return datetime.fromisoformat(str(value))
+
+
+SQLITE = Dialect(
+    name="sqlite",
+    statements=STATEMENTS,
+    queue_columns=frozenset(
+        {"id", "correlationid", "replytoaddress", "recoverable", "expires", "headers", "body",
+         "rowversion"}
+    ),
+    encode_id=str,
+    decode_id=lambda value: uuid.UUID(str(value)),
+    encode_timestamp=_encode_timestamp,
+    decode_timestamp=_decode_timestamp,
+)

@@ -1,0 +1,66 @@
+"""The connection interface and the bridge's database exception types."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol
+
+Row = tuple[Any, ...]
+
+
+class DatabaseError(Exception):
+    """A database operation failed. The message never contains connection secrets."""
+
+    def __init__(self, database: str, message: str) -> None:
+        super().__init__(f"database '{database}': {message}")
+        self.database = database
+        self.detail = message
+
+
+class DatabaseUnavailable(DatabaseError):
+    """The database cannot be reached (it is down, or the network is)."""
+
+
+class ConnectionFailed(DatabaseUnavailable):
+    """Opening a connection failed. Not retried in-process: the database is probably down."""
+
+
+class ConnectionLost(DatabaseUnavailable):
+    """An open connection broke mid-session. Worth one immediate retry on a new connection."""
+
+
+class TransientDatabaseError(DatabaseError):
+    """Deadlock, serialization failure, lock timeout: retrying the transaction will likely work."""
+
+
+class QueueNotFound(DatabaseError):
+    """A table the statement needs does not exist."""
+
+
+class DuplicateKey(DatabaseError):
+    """A unique key or primary key was violated."""
+
+
+class Connection(Protocol):
+    """One open connection with one transaction at a time.
+
+    `begin` starts a transaction explicitly (SQLite needs `BEGIN IMMEDIATE`; ODBC connections
+    are always in a transaction, so it is a no-op there). Every method raises the exception
+    types above, never a driver exception.
+    """
+
+    database: str
+
+    def begin(self) -> None: ...
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> int: ...
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None: ...
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[Row]: ...
+
+    def commit(self) -> None: ...
+
+    def rollback(self) -> None: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,164 @@
+"""pyodbc connections (PostgreSQL through psqlODBC; SQL Server later).
+
+pyodbc is imported lazily so that the SQLite-only demo runs on a machine without unixODBC.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from bridge.drivers.base import (
+    ConnectionFailed,
+    ConnectionLost,
+    DatabaseError,
+    DuplicateKey,
+    QueueNotFound,
+    Row,
+    TransientDatabaseError,
+)
+from bridge.secrets import mask_secrets
+
+# psqlODBC options the bridge needs for correctness, whatever the user's string or DSN says:
+# Protocol=7.4-0 gives native rollback semantics (the default silently wraps every statement
+# in a savepoint, 7.4-1 silently drops work); ByteaAsLongVarBinary=0 corrupts bodies over 255
+# bytes; BoolsAsChar=0 returns booleans as booleans.
+POSTGRESQL_REQUIRED_OPTIONS = {
+    "Protocol": "7.4-0",
+    "ByteaAsLongVarBinary": "1",
+    "BoolsAsChar": "0",
+}
+
+_CONNECTION_LOST_STATES = {"08S01", "08003", "08007", "57P01", "57P02", "57P03", "HYT00", "HYT01"}
+_CONNECT_FAILED_STATES = {"08001", "08004", "28000", "28P01", "IM002", "IM003", "3D000"}
+_TRANSIENT_STATES = {"40001", "40P01", "55P03", "57014"}
+_MISSING_TABLE_STATES = {"42P01", "42S02"}
+_DUPLICATE_STATES = {"23505"}
+
+_PAIR = re.compile(r"\s*([^=;]+?)\s*=\s*(\{(?:[^}]|\}\})*\}|[^;]*)\s*(?:;|$)")
+
+
+def parse_connection_string(text: str) -> list[tuple[str, str]]:
+    """Split an ODBC connection string into (key, value) pairs; braced values stay braced."""
+    return [(key, value) for key, value in _PAIR.findall(text) if key.strip()]
+
+
+def with_required_options(text: str, required: dict[str, str]) -> str:
+    """Return the connection string with `required` options set, replacing any user value."""
+    lowered = {key.lower() for key in required}
+    pairs = [(k, v) for k, v in parse_connection_string(text) if k.lower() not in lowered]
+    pairs.extend(required.items())
+    return ";".join(f"{key}={value}" for key, value in pairs) + ";"
+
+
+def _state_and_message(error: Exception) -> tuple[str, str]:
+    args = getattr(error, "args", ())
+    if len(args) >= 2 and isinstance(args[0], str):
+        return args[0], str(args[1])
+    return "", str(error)
+
+
+def _clean(message: str) -> str:
+    # pyodbc appends driver call details ("Error while executing the query (1)
+    # (SQLExecDirectW)") and prefixes "[42P01] ERROR:"; people need the server's sentence.
+    first = message.split(";\n")[0].split("\n")[0]
+    first = re.sub(r"^(\[[^\]]*\])+\s*", "", first)
+    first = re.sub(r"^ERROR:\s*", "", first)
+    return first.rstrip(";").strip() or message.strip()
+
+
+def _translate(database: str, error: Exception) -> DatabaseError:
+    state, message = _state_and_message(error)
+    message = mask_secrets(_clean(message))
+    text = f"{message} (SQLSTATE {state})" if state else message
+    if state in _MISSING_TABLE_STATES:
+        return QueueNotFound(database, text)
+    if state in _DUPLICATE_STATES:
+        return DuplicateKey(database, text)
+    if state in _TRANSIENT_STATES:
+        return TransientDatabaseError(database, text)
+    if state in _CONNECTION_LOST_STATES or "connection" in message.lower() and "lost" in message:
+        return ConnectionLost(database, text)
+    return DatabaseError(database, text)
+
+
+class OdbcConnection:
+    """A pyodbc connection with autocommit off: always inside a transaction."""
+
+    def __init__(self, database: str, connection_string: str, *, dialect: str, timeout: float):
+        import pyodbc  # lazy: see the module docstring
+
+        self.database = database
+        pyodbc.native_uuid = True  # uuid columns as uuid.UUID, not upper-case strings
+        if dialect == "postgresql":
+            connection_string = with_required_options(
+                connection_string, POSTGRESQL_REQUIRED_OPTIONS
+            )
+        try:
+            self._connection = pyodbc.connect(
+                connection_string, autocommit=False, timeout=max(1, round(timeout))
+            )
+        except pyodbc.Error as error:
+            state, message = _state_and_message(error)
+            raise ConnectionFailed(
+                database, f"cannot connect: {mask_secrets(_clean(message))} (SQLSTATE {state})"
+            ) from None
+        self._pyodbc_error = pyodbc.Error
+        self._broken = False
+
+    def begin(self) -> None:
+        """ODBC connections with autocommit off are always inside a transaction."""
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+        with self._guard():
+            cursor = self._connection.execute(sql, *params) if params else self._connection.execute(sql)
+            return int(cursor.rowcount)
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        batch = [tuple(row) for row in rows]
+        if not batch:
+            return
+        with self._guard():
+            cursor = self._connection.cursor()
+            cursor.executemany(sql, batch)
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+        with self._guard():
+            cursor = self._connection.execute(sql, *params) if params else self._connection.execute(sql)
+            # psqlODBC gives no result set at all for a RETURNING that matched zero rows.
+            if cursor.description is None:
+                return []
+            return [tuple(row) for row in cursor.fetchall()]
+
+    def commit(self) -> None:
+        with self._guard():
+            self._connection.commit()
+
+    def rollback(self) -> None:
+        try:
+            self._connection.rollback()
+        except self._pyodbc_error:
+            self._broken = True
+
+    def close(self) -> None:
+        try:
+            self._connection.close()
+        except self._pyodbc_error:
+            pass
+
+    def _guard(self) -> _ErrorGuard:
+        return _ErrorGuard(self)
+
+
+class _ErrorGuard:
+    def __init__(self, owner: OdbcConnection) -> None:
+        self._owner = owner
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: Any) -> bool:
+        if error is not None and isinstance(error, self._owner._pyodbc_error):
+            raise _translate(self._owner.database, error) from None
+        return False

@@ -1,0 +1,103 @@
+"""SQLite through the standard library (WAL mode), the embedded default.
+
+Not through ODBC: sqlite3odbc drops the rows of `DELETE ... RETURNING` and segfaults on
+`fast_executemany` (see the feasibility notes).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from bridge.drivers.base import (
+    ConnectionFailed,
+    DatabaseError,
+    DuplicateKey,
+    QueueNotFound,
+    Row,
+    TransientDatabaseError,
+)
+
+BUSY_TIMEOUT_SECONDS = 5.0
+
+
+def _translate(database: str, error: sqlite3.Error) -> DatabaseError:
+    text = str(error)
+    lowered = text.lower()
+    if "no such table" in lowered:
+        return QueueNotFound(database, text)
+    if "unique constraint" in lowered or isinstance(error, sqlite3.IntegrityError):
+        return DuplicateKey(database, text) if "unique" in lowered else DatabaseError(database, text)
+    if "locked" in lowered or "busy" in lowered:
+        return TransientDatabaseError(database, text)
+    if "unable to open" in lowered or "disk i/o" in lowered or "not a database" in lowered:
+        return ConnectionFailed(database, text)
+    return DatabaseError(database, text)
+
+
+class SqliteConnection:
+    """A stdlib sqlite3 connection in manual-transaction mode."""
+
+    def __init__(self, database: str, path: str, *, create: bool = False) -> None:
+        self.database = database
+        # mode=rw: a missing file is an unavailable database, not a new empty one. This is
+        # how "the receiver database was taken away" shows up for SQLite.
+        mode = "rwc" if create else "rw"
+        uri = f"{Path(path).absolute().as_uri()}?mode={mode}"
+        try:
+            self._connection = sqlite3.connect(
+                uri,
+                uri=True,
+                isolation_level=None,
+                timeout=BUSY_TIMEOUT_SECONDS,
+                check_same_thread=False,
+            )
+            self._connection.execute("PRAGMA journal_mode=WAL")
+            # FULL: a committed forward survives power loss, not only a process crash.
+            self._connection.execute("PRAGMA synchronous=FULL")
+        except sqlite3.Error as error:
+            raise ConnectionFailed(database, f"cannot open SQLite file {path}: {error}") from None
+
+    def begin(self) -> None:
+        # IMMEDIATE takes the write lock up front, so a batch claim never fails half-way
+        # with SQLITE_BUSY on lock upgrade.
+        self._run("BEGIN IMMEDIATE")
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+        cursor = self._run(sql, params)
+        return cursor.rowcount
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        try:
+            self._connection.executemany(sql, rows)
+        except sqlite3.Error as error:
+            raise _translate(self.database, error) from None
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+        cursor = self._run(sql, params)
+        return [tuple(row) for row in cursor.fetchall()]
+
+    def commit(self) -> None:
+        if self._connection.in_transaction:
+            self._run("COMMIT")
+
+    def rollback(self) -> None:
+        if self._connection.in_transaction:
+            try:
+                self._connection.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+
+    def close(self) -> None:
+        try:
+            self._connection.close()
+        except sqlite3.Error:
+            pass
+
+    def _run(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
+        try:
+            return self._connection.execute(sql, tuple(params))
+        except sqlite3.Error as error:
+            raise _translate(self.database, error) from None

@@ -1,0 +1,123 @@
+"""Message headers: the JSON `Headers` column, routing headers, failure headers. Pure.
+
+The column holds one JSON object of string (or null) values (nsb-wire §6.2). Anything else
+makes the row a poison message, as it does for the transport itself.
+"""
+
+from __future__ import annotations
+
+import json
+import traceback
+from collections.abc import Mapping
+from datetime import UTC, datetime
+
+DESTINATION_HEADER = "$.store-and-forward.destination"
+EVENT_TYPE_HEADER = "$.store-and-forward.eventtype"
+ROUTING_HEADERS = (DESTINATION_HEADER, EVENT_TYPE_HEADER)
+
+MESSAGE_ID_HEADER = "NServiceBus.MessageId"
+TIME_SENT_HEADER = "NServiceBus.TimeSent"
+FAILED_QUEUE_HEADER = "NServiceBus.FailedQ"
+TIME_OF_FAILURE_HEADER = "NServiceBus.TimeOfFailure"
+EXCEPTION_HEADER_PREFIX = "NServiceBus.ExceptionInfo."
+
+# The bridge may add headers only under its own prefix.
+BRIDGE_HEADER_PREFIX = "$.sfbridge."
+FAILURE_REASON_HEADER = "$.sfbridge.failure-reason"
+ATTEMPTS_HEADER = "$.sfbridge.attempts"
+
+# Core truncates exception messages to 16 KiB before moving to the error queue.
+MAX_EXCEPTION_TEXT = 16_384
+
+Headers = dict[str, str | None]
+
+
+class PoisonHeaders(ValueError):
+    """The Headers column is not a JSON object of strings."""
+
+
+def parse_headers(text: str | None) -> Headers:
+    """Parse the Headers column. SQL NULL, empty and JSON `null` mean no headers.
+
+    Raises PoisonHeaders for anything that is not a JSON object of string-or-null values.
+    """
+    if text is None or text.strip() == "":
+        return {}
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError) as error:
+        raise PoisonHeaders(f"headers are not valid JSON: {error}") from None
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise PoisonHeaders(f"headers are a JSON {type(value).__name__}, not an object")
+    for key, item in value.items():
+        if item is not None and not isinstance(item, str):
+            raise PoisonHeaders(
+                f"header {key!r} has a {type(item).__name__} value; only strings are allowed"
+            )
+    return value
+
+
+def serialize_headers(headers: Mapping[str, str | None]) -> str:
+    """Compact JSON in insertion order, non-ASCII kept raw, as the transport writes it."""
+    return json.dumps(dict(headers), ensure_ascii=False, separators=(",", ":"))
+
+
+def without_routing_headers(headers: Mapping[str, str | None]) -> Headers:
+    """The headers a destination receives: everything but the store-and-forward headers."""
+    return {key: value for key, value in headers.items() if key not in ROUTING_HEADERS}
+
+
+def wire_date(moment: datetime) -> str:
+    """NServiceBus wire date: `yyyy-MM-dd HH:mm:ss:ffffff Z` in UTC (nsb-wire §6.3)."""
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S:%f") + " Z"
+
+
+def parse_wire_date(text: str) -> datetime | None:
+    """Parse a wire date; None when the text is not one."""
+    try:
+        return datetime.strptime(text, "%Y-%m-%d %H:%M:%S:%f Z").replace(tzinfo=UTC)
+    except (TypeError, ValueError):
+        return None
+
+
+def with_failure_headers(
+    headers: Mapping[str, str | None],
+    *,
+    failed_queue: str,
+    exception_type: str,
+    message: str,
+    reason: str,
+    failed_at: datetime,
+    attempts: int | None = None,
+    stack_trace: str | None = None,
+) -> Headers:
+    """Headers for the error queue, in the shape NServiceBus Core and ServicePulse expect.
+
+    The routing headers are kept so that a retry from ServicePulse (which sends the message
+    back to `NServiceBus.FailedQ`, the forwarding queue) goes through the bridge again.
+    """
+    result: Headers = {
+        key: value
+        for key, value in headers.items()
+        if not key.startswith(EXCEPTION_HEADER_PREFIX)
+        and key not in ("NServiceBus.Retries", "NServiceBus.FLRetries")
+    }
+    result[FAILED_QUEUE_HEADER] = failed_queue
+    result[EXCEPTION_HEADER_PREFIX + "ExceptionType"] = exception_type
+    result[EXCEPTION_HEADER_PREFIX + "Message"] = message[:MAX_EXCEPTION_TEXT]
+    result[EXCEPTION_HEADER_PREFIX + "Source"] = "sfbridge"
+    result[EXCEPTION_HEADER_PREFIX + "StackTrace"] = (stack_trace or message)[:MAX_EXCEPTION_TEXT]
+    result[TIME_OF_FAILURE_HEADER] = wire_date(failed_at)
+    result[FAILURE_REASON_HEADER] = reason
+    if attempts is not None:
+        result[ATTEMPTS_HEADER] = str(attempts)
+    return result
+
+
+def describe_exception(error: BaseException) -> str:
+    """A stack-trace-like text for `ExceptionInfo.StackTrace`."""
+    return "".join(traceback.format_exception_only(type(error), error)).strip()

@@ -1,0 +1,138 @@
+"""Routing: from a destination header to a database and a queue address. Pure.
+
+The header is written in the forwarding database's own address grammar (that is where the
+sending endpoint lives). Routes match a glob on the destination's table name, first match
+wins; the address is then resolved and rendered for the destination database's dialect.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+
+from bridge.addressing import AddressError, QueueAddress, grammar_for
+from bridge.config.model import DatabaseConfig, RouteConfig
+
+
+@dataclass(frozen=True)
+class Destination:
+    """Where a message goes: a configured database and a queue address in its grammar.
+
+    `canonical` is the address rendered in the destination dialect's canonical form; it is
+    the dedup ledger key (with the message id) and what `status` shows.
+    """
+
+    database: str
+    address: QueueAddress
+    canonical: str
+
+
+@dataclass(frozen=True)
+class Unroutable:
+    """No route for the message; `reason` says what to fix."""
+
+    reason: str
+
+
+class Router:
+    """Routes destination headers for one forwarding database. Decisions are cached."""
+
+    def __init__(
+        self,
+        source: DatabaseConfig,
+        routes: Sequence[RouteConfig],
+        databases: Mapping[str, DatabaseConfig],
+    ) -> None:
+        self._source = source
+        self._routes = tuple(routes)
+        self._databases = databases
+        self._cache: dict[str, Destination | Unroutable] = {}
+
+    def route(self, destination_header: str) -> Destination | Unroutable:
+        """Route one `$.store-and-forward.destination` value."""
+        decision = self._cache.get(destination_header)
+        if decision is None:
+            decision = route_destination(
+                destination_header, self._source, self._routes, self._databases
+            )
+            # Bounded: a stream of distinct bogus destinations must not grow memory forever.
+            if len(self._cache) < 10_000:
+                self._cache[destination_header] = decision
+        return decision
+
+
+def route_destination(
+    destination_header: str,
+    source: DatabaseConfig,
+    routes: Sequence[RouteConfig],
+    databases: Mapping[str, DatabaseConfig],
+) -> Destination | Unroutable:
+    """Route one destination header value; see the module docstring for the rules."""
+    source_grammar = grammar_for(source.dialect)
+    try:
+        parsed = source_grammar.parse(destination_header)
+    except AddressError as error:
+        return Unroutable(
+            f"destination {destination_header!r} is not a valid {source.dialect} address "
+            f"({error}); fix the '$.store-and-forward.destination' header"
+        )
+    route = first_matching_route(parsed.table, routes)
+    if route is None:
+        return Unroutable(_no_route_reason(parsed.table, routes))
+    target = databases[route.database]
+    return Destination(
+        database=target.name,
+        address=(address := resolve_for_target(parsed, source, target, route)),
+        canonical=grammar_for(target.dialect).render(address),
+    )
+
+
+def first_matching_route(table: str, routes: Sequence[RouteConfig]) -> RouteConfig | None:
+    """The first route whose glob matches the table name (case-sensitive, like NServiceBus)."""
+    for route in routes:
+        if fnmatchcase(table, route.match):
+            return route
+    return None
+
+
+def resolve_for_target(
+    parsed: QueueAddress, source: DatabaseConfig, target: DatabaseConfig, route: RouteConfig
+) -> QueueAddress:
+    """Fill in schema and catalog for the destination database.
+
+    Schema: the route's override, then the address's own schema (only when source and target
+    speak the same dialect: a PostgreSQL schema means nothing to SQL Server), then the target
+    database's default schema, then the dialect default. The catalog travels only between
+    databases of the same dialect too.
+    """
+    same_dialect = source.dialect == target.dialect
+    carried = QueueAddress(
+        table=parsed.table,
+        schema=route.schema or (parsed.schema if same_dialect else None),
+        catalog=parsed.catalog if same_dialect else None,
+    )
+    return grammar_for(target.dialect).resolve(carried, target.schema, None)
+
+
+def _no_route_reason(table: str, routes: Sequence[RouteConfig]) -> str:
+    patterns = [route.match for route in routes]
+    hint = ""
+    close = difflib.get_close_matches(table, patterns, n=1, cutoff=0.6)
+    if close:
+        hint = f" (did you mean a destination matching {close[0]!r}?)"
+    listed = ", ".join(repr(p) for p in patterns) or "none"
+    return (
+        f"no route matches destination table {table!r}{hint}; routes: {listed}. "
+        "Add a route for it in the config, or fix the destination header."
+    )
+
+
+def nearest_table(table: str, existing: Sequence[str]) -> str | None:
+    """The existing table name closest to `table`, for 'did you mean' hints."""
+    close = difflib.get_close_matches(table, list(existing), n=1, cutoff=0.6)
+    if close:
+        return close[0]
+    lowered = {name.lower(): name for name in existing}
+    return lowered.get(table.lower())
