@@ -1,0 +1,166 @@
+"""Specification of the shipped systemd unit (systemd/sfbridge.service)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+UNIT = Path(__file__).resolve().parents[2] / "systemd" / "sfbridge.service"
+ENV_EXAMPLE = UNIT.with_name("sfbridge.env.example")
+INSTALLED_SCRIPT = "/usr/local/bin/sfbridge"
+
+
+def _service_settings() -> dict[str, list[str]]:
+    """Active (uncommented) `Key=value` lines of the [Service] section."""
+    settings: dict[str, list[str]] = {}
+    section = None
+    for raw in UNIT.read_text(encoding="utf-8").splitlines():
+        line = raw.strip()
+        if not line or line.startswith(("#", ";")):
+            continue
+        if line.startswith("["):
+            section = line
+            continue
+        if section == "[Service]":
+            key, _, value = line.partition("=")
+            settings.setdefault(key.strip(), []).append(value.strip())
+    return settings
+
+
+def _commented_settings() -> set[str]:
+    return {
+        match.group(1)
+        for match in re.finditer(r"^#([A-Z][A-Za-z]+)=", UNIT.read_text(encoding="utf-8"), re.M)
+    }
+
+
+def _verifiable_copy(directory: Path, *, uncomment_hardening: bool = False) -> Path:
+    """The unit with ExecStart pointing at an executable that exists on this machine."""
+    text = UNIT.read_text(encoding="utf-8")
+    assert f"ExecStart={INSTALLED_SCRIPT} " in text
+    text = text.replace(f"ExecStart={INSTALLED_SCRIPT} ", f"ExecStart={sys.executable} ")
+    if uncomment_hardening:
+        text = re.sub(r"^#([A-Z][A-Za-z]+=)", r"\1", text, flags=re.M)
+    copy = directory / "sfbridge.service"
+    copy.write_text(text, encoding="utf-8")
+    return copy
+
+
+def _verify(unit: Path) -> subprocess.CompletedProcess[str]:
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.skip("systemd-analyze is not installed; cannot verify the unit file")
+    return subprocess.run(
+        [analyze, "verify", "--man=no", str(unit)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_the_unit_passes_systemd_analyze_verify_without_any_warning(tmp_path: Path) -> None:
+    result = _verify(_verifiable_copy(tmp_path))
+    assert result.returncode == 0, result.stderr
+    # verify prints warnings (unknown keys, bad values) on stderr and still exits 0.
+    assert result.stderr == ""
+
+
+def test_the_unit_with_the_hardening_block_enabled_passes_verify_too(tmp_path: Path) -> None:
+    copy = _verifiable_copy(tmp_path, uncomment_hardening=True)
+    assert "\nProtectSystem=strict\n" in copy.read_text(encoding="utf-8")
+    result = _verify(copy)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+
+
+def test_the_service_is_a_notify_service_that_only_the_main_process_may_notify() -> None:
+    settings = _service_settings()
+    assert settings["Type"] == ["notify"]
+    assert settings["NotifyAccess"] == ["main"]
+
+
+def test_exec_start_runs_the_installed_console_script_with_the_etc_config() -> None:
+    (exec_start,) = _service_settings()["ExecStart"]
+    assert exec_start == f"{INSTALLED_SCRIPT} -c /etc/sfbridge/sfbridge.yaml run"
+    assert exec_start.startswith("/")
+
+
+def test_exec_start_comment_says_it_must_be_the_absolute_path_of_the_console_script() -> None:
+    text = UNIT.read_text(encoding="utf-8")
+    before = text[: text.index("ExecStart=")]
+    comment = before[before.rindex("\n\n") :]
+    assert "absolute path" in comment
+    assert "bin/sfbridge" in comment
+
+
+def test_reload_sends_sighup_to_the_main_process() -> None:
+    assert _service_settings()["ExecReload"] == ["/bin/kill -HUP $MAINPID"]
+
+
+def test_stop_sends_sigterm_and_allows_a_minute_to_drain_in_flight_batches() -> None:
+    settings = _service_settings()
+    assert settings["KillSignal"] == ["SIGTERM"]
+    assert settings["TimeoutStopSec"] == ["60"]
+
+
+def test_the_service_restarts_on_failure_after_five_seconds() -> None:
+    settings = _service_settings()
+    assert settings["Restart"] == ["on-failure"]
+    assert settings["RestartSec"] == ["5"]
+
+
+def test_the_watchdog_is_enabled_for_a_minute() -> None:
+    assert _service_settings()["WatchdogSec"] == ["60"]
+
+
+def test_the_service_runs_as_a_dedicated_user_and_group() -> None:
+    settings = _service_settings()
+    assert settings["User"] == ["sfbridge"]
+    assert settings["Group"] == ["sfbridge"]
+
+
+def test_secrets_come_from_an_optional_environment_file() -> None:
+    assert _service_settings()["EnvironmentFile"] == ["-/etc/sfbridge/sfbridge.env"]
+
+
+def test_the_state_directory_is_var_lib_sfbridge() -> None:
+    assert _service_settings()["StateDirectory"] == ["sfbridge"]
+
+
+def test_the_hardening_block_is_present_but_commented_out() -> None:
+    expected = {
+        "NoNewPrivileges",
+        "ProtectSystem",
+        "ProtectHome",
+        "PrivateTmp",
+        "PrivateDevices",
+        "ProtectKernelTunables",
+        "ProtectKernelModules",
+        "ProtectKernelLogs",
+        "RestrictAddressFamilies",
+        "LockPersonality",
+        "MemoryDenyWriteExecute",
+        "SystemCallFilter",
+        "ReadWritePaths",
+    }
+    assert expected <= _commented_settings()
+    assert not expected & set(_service_settings())
+    text = UNIT.read_text(encoding="utf-8")
+    assert "#RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6\n" in text
+    assert "#SystemCallFilter=@system-service\n" in text
+    assert "#ReadWritePaths=/var/lib/sfbridge\n" in text
+
+
+def test_the_environment_example_names_the_documented_secrets() -> None:
+    names = {
+        line.partition("=")[0]
+        for line in ENV_EXAMPLE.read_text(encoding="utf-8").splitlines()
+        if line and not line.startswith("#")
+    }
+    assert {"RECEIVER_ODBC", "SENTRY_DSN"} <= names
