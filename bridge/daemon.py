@@ -186,7 +186,7 @@ class Daemon:
 
     def run(self) -> int:
         """Run until stopped. Returns the process exit code (0: clean stop)."""
-        self._start()
+        self.start()
         notify("READY=1")
         notify(f"STATUS=forwarding {len(self.config.forwarders)} queue(s)")
         interval = watchdog_interval()
@@ -199,7 +199,7 @@ class Daemon:
             if interval and self._workers_alive():
                 notify("WATCHDOG=1")
         notify("STOPPING=1")
-        self._stop_workers()
+        self.stop()
         log.info("stopped; forwarded since start: %s", _format_counts(self.totals()))
         return 0
 
@@ -209,7 +209,8 @@ class Daemon:
             total.update(worker.snapshot())
         return total
 
-    def _start(self) -> None:
+    def start(self) -> None:
+        """Start workers and scheduled jobs in background threads; returns at once."""
         self._worker_stop = threading.Event()
         self._workers = []
         for forwarder in self.config.forwarders:
@@ -241,7 +242,8 @@ class Daemon:
         )
         self._scheduler.start()
 
-    def _stop_workers(self) -> None:
+    def stop(self) -> None:
+        """Let every worker finish its batch, stop the scheduled jobs, and wait for them."""
         self._worker_stop.set()
         if self._scheduler is not None:
             self._scheduler.shutdown(wait=True)
@@ -267,10 +269,10 @@ class Daemon:
             notify("READY=1")
             return
         log.info("configuration reloaded; restarting workers")
-        self._stop_workers()
+        self.stop()
         self._earlier_totals = self.totals()
         self.config = new_config
-        self._start()
+        self.start()
         notify("READY=1")
 
     def _log_progress(self) -> None:

@@ -173,6 +173,8 @@ class RemoteDelivery:
                 connection, self._target.dialect, items, ledger=self._target.ledger
             )
             connection.commit()
+            if not self._target.dialect.keep_destination_connections:
+                self._connections.discard(self._target.name)
             return results
         except ItemWriteError as failure:
             connection.rollback()

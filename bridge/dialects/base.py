@@ -58,12 +58,16 @@ class Dialect:
     """One database family.
 
     `queue_columns` is the queue table shape the dialect expects (lower-cased names), used by
-    `check`. `encode_*` / `decode_*` turn Python values into what the driver binds and back.
+    `check`, as are `queue_indexed_columns` (each must lead some index). `encode_*` / `decode_*` turn Python values into what the driver binds and back.
     """
 
     name: str
     statements: Mapping[str, str]
     queue_columns: frozenset[str]
+    queue_indexed_columns: tuple[str, ...]
+    # False where a connection is cheap to open and holding it would hide the database being
+    # taken away (an open SQLite handle keeps writing into a file that was moved).
+    keep_destination_connections: bool
     encode_id: Callable[[uuid.UUID], Any]
     decode_id: Callable[[Any], uuid.UUID]
     encode_timestamp: Callable[[datetime | None], Any]

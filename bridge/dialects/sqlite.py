@@ -13,7 +13,10 @@ from typing import Any
 from bridge.dialects.base import Dialect
 
 _NOW = "strftime('%Y-%m-%d %H:%M:%f', 'now')"
-_EXPIRED = f"CASE WHEN Expires IS NULL THEN 0 WHEN Expires > {_NOW} THEN 0 ELSE 1 END"
+# Not `CASE WHEN Expires IS NULL ...`: SQLite 3.40 evaluates `IS NULL` wrongly inside the
+# RETURNING clause of these tables (it answered 0 for a NULL Expires, so every message
+# looked expired). The comparison yields NULL for NULL, which coalesce turns into 0.
+_EXPIRED = f"coalesce(Expires <= {_NOW}, 0)"
 
 STATEMENTS: dict[str, str] = {
     "create_schema": "",  # SQLite has no schemas
@@ -138,6 +141,8 @@ SQLITE = Dialect(
         {"id", "correlationid", "replytoaddress", "recoverable", "expires", "headers", "body",
          "rowversion"}
     ),
+    queue_indexed_columns=("expires",),
+    keep_destination_connections=False,
     encode_id=str,
     decode_id=lambda value: uuid.UUID(str(value)),
     encode_timestamp=_encode_timestamp,

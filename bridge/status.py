@@ -1,0 +1,124 @@
+"""`sfbridge status`: per forwarder, what is queued, waiting for retry, in error, and counters."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from bridge.config.model import BridgeConfig
+from bridge.connections import Connections
+from bridge.dialects import dialect_for
+from bridge.drivers import DatabaseError
+from bridge.forwarding import forwarder_tables
+from bridge.headers import TIME_SENT_HEADER, PoisonHeaders, parse_headers, parse_wire_date
+
+
+def collect_status(config: BridgeConfig) -> list[dict[str, Any]]:
+    """One dict per forwarder; a database that cannot be read gives an `error` entry instead."""
+    connections = Connections(config.databases)
+    try:
+        return [_forwarder_status(config, name, connections) for name in
+                (forwarder.name for forwarder in config.forwarders)]
+    finally:
+        connections.close()
+
+
+def _forwarder_status(config: BridgeConfig, name: str, connections: Connections) -> dict[str, Any]:
+    forwarder = config.forwarder(name)
+    database = config.databases[forwarder.database]
+    dialect = dialect_for(database.dialect)
+    tables = forwarder_tables(config, forwarder)
+    status: dict[str, Any] = {
+        "forwarder": forwarder.name,
+        "database": forwarder.database,
+        "queue": tables.queue_canonical,
+        "error_queue": dialect.grammar.render(tables.error_queue),
+    }
+    try:
+        connection = connections.get(forwarder.database)
+        connection.begin()
+        status["queued"] = connection.query(dialect.sql("queue_count", queue=tables.queue))[0][0]
+        status["in_error"] = connection.query(
+            dialect.sql("queue_count", queue=tables.error_queue)
+        )[0][0]
+        oldest = connection.query(dialect.sql("queue_oldest_headers", queue=tables.queue))
+        status["oldest_age_seconds"] = _age_of(oldest[0][0]) if oldest else None
+        retries = connection.query(
+            dialect.sql("retry_summary", retry=tables.retry), (forwarder.name,)
+        )
+        status["waiting_for_retry"] = sum(int(row[1]) for row in retries)
+        status["retries"] = [
+            {
+                "destination": row[0],
+                "messages": int(row[1]),
+                "failing_since": _iso(dialect.decode_timestamp(row[2])),
+                "next_attempt_at": _iso(dialect.decode_timestamp(row[3])),
+                "max_attempts_made": int(row[4]),
+                "last_error": row[5],
+            }
+            for row in retries
+        ]
+        counters = connection.query(
+            dialect.sql("counters_read", counters=tables.counters), (forwarder.name,)
+        )
+        status["counters"] = {row[0]: int(row[1]) for row in counters}
+        connection.commit()
+    except DatabaseError as error:
+        connections.discard(forwarder.database)
+        status["error"] = str(error)
+    return status
+
+
+def _age_of(headers_text: str | None) -> float | None:
+    try:
+        sent = parse_headers(headers_text).get(TIME_SENT_HEADER)
+    except PoisonHeaders:
+        return None
+    moment = parse_wire_date(sent) if sent else None
+    if moment is None:
+        return None
+    return max(0.0, (datetime.now(UTC) - moment).total_seconds())
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return moment.replace(tzinfo=UTC).isoformat(timespec="seconds") if moment else None
+
+
+def render_json(statuses: list[dict[str, Any]]) -> str:
+    return json.dumps({"forwarders": statuses}, indent=2)
+
+
+def render_text(statuses: list[dict[str, Any]]) -> str:
+    """A short table per forwarder, for people."""
+    lines: list[str] = []
+    for status in statuses:
+        lines.append(f"forwarder {status['forwarder']}  ({status['queue']} in database "
+                     f"'{status['database']}')")
+        if "error" in status:
+            lines.append(f"  UNAVAILABLE: {status['error']}")
+            continue
+        age = status["oldest_age_seconds"]
+        lines.append(f"  queued             {status['queued']}"
+                     + (f"  (oldest sent {_human(age)} ago)" if age is not None else ""))
+        lines.append(f"  waiting for retry  {status['waiting_for_retry']}")
+        lines.append(f"  in error queue     {status['in_error']}  ({status['error_queue']})")
+        for retry in status["retries"]:
+            lines.append(
+                f"    -> {retry['destination']}: {retry['messages']} message(s), failing since "
+                f"{retry['failing_since']}, next attempt {retry['next_attempt_at']}, "
+                f"attempts so far up to {retry['max_attempts_made']}"
+            )
+            lines.append(f"       last error: {retry['last_error']}")
+        if status["counters"]:
+            counted = ", ".join(f"{k} {v}" for k, v in sorted(status["counters"].items()))
+            lines.append(f"  since install      {counted}")
+    return "\n".join(lines)
+
+
+def _human(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
