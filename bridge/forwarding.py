@@ -258,6 +258,10 @@ class BatchForwarder:
         report: BatchReport,
     ) -> None:
         now = _utcnow()
+        # One log line per destination and error per batch, not one per message: an outage
+        # with a backlog of thousands must not flood the journal.
+        retried: Counter[tuple[str, str, str]] = Counter()
+        given_up: Counter[tuple[str, str]] = Counter()
         for position, (message, decision) in enumerate(zip(claimed, decisions, strict=True)):
             if isinstance(decision, Poison):
                 log.error(
@@ -286,8 +290,23 @@ class BatchForwarder:
                     )
                     report.counts[DUPLICATES] += 1
                 else:
-                    report.counts[self._retry_or_give_up(connection, message, decision, result, now)] += 1
+                    outcome, due = self._retry_or_give_up(connection, message, decision, result, now)
+                    report.counts[outcome] += 1
+                    if due is None:
+                        given_up[(decision.destination.canonical, result.error)] += 1
+                    else:
+                        retried[(decision.destination.canonical, result.error, due)] += 1
         self._add_counters(connection, report.counts)
+        for (destination, error, due), count in retried.items():
+            log.warning(
+                "%d message(s) to %s not delivered: %s; next attempt at %s UTC",
+                count, destination, error, due,
+            )
+        for (destination, error), count in given_up.items():
+            log.error(
+                "%d message(s) to %s moved to the error queue after their last attempt: %s",
+                count, destination, error,
+            )
 
     def _retry_or_give_up(
         self,
@@ -296,14 +315,15 @@ class BatchForwarder:
         decision: Deliver,
         failure: Failed,
         now: datetime,
-    ) -> str:
+    ) -> tuple[str, str | None]:
+        """Store the message for a later attempt, or give up. Returns (counter, due time)."""
         attempts = message.attempts + 1
         policy = self.config.retries
         give_up = gives_up_after(attempts, policy) or not failure.retryable or (
             failure.missing_queue and policy.missing_queue == "error"
         )
         if give_up:
-            log.error(
+            log.debug(
                 "message %s to %s failed after %d attempt(s): %s; moved to the error queue",
                 decision.message_id, decision.destination.canonical, attempts, failure.error,
             )
@@ -312,9 +332,9 @@ class BatchForwarder:
                 "missing-queue" if failure.missing_queue else "delivery-failed",
                 failure.error, "SFBridge.DeliveryFailed", now, attempts=attempts,
             )
-            return ERRORS
+            return ERRORS, None
         due = next_attempt_at(now, attempts, policy)
-        log.warning(
+        log.debug(
             "message %s to %s: attempt %d of %d failed: %s; next attempt at %s",
             decision.message_id, decision.destination.canonical, attempts, policy.max_attempts,
             failure.error, due.strftime("%H:%M:%S"),
@@ -335,7 +355,7 @@ class BatchForwarder:
                 failure.error,
             ),
         )
-        return RETRIES
+        return RETRIES, due.strftime("%H:%M:%S")
 
     def _dead_letter(self, connection: Connection, message: ClaimedMessage, headers_text: str) -> None:
         connection.execute(
