@@ -1,5 +1,6 @@
 """Configuration: the YAML schema, its validation, and the frozen objects the bridge runs on."""
 
+from bridge.config.load import load_config, parse_duration
 from bridge.config.model import (
     BridgeConfig,
     DatabaseConfig,
@@ -10,14 +11,20 @@ from bridge.config.model import (
     RouteConfig,
     SentryConfig,
 )
+from bridge.config.validate import ConfigError, Problem, validate
 
 __all__ = [
     "BridgeConfig",
+    "ConfigError",
     "DatabaseConfig",
     "ForwarderConfig",
     "LedgerConfig",
     "LoggingConfig",
+    "Problem",
     "RetryConfig",
     "RouteConfig",
     "SentryConfig",
+    "load_config",
+    "parse_duration",
+    "validate",
 ]

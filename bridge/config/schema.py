@@ -1,0 +1,689 @@
+"""The declarative schema of the YAML configuration file.
+
+This module is the single source of truth about the configuration: `validate.py` walks `SCHEMA`
+to check and convert a parsed YAML document, and `render_reference_markdown()` turns the very
+same description into the Markdown reference that the README embeds. A key added here is
+therefore validated and documented at once; a key that is not here is rejected as unknown.
+
+Keys are named exactly like the fields of the dataclasses in `bridge.config.model`, and a unit
+test checks that the defaults here equal the dataclass defaults.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+from bridge.config.model import (
+    DatabaseConfig,
+    ForwarderConfig,
+    LedgerConfig,
+    LoggingConfig,
+    RetryConfig,
+    RouteConfig,
+    SentryConfig,
+)
+
+__all__ = [
+    "DATABASES",
+    "DIALECTS",
+    "FORWARDERS",
+    "IMPLEMENTED_DIALECTS",
+    "LEDGER",
+    "LOGGING",
+    "NAME_MESSAGE",
+    "NAME_PATTERN",
+    "REQUIRED",
+    "RETRIES",
+    "ROUTES",
+    "SCHEMA",
+    "SENTRY",
+    "SERVER_DIALECTS",
+    "Key",
+    "KeyType",
+    "Section",
+    "describe_default",
+    "describe_type",
+    "format_duration",
+    "parse_duration",
+    "render_reference_markdown",
+    "section",
+]
+
+
+class _Required:
+    """Type of the `REQUIRED` sentinel: the key has no default and must be given."""
+
+    def __repr__(self) -> str:
+        return "REQUIRED"
+
+
+REQUIRED: Final = _Required()
+
+KeyType = Literal["string", "integer", "boolean", "duration", "choice", "address"]
+SectionShape = Literal["mapping", "named", "list"]
+
+DIALECTS: Final = ("postgresql", "sqlite", "sqlserver")
+# Dialects with a working driver in this version; the others are recognised (so the message can
+# say "not available yet" instead of "unknown") but rejected.
+IMPLEMENTED_DIALECTS: Final = ("postgresql", "sqlite")
+SERVER_DIALECTS: Final = ("postgresql", "sqlserver")
+
+# Names end up in log lines, metrics labels and file names, so keep them to a safe alphabet.
+NAME_PATTERN: Final = r"[A-Za-z0-9_.-]+"
+NAME_MESSAGE: Final = "is not a valid name: use only letters, digits, '_', '.' and '-'"
+
+
+@dataclass(frozen=True)
+class Key:
+    """One configuration key: how it is checked, converted and documented.
+
+    `default` is the converted value used when the key is absent or null (`REQUIRED`: the key
+    must be given). `dialects` restricts a database key to databases of those dialects: there
+    it is required if `default is REQUIRED`, elsewhere it is an error to give it
+    (`dialect_hint` says what to do instead). `minimum` is inclusive unless
+    `exclusive_minimum`; `warn_outside` gives an inclusive range outside which a valid value
+    draws a warning. A string must fully match `pattern`, else `pattern_message` is reported
+    (with the value, unless `secret`). `expand_env` enables `${VAR}` expansion; `secret`
+    forbids echoing the value in messages; `empty_is_none` turns an empty string into None
+    instead of an error.
+    """
+
+    name: str
+    type: KeyType
+    description: str
+    example: object
+    default: object = REQUIRED
+    choices: tuple[str, ...] = ()
+    unavailable: tuple[str, ...] = ()
+    case_insensitive: bool = False
+    minimum: float | None = None
+    exclusive_minimum: bool = False
+    maximum: float | None = None
+    warn_outside: tuple[float, float] | None = None
+    pattern: str | None = None
+    pattern_message: str = ""
+    expand_env: bool = False
+    secret: bool = False
+    empty_is_none: bool = False
+    dialects: tuple[str, ...] = ()
+    dialect_hint: str = ""
+
+    @property
+    def required(self) -> bool:
+        """True when the key has no default (for dialect keys: on those dialects only)."""
+        return self.default is REQUIRED
+
+
+@dataclass(frozen=True)
+class Section:
+    """A top-level key of the file.
+
+    `shape` is `mapping` (a fixed set of keys), `named` (a mapping of entry name -> entry, the
+    name matching `name_pattern`) or `list` (a list of entries). `model` is the dataclass built
+    from one entry (or from the mapping). `entry` names one entry in messages.
+    """
+
+    name: str
+    shape: SectionShape
+    description: str
+    keys: tuple[Key, ...]
+    model: type[Any]
+    required: bool = False
+    min_items: int = 0
+    entry: str = ""
+    name_pattern: str | None = None
+
+    def key(self, name: str) -> Key:
+        """The key called `name`; raises KeyError when the section has none."""
+        for key in self.keys:
+            if key.name == name:
+                return key
+        raise KeyError(name)
+
+    @property
+    def key_names(self) -> tuple[str, ...]:
+        return tuple(key.name for key in self.keys)
+
+
+# --------------------------------------------------------------------------------------------
+# The schema
+# --------------------------------------------------------------------------------------------
+
+_POSITIVE: Final[dict[str, Any]] = {"minimum": 0, "exclusive_minimum": True}
+
+DATABASES = Section(
+    name="databases",
+    shape="named",
+    entry="database",
+    name_pattern=NAME_PATTERN,
+    required=True,
+    min_items=1,
+    model=DatabaseConfig,
+    description=(
+        "The databases the bridge connects to, by name. Forwarders and routes refer to them by "
+        "that name."
+    ),
+    keys=(
+        Key(
+            "dialect",
+            "choice",
+            "SQL dialect of the database and of its queue addresses.",
+            example="postgresql",
+            choices=DIALECTS,
+            unavailable=tuple(d for d in DIALECTS if d not in IMPLEMENTED_DIALECTS),
+        ),
+        Key(
+            "connection",
+            "string",
+            "ODBC connection string; `${VAR}` is expanded (keep passwords in the environment).",
+            example="Driver={PostgreSQL Unicode};Server=db1;Database=receiver;Uid=bridge",
+            expand_env=True,
+            secret=True,
+            dialects=SERVER_DIALECTS,
+            dialect_hint="sqlite databases take 'path' instead",
+        ),
+        Key(
+            "path",
+            "string",
+            "SQLite database file; `${VAR}` is expanded; a relative path is taken from the "
+            "config file's folder.",
+            example="/var/lib/sfbridge/edge.db",
+            expand_env=True,
+            dialects=("sqlite",),
+            dialect_hint="postgresql and sqlserver databases take 'connection' instead",
+        ),
+        Key(
+            "schema",
+            "string",
+            "Schema of queue addresses that name none (default: `public` / `dbo`).",
+            example="nsb",
+            default=None,
+            dialects=SERVER_DIALECTS,
+            dialect_hint="sqlite has no schemas",
+        ),
+        Key(
+            "connect_timeout",
+            "duration",
+            "How long to wait for a connection before giving up.",
+            example="5s",
+            default=5.0,
+            **_POSITIVE,
+        ),
+    ),
+)
+
+FORWARDERS = Section(
+    name="forwarders",
+    shape="list",
+    entry="forwarder",
+    required=True,
+    min_items=1,
+    model=ForwarderConfig,
+    description=(
+        "Local forwarding queues. Each forwarder drains one queue and delivers every message to "
+        "the database its route selects."
+    ),
+    keys=(
+        Key(
+            "name",
+            "string",
+            "Unique name of the forwarder.",
+            example="sender",
+            pattern=NAME_PATTERN,
+            pattern_message=NAME_MESSAGE,
+        ),
+        Key(
+            "database",
+            "string",
+            "Name of the database (under `databases`) that holds the queue.",
+            example="sender",
+        ),
+        Key(
+            "queue",
+            "address",
+            "Queue to drain: a table name or an address in the database's dialect.",
+            example="sfbridge.forward",
+        ),
+        Key(
+            "error_queue",
+            "address",
+            "Queue for messages that cannot be delivered, parsed like `queue`; must differ "
+            "from it.",
+            example="error",
+            default="error",
+        ),
+        Key(
+            "batch_size",
+            "integer",
+            "Messages received per transaction.",
+            example=100,
+            default=100,
+            minimum=1,
+            maximum=10000,
+        ),
+        Key(
+            "concurrency",
+            "integer",
+            "Parallel workers draining the queue (a sqlite database always gets one).",
+            example=2,
+            default=2,
+            minimum=1,
+            maximum=64,
+        ),
+        Key(
+            "peek_interval",
+            "duration",
+            "Pause between polls of an empty queue; a warning outside 100ms..10s.",
+            example="1s",
+            default=1.0,
+            warn_outside=(0.1, 10.0),
+            **_POSITIVE,
+        ),
+    ),
+)
+
+ROUTES = Section(
+    name="routes",
+    shape="list",
+    entry="route",
+    required=True,
+    min_items=1,
+    model=RouteConfig,
+    description=(
+        "Where messages go, by destination table name. Routes are tried in order and the first "
+        "match wins."
+    ),
+    keys=(
+        Key(
+            "match",
+            "string",
+            "Glob (`*`, `?`, `[abc]`) matched against the destination queue's table name.",
+            example="Samples.Receiver*",
+        ),
+        Key(
+            "database",
+            "string",
+            "Name of the database (under `databases`) that receives the matching messages.",
+            example="receiver",
+        ),
+        Key(
+            "schema",
+            "string",
+            "Schema of the destination queue, overriding the address and the database default "
+            "(not for sqlite).",
+            example="nsb",
+            default=None,
+        ),
+    ),
+)
+
+RETRIES = Section(
+    name="retries",
+    shape="mapping",
+    model=RetryConfig,
+    description=(
+        "What happens when a delivery fails: a few immediate in-process attempts for transient "
+        "errors, then durable delayed retries kept in the source database."
+    ),
+    keys=(
+        Key(
+            "delay",
+            "duration",
+            "Wait before the first delayed retry (and between them with `constant` backoff).",
+            example="10s",
+            default=10.0,
+            **_POSITIVE,
+        ),
+        Key(
+            "max_attempts",
+            "integer",
+            "Delivery attempts before a message is moved to the error queue.",
+            example=100,
+            default=100,
+            minimum=1,
+        ),
+        Key(
+            "backoff",
+            "choice",
+            "How the wait grows between delayed retries.",
+            example="exponential",
+            default="constant",
+            choices=("constant", "linear", "exponential"),
+        ),
+        Key(
+            "max_delay",
+            "duration",
+            "Longest wait between delayed retries; must be at least `delay`.",
+            example="1h",
+            default=3600.0,
+            **_POSITIVE,
+        ),
+        Key(
+            "immediate_attempts",
+            "integer",
+            "In-process attempts for transient errors before a delayed retry is scheduled.",
+            example=3,
+            default=3,
+            minimum=1,
+            maximum=10,
+        ),
+        Key(
+            "missing_queue",
+            "choice",
+            "When the destination queue does not exist: keep retrying, or fail to the error queue.",
+            example="retry",
+            default="retry",
+            choices=("retry", "error"),
+        ),
+    ),
+)
+
+LEDGER = Section(
+    name="ledger",
+    shape="mapping",
+    model=LedgerConfig,
+    description="The deduplication ledger that keeps forwarding from delivering a message twice.",
+    keys=(
+        Key(
+            "retention",
+            "duration",
+            "How long a forwarded message id is remembered.",
+            example="7d",
+            default=7 * 24 * 3600.0,
+            **_POSITIVE,
+        ),
+        Key(
+            "cleanup_interval",
+            "duration",
+            "How often expired ledger entries are deleted.",
+            example="1m",
+            default=60.0,
+            **_POSITIVE,
+        ),
+        Key(
+            "cleanup",
+            "boolean",
+            "Whether this bridge deletes expired ledger entries at all.",
+            example=True,
+            default=True,
+        ),
+    ),
+)
+
+LOGGING = Section(
+    name="logging",
+    shape="mapping",
+    model=LoggingConfig,
+    description="Log output.",
+    keys=(
+        Key(
+            "level",
+            "choice",
+            "Least severe level that is logged.",
+            example="INFO",
+            default="INFO",
+            choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+            case_insensitive=True,
+        ),
+    ),
+)
+
+SENTRY = Section(
+    name="sentry",
+    shape="mapping",
+    model=SentryConfig,
+    description="Error reporting to Sentry; an empty or absent `dsn` disables it.",
+    keys=(
+        Key(
+            "dsn",
+            "string",
+            "Sentry DSN; `${VAR}` is expanded; empty means no Sentry.",
+            example="${SENTRY_DSN:-}",
+            default=None,
+            expand_env=True,
+            secret=True,
+            empty_is_none=True,
+            # Only the shape: sentry-sdk checks the rest when it starts, with its own message.
+            pattern=r"https?://[^\s@/]+@[^\s/]+/\S+",
+            pattern_message="is not a Sentry DSN: expected https://<key>@<host>/<project>",
+        ),
+        Key(
+            "environment",
+            "string",
+            "Environment name attached to Sentry events; empty means none.",
+            example="production",
+            default=None,
+            empty_is_none=True,
+        ),
+    ),
+)
+
+SCHEMA: Final[tuple[Section, ...]] = (
+    DATABASES,
+    FORWARDERS,
+    ROUTES,
+    RETRIES,
+    LEDGER,
+    LOGGING,
+    SENTRY,
+)
+
+
+def section(name: str) -> Section:
+    """The top-level section called `name`; raises KeyError when there is none."""
+    for candidate in SCHEMA:
+        if candidate.name == name:
+            return candidate
+    raise KeyError(name)
+
+
+# --------------------------------------------------------------------------------------------
+# Durations
+# --------------------------------------------------------------------------------------------
+
+_UNIT_SECONDS: Final[Mapping[str, float]] = {
+    "d": 86400.0,
+    "h": 3600.0,
+    "m": 60.0,
+    "s": 1.0,
+    "ms": 0.001,
+}
+_UNIT_ORDER: Final = ("d", "h", "m", "s", "ms")
+# `ms` must come before `m` so that "500ms" is not read as "500m" followed by junk.
+_DURATION_PART = re.compile(r"\s*(\d+(?:\.\d+)?|\.\d+)(ms|d|h|m|s)")
+DURATION_FORMS: Final = (
+    "a number of seconds (10, 1.5) or a string of <number><unit> parts with units "
+    "ms, s, m, h, d in that order, largest first, such as '500ms', '10s', '1.5s', '2m', "
+    "'1h', '7d' or '1h30m'"
+)
+
+
+def parse_duration(value: object) -> float:
+    """Convert a duration from the config file to seconds.
+
+    Given an int or float (seconds) or a string such as "500ms", "10s", "1.5s", "2m", "1h",
+    "7d" or "1h30m" (units largest first, each at most once, optional spaces between parts).
+    Returns the duration in seconds as a float. Raises ValueError, naming the accepted forms,
+    for anything else, including booleans, unit-less strings, negative and non-finite numbers.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ValueError(f"expected a duration: {DURATION_FORMS}; got {type(value).__name__}")
+    if isinstance(value, int | float):
+        seconds = float(value)
+        if not math.isfinite(seconds) or seconds < 0:
+            raise ValueError(f"invalid duration {value!r}: must be a finite number of seconds >= 0")
+        return seconds
+    return _parse_duration_text(value)
+
+
+def _parse_duration_text(text: str) -> float:
+    shown = text if len(text) <= 40 else text[:37] + "..."
+    invalid = ValueError(f"invalid duration {shown!r}: expected {DURATION_FORMS}")
+    total = 0.0
+    position = 0
+    last_rank = -1
+    stripped = text.rstrip()
+    while position < len(stripped):
+        match = _DURATION_PART.match(stripped, position)
+        if match is None:
+            raise invalid
+        rank = _UNIT_ORDER.index(match.group(2))
+        if rank <= last_rank:
+            # "30m1h" or "1m1m" is almost certainly a typo; refuse rather than guess.
+            raise invalid
+        last_rank = rank
+        total += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+        position = match.end()
+    if last_rank < 0:
+        raise invalid
+    return total
+
+
+def format_duration(seconds: float) -> str:
+    """Render `seconds` in the config file's duration syntax, e.g. 5400.0 -> "1h30m".
+
+    Given a finite number >= 0; returns the shortest exact combination of units that
+    `parse_duration` reads back, falling back to seconds with decimals ("1.25s").
+    """
+    if seconds == 0:
+        return "0s"
+    millis = round(seconds * 1000)
+    if not math.isclose(millis, seconds * 1000, abs_tol=1e-6):
+        return f"{seconds:g}s"
+    parts: list[str] = []
+    for unit in _UNIT_ORDER:
+        size = round(_UNIT_SECONDS[unit] * 1000)
+        count, millis = divmod(millis, size)
+        if count:
+            parts.append(f"{count}{unit}")
+    return "".join(parts)
+
+
+# --------------------------------------------------------------------------------------------
+# Documentation
+# --------------------------------------------------------------------------------------------
+
+
+def _format_number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
+def describe_type(key: Key) -> str:
+    """Human-readable type and allowed values of `key`, e.g. "integer, 1..64"."""
+    if key.type == "choice":
+        choices = [c for c in key.choices if c not in key.unavailable]
+        text = "one of " + ", ".join(f"`{c}`" for c in choices)
+        if key.case_insensitive:
+            text += " (any case)"
+        if key.unavailable:
+            later = ", ".join(f"`{c}`" for c in key.unavailable)
+            text += f" ({later}: not available yet)"
+        return text
+    if key.type == "address":
+        return "queue address"
+    if key.type in ("integer", "duration"):
+        low, high = key.minimum, key.maximum
+        if low is not None and high is not None:
+            bounds = f"{_format_number(low)}..{_format_number(high)}"
+            if key.type == "duration":
+                bounds = f"{format_duration(low)}..{format_duration(high)}"
+            return f"{key.type}, {bounds}"
+        if low is not None:
+            sign = ">" if key.exclusive_minimum else "≥"
+            return f"{key.type} {sign} {_format_number(low)}"
+        return key.type
+    if key.type == "string" and key.pattern == NAME_PATTERN:
+        return f"string matching `{key.pattern}`"
+    return key.type
+
+
+def describe_default(key: Key) -> str:
+    """The default of `key` as it would be written in the file, or "required"."""
+    if key.required:
+        if key.dialects:
+            return f"required for {', '.join(key.dialects)}"
+        return "**required**"
+    if key.default is None:
+        return "none"
+    if key.type == "duration" and isinstance(key.default, int | float):
+        return f"`{format_duration(float(key.default))}`"
+    if isinstance(key.default, bool):
+        return f"`{str(key.default).lower()}`"
+    return f"`{key.default}`"
+
+
+def _describe_example(key: Key) -> str:
+    if isinstance(key.example, bool):
+        return f"`{str(key.example).lower()}`"
+    return f"`{key.example}`"
+
+
+def _section_heading(sec: Section) -> str:
+    if sec.shape == "named":
+        return f"`{sec.name}.<name>`"
+    if sec.shape == "list":
+        return f"`{sec.name}[]`"
+    return f"`{sec.name}`"
+
+
+def _escape_cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def render_reference_markdown(heading_level: int = 2) -> str:
+    """Render the configuration reference as Markdown.
+
+    Given the heading level of the title (2: `##`, sections one level deeper). Returns the
+    reference: an introduction to value syntax (durations, `${VAR}`), then one table per
+    section with each key's name, type and allowed values, default, description and example.
+    """
+    title = "#" * heading_level
+    sub = "#" * (heading_level + 1)
+    lines = [
+        f"{title} Configuration reference",
+        "",
+        "The configuration is one YAML file. Unknown keys are errors; `null` or an omitted "
+        "optional key means its default. All problems are reported at once.",
+        "",
+        "- **Durations** are seconds (`10`, `1.5`) or number-and-unit parts with units `ms`, "
+        "`s`, `m`, `h`, `d`, largest first: `500ms`, `10s`, `1.5s`, `2m`, `1h`, `7d`, `1h30m`.",
+        "- **`${VAR}`** in `connection`, `path` and `sentry.dsn` is replaced by the environment "
+        "variable `VAR` (an error if it is not set); `${VAR:-default}` uses `default` when it is "
+        "unset or empty; `$$` is a literal `$`.",
+        "- **Queue addresses** are a table name or an address in the database's dialect "
+        '(PostgreSQL `"schema"."table"`, SQL Server `table@[schema]@[catalog]`, SQLite '
+        "`table`).",
+        "- **Booleans** are `true` / `false` (YAML also reads `yes` / `no`).",
+        "",
+    ]
+    for sec in SCHEMA:
+        required = "Required" if sec.required else "Optional"
+        if sec.min_items:
+            required += f", at least {sec.min_items} {sec.entry}"
+            required += "s" if sec.min_items > 1 else ""
+        lines += [
+            f"{sub} {_section_heading(sec)}",
+            "",
+            f"{sec.description} *{required}.*",
+            "",
+            "| Key | Type | Default | Description | Example |",
+            "| --- | --- | --- | --- | --- |",
+        ]
+        for key in sec.keys:
+            description = key.description
+            if key.dialects and not key.required:
+                description += f" Only for {', '.join(key.dialects)}."
+            cells = (
+                f"`{key.name}`",
+                describe_type(key),
+                describe_default(key),
+                description,
+                _describe_example(key),
+            )
+            lines.append("| " + " | ".join(_escape_cell(cell) for cell in cells) + " |")
+        lines.append("")
+    return "\n".join(lines)
