@@ -1,0 +1,181 @@
+"""Shared test fixtures: real PostgreSQL databases and an ODBC setup that writes no log files.
+
+PostgreSQL comes from SFBRIDGE_TEST_PG (an ODBC connection string prefix without a
+database, e.g. "Driver={PostgreSQL Unicode};Server=127.0.0.1;Port=5432;Uid=postgres;"),
+defaulting to the server on 127.0.0.1:5432. Every test session creates its own databases
+and drops them at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+DEFAULT_PG = "Driver={PostgreSQL Unicode};Server=127.0.0.1;Port=5432;Uid=postgres;"
+PSQLODBC_CANDIDATES = [
+    "/usr/lib/x86_64-linux-gnu/odbc/psqlodbcw.so",
+    "/usr/lib/aarch64-linux-gnu/odbc/psqlodbcw.so",
+    "/usr/lib/odbc/psqlodbcw.so",
+    "/usr/lib64/psqlodbcw.so",
+]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def odbc_driver_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """A project-local odbcinst.ini with CommLog off (Debian's default writes a log per process).
+
+    Set in the environment, so subprocesses (the CLI, the daemon) inherit it.
+    """
+    driver = next((p for p in PSQLODBC_CANDIDATES if Path(p).exists()), None)
+    if driver is None:
+        yield
+        return
+    folder = tmp_path_factory.mktemp("odbc")
+    (folder / "odbcinst.ini").write_text(
+        f"[PostgreSQL Unicode]\nDriver={driver}\nDebug=0\nCommLog=0\n"
+    )
+    (folder / "odbc.ini").write_text("")
+    previous = os.environ.get("ODBCSYSINI")
+    os.environ["ODBCSYSINI"] = str(folder)
+    yield
+    if previous is None:
+        os.environ.pop("ODBCSYSINI", None)
+    else:
+        os.environ["ODBCSYSINI"] = previous
+
+
+class PostgresServer:
+    """Creates and drops databases on one PostgreSQL server through psqlODBC."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix if prefix.endswith(";") else prefix + ";"
+        self.created: list[str] = []
+
+    def connection_string(self, database: str) -> str:
+        return f"{self.prefix}Database={database};"
+
+    def admin(self):  # type: ignore[no-untyped-def]
+        import pyodbc
+
+        return pyodbc.connect(self.connection_string("postgres"), autocommit=True, timeout=5)
+
+    def create_database(self) -> str:
+        name = f"sfbtest_{uuid.uuid4().hex[:10]}"
+        with self.admin() as admin:
+            admin.execute(f'CREATE DATABASE "{name}"')
+        self.created.append(name)
+        return name
+
+    def drop_all(self) -> None:
+        with self.admin() as admin:
+            for name in self.created:
+                admin.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = ?",
+                    name,
+                )
+                admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
+
+
+@pytest.fixture(scope="session")
+def postgres(odbc_driver_registry: None) -> Iterator[PostgresServer]:
+    try:
+        import pyodbc
+    except ImportError as error:  # pragma: no cover - the README's test command installs it
+        pytest.fail(f"pyodbc is not importable ({error}); run the README's test command")
+    server = PostgresServer(os.environ.get("SFBRIDGE_TEST_PG", DEFAULT_PG))
+    try:
+        server.admin().close()
+    except pyodbc.Error as error:
+        pytest.fail(
+            f"PostgreSQL is not reachable through psqlODBC ({error}); start it or set "
+            "SFBRIDGE_TEST_PG to an ODBC connection string prefix"
+        )
+    yield server
+    server.drop_all()
+
+
+@pytest.fixture
+def new_pg_database(postgres: PostgresServer) -> Callable[[], str]:
+    """Creates a fresh database and returns its ODBC connection string."""
+
+    def create() -> str:
+        return postgres.connection_string(postgres.create_database())
+
+    return create
+
+
+class PrivatePostgres:
+    """A throwaway PostgreSQL cluster this test session owns, so it can be killed and restarted."""
+
+    def __init__(self, folder: Path, port: int) -> None:
+        import shutil
+        import subprocess
+
+        self.folder = folder
+        self.port = port
+        self.data = folder / "data"
+        binaries = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"))
+        if not binaries:
+            pytest.skip("no PostgreSQL server binaries (initdb) to start a private cluster")
+        self.bin = binaries[-1].parent
+        self._as_postgres: list[str] = []
+        if os.geteuid() == 0:
+            runuser = shutil.which("runuser")
+            if runuser is None:
+                pytest.skip("running as root without runuser; cannot start a private cluster")
+            self._as_postgres = [runuser, "-u", "postgres", "--"]
+            shutil.chown(folder, "postgres", "postgres")
+        subprocess.run(
+            [*self._as_postgres, str(self.bin / "initdb"), "-D", str(self.data), "-U", "postgres",
+             "-A", "trust", "--no-sync", "-E", "UTF8", "--locale=C.UTF-8"],
+            check=True, capture_output=True,
+        )
+        self.start()
+
+    def _ctl(self, *args: str) -> None:
+        import subprocess
+
+        subprocess.run(
+            [*self._as_postgres, str(self.bin / "pg_ctl"), "-D", str(self.data), *args],
+            check=True, capture_output=True, timeout=60,
+        )
+
+    def start(self) -> None:
+        options = f"-h 127.0.0.1 -p {self.port} -k {self.folder} -c fsync=off"
+        self._ctl("-l", str(self.folder / "log"), "-w", "-o", options, "start")
+
+    def kill(self) -> None:
+        """Stop the server the hard way, like a crash or a pulled cable."""
+        self._ctl("-m", "immediate", "-w", "stop")
+
+    def stop(self) -> None:
+        try:
+            self._ctl("-m", "fast", "-w", "stop")
+        except Exception:
+            pass
+
+    def connection_string(self, database: str = "postgres") -> str:
+        return (
+            f"Driver={{PostgreSQL Unicode}};Server=127.0.0.1;Port={self.port};Uid=postgres;"
+            f"Database={database};"
+        )
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def private_postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivatePostgres]:
+    folder = tmp_path_factory.mktemp("pgcluster")
+    server = PrivatePostgres(folder, _free_port())
+    yield server
+    server.stop()
