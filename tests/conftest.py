@@ -174,8 +174,14 @@ def _free_port() -> int:
 
 
 @pytest.fixture
-def private_postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivatePostgres]:
-    folder = tmp_path_factory.mktemp("pgcluster")
+def private_postgres() -> Iterator[PrivatePostgres]:
+    import shutil
+    import tempfile
+
+    # Not under pytest's tmp folder: that is private to root, and the server runs as postgres.
+    folder = Path(tempfile.mkdtemp(prefix="sfbridge-pg-"))
+    folder.chmod(0o755)
     server = PrivatePostgres(folder, _free_port())
     yield server
     server.stop()
+    shutil.rmtree(folder, ignore_errors=True)
