@@ -1,0 +1,85 @@
+"""SQLite, the embedded default: edge host buffering to PostgreSQL, and the demo."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support import (
+    DaemonProcess,
+    nsb_message_headers,
+    pg_count,
+    pg_create_queue,
+    pg_nsb_receive_all,
+    sfbridge,
+    wait_until,
+    write_config,
+)
+
+pytestmark = pytest.mark.integration
+
+RECEIVER = '"public"."Samples.Receiver"'
+# The SQL Server transport's send (nsb-wire §2.1), in SQLite's syntax: SQLite queues use the
+# SQL Server queue shape.
+NSB_SQLSERVER_SHAPED_SEND = (
+    'INSERT INTO "{0}" (Id, Recoverable, Expires, Headers, Body) VALUES (?, 1, ?, ?, ?)'
+)
+
+
+def test_edge_sqlite_queue_forwards_to_postgresql_exactly_once(
+    tmp_path: Path, new_pg_database: Any
+) -> None:
+    receiver = new_pg_database()
+    edge = tmp_path / "edge.db"
+    config = write_config(tmp_path / "edge.yaml", {
+        "databases": {
+            "edge": {"dialect": "sqlite", "path": str(edge)},
+            "central": {"dialect": "postgresql", "connection": receiver},
+        },
+        "forwarders": [{"name": "edge", "database": "edge", "queue": "Edge.Forward",
+                        "peek_interval": "200ms"}],
+        "routes": [{"match": "Samples.*", "database": "central"}],
+    })
+    assert sfbridge("-c", str(config), "install").returncode == 0
+    pg_create_queue(receiver, RECEIVER)
+    sent = {}
+    with sqlite3.connect(edge) as connection:
+        for number in range(500):
+            headers = nsb_message_headers("Samples.Receiver@[dbo]@[nsb]" if number % 2 else
+                                          "Samples.Receiver")
+            sent[headers["NServiceBus.MessageId"]] = (headers, bytes([number % 256]) * number)
+            connection.execute(
+                NSB_SQLSERVER_SHAPED_SEND.format("Edge.Forward"),
+                (str(uuid.uuid4()), None, json.dumps(headers), sent[headers["NServiceBus.MessageId"]][1]),
+            )
+    with DaemonProcess(config, tmp_path / "daemon.log") as daemon:
+        wait_until(lambda: pg_count(receiver, RECEIVER) == 500, 60, "delivery to PostgreSQL")
+        time.sleep(0.5)
+        assert daemon.stop() == 0, daemon.output()
+    received = pg_nsb_receive_all(receiver, RECEIVER)
+    ids = Counter(m["headers"]["NServiceBus.MessageId"] for m in received)
+    assert set(ids) == set(sent) and max(ids.values()) == 1
+    for message in received:
+        headers, body = sent[message["headers"]["NServiceBus.MessageId"]]
+        assert message["body"] == body
+        assert "$.store-and-forward.destination" not in message["headers"]
+    with sqlite3.connect(edge) as connection:
+        assert connection.execute('SELECT count(*) FROM "Edge.Forward"').fetchone()[0] == 0
+
+
+def test_demo_replays_the_sample_and_delivers_every_message_exactly_once(tmp_path: Path) -> None:
+    started = time.monotonic()
+    result = sfbridge("demo", "--dir", str(tmp_path / "demo"), timeout=90)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert time.monotonic() - started < 60
+    assert "attempt 1 failed" in result.stdout
+    assert "7 sent, 7 received, every message exactly once" in result.stdout
+    status = sfbridge("-c", str(tmp_path / "demo" / "sfbridge.yaml"), "status", "--json")
+    counters = json.loads(status.stdout)["forwarders"][0]["counters"]
+    assert counters["delivered"] == 7 and counters["duplicates-skipped"] == 1
