@@ -52,8 +52,12 @@ def run_checks(config: BridgeConfig) -> list[Finding]:
             findings.extend(
                 _check_queue(connection, dialect, tables.error_queue, f"{label} error queue")
             )
-            findings.extend(_check_exists(connection, dialect, tables.retry, f"{label} retry storage"))
-            findings.extend(_check_exists(connection, dialect, tables.counters, f"{label} counters"))
+            findings.extend(
+                _check_exists(connection, dialect, tables.retry, f"{label} retry storage")
+            )
+            findings.extend(
+                _check_exists(connection, dialect, tables.counters, f"{label} counters")
+            )
         for name in ledger_databases(config):
             if name not in reachable:
                 continue
@@ -61,7 +65,9 @@ def run_checks(config: BridgeConfig) -> list[Finding]:
             dialect = dialect_for(target.dialect)
             ledger = dialect.bridge_table(LEDGER_TABLE, target.schema)
             findings.extend(
-                _check_exists(connections.get(name), dialect, ledger, f"database '{name}' dedup ledger")
+                _check_exists(
+                    connections.get(name), dialect, ledger, f"database '{name}' dedup ledger"
+                )
             )
     finally:
         connections.close()
@@ -95,7 +101,8 @@ def _check_queue(
     missing = sorted(dialect.queue_columns - set(columns))
     if missing:
         yield Finding(
-            False, subject,
+            False,
+            subject,
             f"{rendered} is not an NServiceBus queue table: missing column(s) {', '.join(missing)}",
         )
         return
@@ -105,7 +112,8 @@ def _check_queue(
     for column in dialect.queue_indexed_columns:
         if not any(f"({column}" in d.replace('"', "") for d in definitions):
             yield Finding(
-                False, subject,
+                False,
+                subject,
                 f"{rendered} has no index on {column}; receiving will scan the table "
                 "(re-create it with the transport's DDL, or 'sfbridge install --print-sql')",
             )

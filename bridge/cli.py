@@ -29,7 +29,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"sfbridge {__version__}")
     parser.add_argument(
-        "-c", "--config",
+        "-c",
+        "--config",
         default=os.environ.get("SFBRIDGE_CONFIG", DEFAULT_CONFIG),
         help=f"configuration file (default: $SFBRIDGE_CONFIG or {DEFAULT_CONFIG})",
     )
@@ -44,7 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands.add_parser("run", help="run the daemon in the foreground (SIGTERM/SIGINT to stop)")
     commands.add_parser("check", help="check config, connectivity, table shapes and indexes")
-    status = commands.add_parser("status", help="queued, waiting for retry, in error, per forwarder")
+    status = commands.add_parser(
+        "status", help="queued, waiting for retry, in error, per forwarder"
+    )
     status.add_argument("--json", action="store_true", help="machine-readable output")
 
     send = commands.add_parser("send", help="put test messages into a forwarding queue")
@@ -143,8 +146,10 @@ def _send(config: BridgeConfig, args: argparse.Namespace) -> int:
     names = [forwarder.name for forwarder in config.forwarders]
     name = args.forwarder or names[0]
     if name not in names:
-        print(f"sfbridge send: no forwarder named {name!r} (forwarders: {', '.join(names)})",
-              file=sys.stderr)
+        print(
+            f"sfbridge send: no forwarder named {name!r} (forwarders: {', '.join(names)})",
+            file=sys.stderr,
+        )
         return EXIT_CONFIG
     extra: dict[str, str] = {}
     for item in args.header:

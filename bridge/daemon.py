@@ -71,7 +71,8 @@ class Worker(threading.Thread):
                     if source_down_since is not None:
                         log.warning(
                             "forwarder '%s': database '%s' is reachable again after %.0f s",
-                            self.forwarder.name, self.forwarder.database,
+                            self.forwarder.name,
+                            self.forwarder.database,
                             time.monotonic() - source_down_since,
                         )
                         source_down_since, backoff = None, 0.5
@@ -84,7 +85,8 @@ class Worker(threading.Thread):
                     if source_down_since is None:
                         source_down_since = time.monotonic()
                         log.error(
-                            "forwarder '%s' cannot read its queue: %s; retrying", self.forwarder.name,
+                            "forwarder '%s' cannot read its queue: %s; retrying",
+                            self.forwarder.name,
                             error,
                         )
                     self.stop.wait(backoff)
@@ -116,7 +118,9 @@ class Worker(threading.Thread):
 
 def ledger_databases(config: BridgeConfig) -> list[str]:
     """Databases that hold a dedup ledger (those `install` creates one in)."""
-    return sorted({step.database for step in install_plan(config) if step.description == "dedup ledger"})
+    return sorted(
+        {step.database for step in install_plan(config) if step.description == "dedup ledger"}
+    )
 
 
 def cleanup_ledgers(config: BridgeConfig) -> int:
@@ -133,7 +137,8 @@ def cleanup_ledgers(config: BridgeConfig) -> int:
                 connection = connections.get(database)
                 connection.begin()
                 deleted += connection.execute(
-                    dialect.sql("ledger_cleanup", ledger=ledger), (dialect.encode_timestamp(cutoff),)
+                    dialect.sql("ledger_cleanup", ledger=ledger),
+                    (dialect.encode_timestamp(cutoff),),
                 )
                 connection.commit()
             except DatabaseError as error:
@@ -220,7 +225,10 @@ class Daemon:
             tables = forwarder_tables(self.config, forwarder)
             log.info(
                 "forwarder '%s': %d worker(s) on %s in database '%s'",
-                forwarder.name, count, tables.queue_canonical, forwarder.database,
+                forwarder.name,
+                count,
+                tables.queue_canonical,
+                forwarder.database,
             )
             for index in range(count):
                 self._workers.append(Worker(self.config, forwarder, index, self._worker_stop))

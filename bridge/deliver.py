@@ -62,12 +62,17 @@ Item = tuple[ClaimedMessage, Deliver]
 
 
 class ItemWriteError(Exception):
-    """Writing the item at `position` failed for a reason specific to that item."""
+    """Writing the item at `position` failed for a reason specific to that item.
 
-    def __init__(self, position: int, error: DatabaseError) -> None:
+    `retryable` is False when the message itself cannot be written (a value the driver
+    cannot bind): trying again would fail the same way.
+    """
+
+    def __init__(self, position: int, error: DatabaseError, *, retryable: bool = True) -> None:
         super().__init__(str(error))
         self.position = position
         self.error = error
+        self.retryable = retryable
 
 
 def deliver_in_transaction(
@@ -109,6 +114,9 @@ def deliver_in_transaction(
             raise
         except DatabaseError as error:
             raise ItemWriteError(position, error) from None
+        except (ValueError, TypeError) as error:  # UnicodeError is a ValueError
+            problem = DatabaseError(connection.database, f"the message cannot be written: {error}")
+            raise ItemWriteError(position, problem, retryable=False) from None
         results[position] = Delivered()
     return results
 
@@ -180,19 +188,24 @@ class RemoteDelivery:
             connection.rollback()
             if isinstance(failure.error, QueueNotFound):
                 raise self._missing_queue(connection, items, failure.position) from None
-            raise _Settled([failure.position], Failed(str(failure.error))) from None
+            failed = Failed(str(failure.error), retryable=failure.retryable)
+            raise _Settled([failure.position], failed) from None
         except DatabaseError:
             self._connections.discard(self._target.name)
             raise
 
-    def _missing_queue(self, connection: Connection, items: Sequence[Item], position: int) -> _Settled:
+    def _missing_queue(
+        self, connection: Connection, items: Sequence[Item], position: int
+    ) -> _Settled:
         destination = items[position][1].destination
         offsets = [
             offset
             for offset, (_, decision) in enumerate(items)
             if decision.destination.address == destination.address
         ]
-        failure = missing_queue_failure(connection, self._target.dialect, self._target.name, destination)
+        failure = missing_queue_failure(
+            connection, self._target.dialect, self._target.name, destination
+        )
         connection.rollback()
         return _Settled(offsets, failure)
 

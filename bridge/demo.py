@@ -63,9 +63,7 @@ def demo_config(folder: Path) -> BridgeConfig:
     }
     return BridgeConfig(
         databases=types.MappingProxyType(databases),
-        forwarders=(
-            ForwarderConfig("sender", "sender", FORWARDING_QUEUE, peek_interval=0.2),
-        ),
+        forwarders=(ForwarderConfig("sender", "sender", FORWARDING_QUEUE, peek_interval=0.2),),
         routes=(
             RouteConfig("Samples.StoreAndForward.Receiver*", "receiver"),
             RouteConfig("*", "sender"),
@@ -98,8 +96,11 @@ def run_demo(folder: str | None = None, message_count: int = 5) -> int:
     config_path = base / "sfbridge.yaml"
     config_path.write_text(
         CONFIG_TEMPLATE.format(
-            config=config_path, sender=base / "sender.db", receiver=base / "receiver.db",
-            queue=FORWARDING_QUEUE, delay=int(RETRY_DELAY),
+            config=config_path,
+            sender=base / "sender.db",
+            receiver=base / "receiver.db",
+            queue=FORWARDING_QUEUE,
+            delay=int(RETRY_DELAY),
         )
     )
     account = Account()
@@ -109,7 +110,9 @@ def run_demo(folder: str | None = None, message_count: int = 5) -> int:
     run_install(config)
     _create_receiver_queue(config)
     account.say(f"sender.db: forwarding queue {FORWARDING_QUEUE!r}, error queue, retry storage")
-    account.say(f"receiver.db: the Receiver endpoint's queue {RECEIVER_QUEUE!r} and the dedup ledger")
+    account.say(
+        f"receiver.db: the Receiver endpoint's queue {RECEIVER_QUEUE!r} and the dedup ledger"
+    )
 
     daemon = Daemon(config)
     daemon.start()
@@ -153,7 +156,9 @@ def run_demo(folder: str | None = None, message_count: int = 5) -> int:
 
     account.step("Result")
     received = Counter(_received_ids(config))
-    exactly_once = all(received[message_id] == 1 for message_id in sent) and len(received) == len(sent)
+    exactly_once = all(received[message_id] == 1 for message_id in sent) and len(received) == len(
+        sent
+    )
     totals = daemon.totals()
     account.say(
         f"{len(sent)} sent, {sum(received.values())} received, "
@@ -162,7 +167,9 @@ def run_demo(folder: str | None = None, message_count: int = 5) -> int:
         f"duplicates skipped {totals['duplicates-skipped']}"
     )
     print(f"\nLook around:  sfbridge -c {config_path} status")
-    print(f"              sqlite3 {base / 'receiver.db'} 'SELECT Headers FROM \"{RECEIVER_QUEUE}\"'")
+    print(
+        f"              sqlite3 {base / 'receiver.db'} 'SELECT Headers FROM \"{RECEIVER_QUEUE}\"'"
+    )
     return 0 if exactly_once and totals["duplicates-skipped"] >= 1 else 1
 
 
@@ -259,9 +266,10 @@ def _replay_copy_of_first_message(config: BridgeConfig) -> str:
     queue = dialect.grammar.resolve(dialect.grammar.parse(RECEIVER_QUEUE), None, None)
     connection = connect(receiver)
     try:
-        headers_text = connection.query(
-            f"SELECT Headers FROM {dialect.grammar.qualified_name(queue)} ORDER BY RowVersion LIMIT 1"
-        )[0][0]
+        table = dialect.grammar.qualified_name(queue)
+        headers_text = connection.query(f"SELECT Headers FROM {table} ORDER BY RowVersion LIMIT 1")[
+            0
+        ][0]
     finally:
         connection.close()
     headers = parse_headers(headers_text)

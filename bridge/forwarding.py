@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from typing import Literal
 
 from bridge.addressing import QueueAddress
-from bridge.classify import ClaimedMessage, Deliver, Expired, Poison, Reject, classify
+from bridge.classify import ClaimedMessage, Decision, Deliver, Expired, Poison, Reject, classify
 from bridge.config.model import BridgeConfig, ForwarderConfig
 from bridge.connections import Connections
 from bridge.deliver import (
@@ -126,7 +126,7 @@ class BatchForwarder:
             claimed = self._claim(connection, source)
             report = BatchReport(claimed=len(claimed))
             if claimed:
-                decisions = [classify(message, self.router) for message in claimed]
+                decisions = [self._classify(message) for message in claimed]
                 results = self._deliver(connection, claimed, decisions)
                 self._settle(connection, claimed, decisions, results, report)
             connection.commit()
@@ -137,6 +137,15 @@ class BatchForwarder:
         except BaseException:
             connection.rollback()
             raise
+
+    def _classify(self, message: ClaimedMessage) -> Decision:
+        try:
+            return classify(message, self.router)
+        except Exception as error:
+            # A bug must not turn one message into a queue-blocking loop: the batch would roll
+            # back and be claimed again forever. This message goes to the error queue instead.
+            log.exception("message %s could not be classified", message.row_id)
+            return Poison(f"sfbridge could not process the message: {error!r}")
 
     def _claim(self, connection: Connection, source: Source) -> list[ClaimedMessage]:
         dialect = self.dialect
@@ -158,7 +167,11 @@ class BatchForwarder:
         else:
             rows = connection.query(
                 dialect.sql("retry_claim_due", retry=self.tables.retry),
-                (self.forwarder.name, dialect.encode_timestamp(_utcnow()), self.forwarder.batch_size),
+                (
+                    self.forwarder.name,
+                    dialect.encode_timestamp(_utcnow()),
+                    self.forwarder.batch_size,
+                ),
             )
             messages = [
                 ClaimedMessage(
@@ -198,7 +211,9 @@ class BatchForwarder:
             results.update(zip(positions, outcome, strict=True))
         return results
 
-    def _deliver_locally(self, connection: Connection, items: Sequence[Item]) -> list[DeliveryResult]:
+    def _deliver_locally(
+        self, connection: Connection, items: Sequence[Item]
+    ) -> list[DeliveryResult]:
         """Same database: one shared transaction makes it atomic; no ledger needed.
 
         A savepoint isolates an item-specific failure (a missing queue) from the rest of the
@@ -222,7 +237,7 @@ class BatchForwarder:
                     )
                     connection.execute(self.dialect.statements["rollback_to_savepoint"])
                 else:
-                    results[failed_at] = Failed(str(failure.error))
+                    results[failed_at] = Failed(str(failure.error), retryable=failure.retryable)
                 pending.remove(failed_at)
                 continue
             connection.execute(self.dialect.statements["release_savepoint"])
@@ -266,17 +281,27 @@ class BatchForwarder:
             if isinstance(decision, Poison):
                 log.error(
                     "message %s in %s has unreadable headers (%s); moved to the error queue as is",
-                    message.row_id, self.tables.queue_canonical, decision.reason,
+                    message.row_id,
+                    self.tables.queue_canonical,
+                    decision.reason,
                 )
                 self._dead_letter(connection, message, message.headers_text or "")
                 report.counts[ERRORS] += 1
             elif isinstance(decision, Expired):
                 report.counts[EXPIRED] += 1
             elif isinstance(decision, Reject):
-                log.warning("message %s: %s; moved to the error queue", message.row_id, decision.reason)
+                log.warning(
+                    "message %s: %s; moved to the error queue", message.row_id, decision.reason
+                )
                 self._dead_letter_with_reason(
-                    connection, message, decision.headers, decision.reason_code, decision.reason,
-                    "SFBridge.UnroutableMessage", now, attempts=None,
+                    connection,
+                    message,
+                    decision.headers,
+                    decision.reason_code,
+                    decision.reason,
+                    "SFBridge.UnroutableMessage",
+                    now,
+                    attempts=None,
                 )
                 report.counts[ERRORS] += 1
             elif isinstance(decision, Deliver):
@@ -286,11 +311,14 @@ class BatchForwarder:
                 elif isinstance(result, Duplicate):
                     log.info(
                         "message %s was already delivered to %s; not delivering it twice",
-                        decision.message_id, decision.destination.canonical,
+                        decision.message_id,
+                        decision.destination.canonical,
                     )
                     report.counts[DUPLICATES] += 1
                 else:
-                    outcome, due = self._retry_or_give_up(connection, message, decision, result, now)
+                    outcome, due = self._retry_or_give_up(
+                        connection, message, decision, result, now
+                    )
                     report.counts[outcome] += 1
                     if due is None:
                         given_up[(decision.destination.canonical, result.error)] += 1
@@ -300,12 +328,17 @@ class BatchForwarder:
         for (destination, error, due), count in retried.items():
             log.warning(
                 "%d message(s) to %s not delivered: %s; next attempt at %s UTC",
-                count, destination, error, due,
+                count,
+                destination,
+                error,
+                due,
             )
         for (destination, error), count in given_up.items():
             log.error(
                 "%d message(s) to %s moved to the error queue after their last attempt: %s",
-                count, destination, error,
+                count,
+                destination,
+                error,
             )
 
     def _retry_or_give_up(
@@ -319,25 +352,39 @@ class BatchForwarder:
         """Store the message for a later attempt, or give up. Returns (counter, due time)."""
         attempts = message.attempts + 1
         policy = self.config.retries
-        give_up = gives_up_after(attempts, policy) or not failure.retryable or (
-            failure.missing_queue and policy.missing_queue == "error"
+        give_up = (
+            gives_up_after(attempts, policy)
+            or not failure.retryable
+            or (failure.missing_queue and policy.missing_queue == "error")
         )
         if give_up:
             log.debug(
                 "message %s to %s failed after %d attempt(s): %s; moved to the error queue",
-                decision.message_id, decision.destination.canonical, attempts, failure.error,
+                decision.message_id,
+                decision.destination.canonical,
+                attempts,
+                failure.error,
             )
             self._dead_letter_with_reason(
-                connection, message, decision.headers,
+                connection,
+                message,
+                decision.headers,
                 "missing-queue" if failure.missing_queue else "delivery-failed",
-                failure.error, "SFBridge.DeliveryFailed", now, attempts=attempts,
+                failure.error,
+                "SFBridge.DeliveryFailed",
+                now,
+                attempts=attempts,
             )
             return ERRORS, None
         due = next_attempt_at(now, attempts, policy)
         log.debug(
             "message %s to %s: attempt %d of %d failed: %s; next attempt at %s",
-            decision.message_id, decision.destination.canonical, attempts, policy.max_attempts,
-            failure.error, due.strftime("%H:%M:%S"),
+            decision.message_id,
+            decision.destination.canonical,
+            attempts,
+            policy.max_attempts,
+            failure.error,
+            due.strftime("%H:%M:%S"),
         )
         dialect = self.dialect
         connection.execute(
@@ -357,7 +404,9 @@ class BatchForwarder:
         )
         return RETRIES, due.strftime("%H:%M:%S")
 
-    def _dead_letter(self, connection: Connection, message: ClaimedMessage, headers_text: str) -> None:
+    def _dead_letter(
+        self, connection: Connection, message: ClaimedMessage, headers_text: str
+    ) -> None:
         connection.execute(
             self.dialect.sql("dead_letter", queue=self.tables.error_queue),
             (self.dialect.encode_id(message.row_id), headers_text, message.body),
@@ -404,4 +453,3 @@ def _as_bytes(value: object) -> bytes | None:
 def _utcnow() -> datetime:
     """Naive UTC: the queue tables store UTC wall-clock times without a zone."""
     return datetime.now(UTC).replace(tzinfo=None)
-

@@ -60,8 +60,18 @@ def parse_headers(text: str | None) -> Headers:
 
 
 def serialize_headers(headers: Mapping[str, str | None]) -> str:
-    """Compact JSON in insertion order, non-ASCII kept raw, as the transport writes it."""
-    return json.dumps(dict(headers), ensure_ascii=False, separators=(",", ":"))
+    """Compact JSON in insertion order, non-ASCII kept raw, as the transport writes it.
+
+    .NET strings may hold unpaired surrogates (valid JSON as `\\ud800`); those cannot be
+    written raw as UTF-8, so such headers are written with every non-ASCII character escaped,
+    which any JSON reader turns back into the same strings.
+    """
+    text = json.dumps(dict(headers), ensure_ascii=False, separators=(",", ":"))
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(dict(headers), ensure_ascii=True, separators=(",", ":"))
+    return text
 
 
 def without_routing_headers(headers: Mapping[str, str | None]) -> Headers:

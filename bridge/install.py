@@ -42,10 +42,16 @@ def install_plan(config: BridgeConfig) -> list[InstallStep]:
             schema_sql = dialect.create_schema_sql(address.schema)
             if schema_sql:
                 add(name, f"schema {address.schema}", schema_sql)
-        add(name, f"forwarding queue {tables.queue_canonical}",
-            dialect.sql("create_queue", queue=tables.queue))
-        add(name, f"error queue {dialect.grammar.render(tables.error_queue)}",
-            dialect.sql("create_queue", queue=tables.error_queue))
+        add(
+            name,
+            f"forwarding queue {tables.queue_canonical}",
+            dialect.sql("create_queue", queue=tables.queue),
+        )
+        add(
+            name,
+            f"error queue {dialect.grammar.render(tables.error_queue)}",
+            dialect.sql("create_queue", queue=tables.error_queue),
+        )
         add(name, "retry storage", dialect.sql("create_retry_table", retry=tables.retry))
         add(name, "counters", dialect.sql("create_counters_table", counters=tables.counters))
     # A ledger is needed wherever some forwarder delivers across databases.

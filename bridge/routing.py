@@ -82,11 +82,16 @@ def route_destination(
     if route is None:
         return Unroutable(_no_route_reason(parsed.table, routes))
     target = databases[route.database]
-    return Destination(
-        database=target.name,
-        address=(address := resolve_for_target(parsed, source, target, route)),
-        canonical=grammar_for(target.dialect).render(address),
-    )
+    try:
+        address = resolve_for_target(parsed, source, target, route)
+        canonical = grammar_for(target.dialect).render(address)
+    except AddressError as error:
+        # e.g. '@' in a table bound for SQLite, or a name over PostgreSQL's length limit.
+        return Unroutable(
+            f"destination {destination_header!r} cannot be a {target.dialect} queue in database "
+            f"'{target.name}' ({error}); route it elsewhere or rename the queue"
+        )
+    return Destination(database=target.name, address=address, canonical=canonical)
 
 
 def first_matching_route(table: str, routes: Sequence[RouteConfig]) -> RouteConfig | None:

@@ -18,8 +18,10 @@ def collect_status(config: BridgeConfig) -> list[dict[str, Any]]:
     """One dict per forwarder; a database that cannot be read gives an `error` entry instead."""
     connections = Connections(config.databases)
     try:
-        return [_forwarder_status(config, name, connections) for name in
-                (forwarder.name for forwarder in config.forwarders)]
+        return [
+            _forwarder_status(config, name, connections)
+            for name in (forwarder.name for forwarder in config.forwarders)
+        ]
     finally:
         connections.close()
 
@@ -39,9 +41,9 @@ def _forwarder_status(config: BridgeConfig, name: str, connections: Connections)
         connection = connections.get(forwarder.database)
         connection.begin()
         status["queued"] = connection.query(dialect.sql("queue_count", queue=tables.queue))[0][0]
-        status["in_error"] = connection.query(
-            dialect.sql("queue_count", queue=tables.error_queue)
-        )[0][0]
+        status["in_error"] = connection.query(dialect.sql("queue_count", queue=tables.error_queue))[
+            0
+        ][0]
         oldest = connection.query(dialect.sql("queue_oldest_headers", queue=tables.queue))
         status["oldest_age_seconds"] = _age_of(oldest[0][0]) if oldest else None
         retries = connection.query(
@@ -93,14 +95,18 @@ def render_text(statuses: list[dict[str, Any]]) -> str:
     """A short table per forwarder, for people."""
     lines: list[str] = []
     for status in statuses:
-        lines.append(f"forwarder {status['forwarder']}  ({status['queue']} in database "
-                     f"'{status['database']}')")
+        lines.append(
+            f"forwarder {status['forwarder']}  ({status['queue']} in database "
+            f"'{status['database']}')"
+        )
         if "error" in status:
             lines.append(f"  UNAVAILABLE: {status['error']}")
             continue
         age = status["oldest_age_seconds"]
-        lines.append(f"  queued             {status['queued']}"
-                     + (f"  (oldest sent {_human(age)} ago)" if age is not None else ""))
+        lines.append(
+            f"  queued             {status['queued']}"
+            + (f"  (oldest sent {_human(age)} ago)" if age is not None else "")
+        )
         lines.append(f"  waiting for retry  {status['waiting_for_retry']}")
         lines.append(f"  in error queue     {status['in_error']}  ({status['error_queue']})")
         for retry in status["retries"]:

@@ -130,9 +130,22 @@ class PrivatePostgres:
             self._as_postgres = [runuser, "-u", "postgres", "--"]
             shutil.chown(folder, "postgres", "postgres")
         subprocess.run(
-            [*self._as_postgres, str(self.bin / "initdb"), "-D", str(self.data), "-U", "postgres",
-             "-A", "trust", "--no-sync", "-E", "UTF8", "--locale=C.UTF-8"],
-            check=True, capture_output=True,
+            [
+                *self._as_postgres,
+                str(self.bin / "initdb"),
+                "-D",
+                str(self.data),
+                "-U",
+                "postgres",
+                "-A",
+                "trust",
+                "--no-sync",
+                "-E",
+                "UTF8",
+                "--locale=C.UTF-8",
+            ],
+            check=True,
+            capture_output=True,
         )
         self.start()
 
@@ -141,7 +154,9 @@ class PrivatePostgres:
 
         subprocess.run(
             [*self._as_postgres, str(self.bin / "pg_ctl"), "-D", str(self.data), *args],
-            check=True, capture_output=True, timeout=60,
+            check=True,
+            capture_output=True,
+            timeout=60,
         )
 
     def start(self) -> None:

@@ -58,7 +58,8 @@ class Dialect:
     """One database family.
 
     `queue_columns` is the queue table shape the dialect expects (lower-cased names), used by
-    `check`, as are `queue_indexed_columns` (each must lead some index). `encode_*` / `decode_*` turn Python values into what the driver binds and back.
+    `check`, as are `queue_indexed_columns` (each must lead some index). `encode_*` /
+    `decode_*` turn Python values into what the driver binds and back.
     """
 
     name: str
@@ -98,7 +99,7 @@ class Dialect:
         return template.format(schema=self.grammar.quote_identifier(schema))
 
     def bridge_table(self, table: str, schema: str | None) -> QueueAddress:
-        """Address of one of the bridge's own tables in a database whose default schema is `schema`."""
+        """Address of one of the bridge's own tables, in a database with default `schema`."""
         return self.grammar.resolve(QueueAddress(table), schema, None)
 
 

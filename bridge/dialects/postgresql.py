@@ -14,7 +14,9 @@ from typing import Any
 from bridge.dialects.base import Dialect
 
 _NOW = "(now() AT TIME ZONE 'UTC')"
-_EXPIRED = f"CASE WHEN {{alias}}expires IS NULL THEN 0 WHEN {{alias}}expires > {_NOW} THEN 0 ELSE 1 END"
+_EXPIRED = (
+    f"CASE WHEN {{alias}}expires IS NULL THEN 0 WHEN {{alias}}expires > {_NOW} THEN 0 ELSE 1 END"
+)
 
 STATEMENTS: dict[str, str] = {
     "create_schema": "CREATE SCHEMA IF NOT EXISTS {schema}",

@@ -138,8 +138,16 @@ SQLITE = Dialect(
     name="sqlite",
     statements=STATEMENTS,
     queue_columns=frozenset(
-        {"id", "correlationid", "replytoaddress", "recoverable", "expires", "headers", "body",
-         "rowversion"}
+        {
+            "id",
+            "correlationid",
+            "replytoaddress",
+            "recoverable",
+            "expires",
+            "headers",
+            "body",
+            "rowversion",
+        }
     ),
     queue_indexed_columns=("expires",),
     keep_destination_connections=False,

@@ -53,7 +53,7 @@ def with_required_options(text: str, required: dict[str, str]) -> str:
 
 
 def _state_and_message(error: Exception) -> tuple[str, str]:
-    args = getattr(error, "args", ())
+    args: tuple[Any, ...] = tuple(getattr(error, "args", ()))
     if len(args) >= 2 and isinstance(args[0], str):
         return args[0], str(args[1])
     return "", str(error)
@@ -78,7 +78,7 @@ def _translate(database: str, error: Exception) -> DatabaseError:
         return DuplicateKey(database, text)
     if state in _TRANSIENT_STATES:
         return TransientDatabaseError(database, text)
-    if state in _CONNECTION_LOST_STATES or "connection" in message.lower() and "lost" in message:
+    if state in _CONNECTION_LOST_STATES or ("connection" in message.lower() and "lost" in message):
         return ConnectionLost(database, text)
     return DatabaseError(database, text)
 
@@ -111,29 +111,36 @@ class OdbcConnection:
         """ODBC connections with autocommit off are always inside a transaction."""
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
-        with self._guard():
-            cursor = self._connection.execute(sql, *params) if params else self._connection.execute(sql)
+        try:
+            cursor = self._connection.execute(sql, *params)
             return int(cursor.rowcount)
+        except self._pyodbc_error as error:
+            raise _translate(self.database, error) from None
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         batch = [tuple(row) for row in rows]
         if not batch:
             return
-        with self._guard():
-            cursor = self._connection.cursor()
-            cursor.executemany(sql, batch)
+        try:
+            self._connection.cursor().executemany(sql, batch)
+        except self._pyodbc_error as error:
+            raise _translate(self.database, error) from None
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
-        with self._guard():
-            cursor = self._connection.execute(sql, *params) if params else self._connection.execute(sql)
+        try:
+            cursor = self._connection.execute(sql, *params)
             # psqlODBC gives no result set at all for a RETURNING that matched zero rows.
             if cursor.description is None:
                 return []
             return [tuple(row) for row in cursor.fetchall()]
+        except self._pyodbc_error as error:
+            raise _translate(self.database, error) from None
 
     def commit(self) -> None:
-        with self._guard():
+        try:
             self._connection.commit()
+        except self._pyodbc_error as error:
+            raise _translate(self.database, error) from None
 
     def rollback(self) -> None:
         try:
@@ -146,19 +153,3 @@ class OdbcConnection:
             self._connection.close()
         except self._pyodbc_error:
             pass
-
-    def _guard(self) -> _ErrorGuard:
-        return _ErrorGuard(self)
-
-
-class _ErrorGuard:
-    def __init__(self, owner: OdbcConnection) -> None:
-        self._owner = owner
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: Any) -> bool:
-        if error is not None and isinstance(error, self._owner._pyodbc_error):
-            raise _translate(self._owner.database, error) from None
-        return False

@@ -29,7 +29,9 @@ def _translate(database: str, error: sqlite3.Error) -> DatabaseError:
     if "no such table" in lowered:
         return QueueNotFound(database, text)
     if "unique constraint" in lowered or isinstance(error, sqlite3.IntegrityError):
-        return DuplicateKey(database, text) if "unique" in lowered else DatabaseError(database, text)
+        return (
+            DuplicateKey(database, text) if "unique" in lowered else DatabaseError(database, text)
+        )
     if "locked" in lowered or "busy" in lowered:
         return TransientDatabaseError(database, text)
     if "unable to open" in lowered or "disk i/o" in lowered or "not a database" in lowered:

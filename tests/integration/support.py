@@ -125,7 +125,9 @@ def write_config(path: Path, config: Mapping[str, Any]) -> Path:
     return path
 
 
-def sfbridge(*args: str, env: Mapping[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def sfbridge(
+    *args: str, env: Mapping[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
     """Run the CLI as a user would, in a subprocess."""
     return subprocess.run(
         [sys.executable, "-m", "bridge", *args],

@@ -39,8 +39,9 @@ def make_setup(tmp_path: Path, sender: str, receiver: str) -> dict[str, Any]:
             "sender": {"dialect": "postgresql", "connection": sender},
             "receiver": {"dialect": "postgresql", "connection": receiver, "connect_timeout": "2s"},
         },
-        "forwarders": [{"name": "sender", "database": "sender", "queue": FORWARD,
-                        "peek_interval": "200ms"}],
+        "forwarders": [
+            {"name": "sender", "database": "sender", "queue": FORWARD, "peek_interval": "200ms"}
+        ],
         "routes": [{"match": "*", "database": "receiver"}],
         "retries": {"delay": "1s", "max_attempts": 1000},
     }

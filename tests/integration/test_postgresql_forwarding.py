@@ -17,13 +17,13 @@ from typing import Any
 import pytest
 from support import (
     DaemonProcess,
+    nsb_message_headers,
     pg_connect,
     pg_count,
     pg_create_queue,
     pg_nsb_receive_all,
     pg_nsb_send,
     pg_rows,
-    nsb_message_headers,
     sfbridge,
     wait_until,
     write_config,
@@ -43,8 +43,14 @@ def bridge_config(sender: str, receiver: str, **overrides: Any) -> dict[str, Any
             "receiver": {"dialect": "postgresql", "connection": "${RECEIVER_ODBC}"},
         },
         "forwarders": [
-            {"name": "sender", "database": "sender", "queue": FORWARD, "peek_interval": "200ms",
-             "batch_size": 100, "concurrency": 2},
+            {
+                "name": "sender",
+                "database": "sender",
+                "queue": FORWARD,
+                "peek_interval": "200ms",
+                "batch_size": 100,
+                "concurrency": 2,
+            },
         ],
         "routes": [
             {"match": "Samples.Receiver*", "database": "receiver"},
@@ -87,8 +93,12 @@ def test_daemon_forwards_thousands_of_nservicebus_messages_exactly_once_intact(
         for number in range(3000):
             headers = nsb_message_headers(
                 '"Samples.Receiver"' if number % 2 else RECEIVER,
-                **{"Custom.Unicode": "äöü – 日本語 🚀", "Custom.Null": None,
-                   "Custom.Slash": "application/json", "Custom.Number": str(number)},
+                **{
+                    "Custom.Unicode": "äöü – 日本語 🚀",
+                    "Custom.Null": None,
+                    "Custom.Slash": "application/json",
+                    "Custom.Number": str(number),
+                },
             )
             body = None if number == 0 else rng.randbytes(rng.choice([0, 1, 255, 256, 4000]))
             ttbr = 3_600_000 if number % 3 == 0 else None
@@ -97,7 +107,9 @@ def test_daemon_forwards_thousands_of_nservicebus_messages_exactly_once_intact(
         connection.commit()
     expires_sent = {
         json.loads(headers)["NServiceBus.MessageId"]: expires
-        for headers, expires in pg_rows(installed["sender"], f"SELECT headers, expires FROM {FORWARD}")
+        for headers, expires in pg_rows(
+            installed["sender"], f"SELECT headers, expires FROM {FORWARD}"
+        )
     }
 
     with DaemonProcess(installed["config"], tmp_path / "daemon.log", installed["env"]) as daemon:
@@ -112,7 +124,9 @@ def test_daemon_forwards_thousands_of_nservicebus_messages_exactly_once_intact(
     assert set(ids) == set(sent) and max(ids.values()) == 1
     for message in received:
         original = sent[message["headers"]["NServiceBus.MessageId"]]
-        expected_headers = {k: v for k, v in original["headers"].items() if k not in ROUTING_HEADERS}
+        expected_headers = {
+            k: v for k, v in original["headers"].items() if k not in ROUTING_HEADERS
+        }
         assert message["headers"] == expected_headers
         assert message["body"] == original["body"]
         assert message["expires"] == expires_sent[message["headers"]["NServiceBus.MessageId"]]
@@ -169,8 +183,10 @@ def test_poison_unroutable_expired_and_local_messages_end_where_described(
 
     rejected = json.loads(by_body[b"unroutable"][1])
     assert rejected["$.sfbridge.failure-reason"] == "unroutable"
-    assert "no route matches destination table 'Nowhere.Queue'" in rejected[
-        "NServiceBus.ExceptionInfo.Message"]
+    assert (
+        "no route matches destination table 'Nowhere.Queue'"
+        in rejected["NServiceBus.ExceptionInfo.Message"]
+    )
     # The routing header stays, so a retry from ServicePulse goes through the bridge again.
     assert rejected["$.store-and-forward.destination"] == '"Nowhere.Queue"'
 
@@ -191,7 +207,9 @@ def test_error_queue_message_retried_from_servicepulse_goes_through_the_bridge_a
 ) -> None:
     """ServicePulse retries by sending the failed message back to NServiceBus.FailedQ."""
     sender = installed["sender"]
-    config = bridge_config(sender, installed["receiver"], retries={"delay": "200ms", "max_attempts": 2})
+    config = bridge_config(
+        sender, installed["receiver"], retries={"delay": "200ms", "max_attempts": 2}
+    )
     write_config(installed["config"], config)
     headers = nsb_message_headers('"Samples.ReceiverLater"')
     with pg_connect(sender) as connection:
@@ -207,20 +225,23 @@ def test_error_queue_message_retried_from_servicepulse_goes_through_the_bridge_a
 
     pg_create_queue(installed["receiver"], '"public"."Samples.ReceiverLater"')
     with pg_connect(sender) as connection:  # what a ServicePulse retry does
-        connection.execute(f'DELETE FROM "public"."error"')
+        connection.execute('DELETE FROM "public"."error"')
         pg_nsb_send(connection, failed["NServiceBus.FailedQ"], failed, b"later")
         connection.commit()
     with DaemonProcess(installed["config"], tmp_path / "d2.log", installed["env"]) as daemon:
         wait_until(
             lambda: pg_count(installed["receiver"], '"public"."Samples.ReceiverLater"') == 1,
-            30, "the retried message",
+            30,
+            "the retried message",
         )
         assert daemon.stop() == 0
     [message] = pg_nsb_receive_all(installed["receiver"], '"public"."Samples.ReceiverLater"')
     assert message["headers"]["NServiceBus.MessageId"] == headers["NServiceBus.MessageId"]
 
 
-def test_a_killed_daemon_loses_and_duplicates_nothing(installed: dict[str, Any], tmp_path: Path) -> None:
+def test_a_killed_daemon_loses_and_duplicates_nothing(
+    installed: dict[str, Any], tmp_path: Path
+) -> None:
     sender, receiver = installed["sender"], installed["receiver"]
     ids = set()
     with pg_connect(sender) as connection:
@@ -230,10 +251,11 @@ def test_a_killed_daemon_loses_and_duplicates_nothing(installed: dict[str, Any],
             pg_nsb_send(connection, FORWARD, headers, os.urandom(512))
         connection.commit()
     for round_number in range(3):
-        with DaemonProcess(installed["config"], tmp_path / f"k{round_number}.log", installed["env"]) as daemon:
-            wait_until(
-                lambda: pg_count(receiver, RECEIVER) >= 800 * (round_number + 1), 60, "progress"
-            )
+        with DaemonProcess(
+            installed["config"], tmp_path / f"k{round_number}.log", installed["env"]
+        ) as daemon:
+            target = 800 * (round_number + 1)
+            wait_until(lambda: pg_count(receiver, RECEIVER) >= target, 60, "progress")  # noqa: B023
             daemon.kill()  # SIGKILL mid-stream: no chance to finish anything
     with DaemonProcess(installed["config"], tmp_path / "final.log", installed["env"]) as daemon:
         wait_until(lambda: pg_count(sender, FORWARD) == 0, 60, "the queue to drain")
@@ -251,9 +273,15 @@ def test_check_reports_missing_tables_and_unreachable_databases(
 ) -> None:
     sender, receiver = databases
     config_path = write_config(tmp_path / "c.yaml", bridge_config(sender, receiver))
-    result = sfbridge("-c", str(config_path), "check", env={
-        "RECEIVER_ODBC": "Driver={PostgreSQL Unicode};Server=127.0.0.1;Port=1;Uid=postgres;"
-                         "Pwd=TopSecret42;Database=x;"})
+    result = sfbridge(
+        "-c",
+        str(config_path),
+        "check",
+        env={
+            "RECEIVER_ODBC": "Driver={PostgreSQL Unicode};Server=127.0.0.1;Port=1;Uid=postgres;"
+            "Pwd=TopSecret42;Database=x;"
+        },
+    )
     assert result.returncode == 1
     assert "PROBLEM  database 'receiver'" in result.stdout
     assert "forwarder 'sender' queue: " in result.stdout and "is missing" in result.stdout

@@ -37,26 +37,41 @@ def test_edge_sqlite_queue_forwards_to_postgresql_exactly_once(
 ) -> None:
     receiver = new_pg_database()
     edge = tmp_path / "edge.db"
-    config = write_config(tmp_path / "edge.yaml", {
-        "databases": {
-            "edge": {"dialect": "sqlite", "path": str(edge)},
-            "central": {"dialect": "postgresql", "connection": receiver},
+    config = write_config(
+        tmp_path / "edge.yaml",
+        {
+            "databases": {
+                "edge": {"dialect": "sqlite", "path": str(edge)},
+                "central": {"dialect": "postgresql", "connection": receiver},
+            },
+            "forwarders": [
+                {
+                    "name": "edge",
+                    "database": "edge",
+                    "queue": "Edge.Forward",
+                    "peek_interval": "200ms",
+                }
+            ],
+            "routes": [{"match": "Samples.*", "database": "central"}],
         },
-        "forwarders": [{"name": "edge", "database": "edge", "queue": "Edge.Forward",
-                        "peek_interval": "200ms"}],
-        "routes": [{"match": "Samples.*", "database": "central"}],
-    })
+    )
     assert sfbridge("-c", str(config), "install").returncode == 0
     pg_create_queue(receiver, RECEIVER)
     sent = {}
     with sqlite3.connect(edge) as connection:
         for number in range(500):
-            headers = nsb_message_headers("Samples.Receiver@[dbo]@[nsb]" if number % 2 else
-                                          "Samples.Receiver")
+            headers = nsb_message_headers(
+                "Samples.Receiver@[dbo]@[nsb]" if number % 2 else "Samples.Receiver"
+            )
             sent[headers["NServiceBus.MessageId"]] = (headers, bytes([number % 256]) * number)
             connection.execute(
                 NSB_SQLSERVER_SHAPED_SEND.format("Edge.Forward"),
-                (str(uuid.uuid4()), None, json.dumps(headers), sent[headers["NServiceBus.MessageId"]][1]),
+                (
+                    str(uuid.uuid4()),
+                    None,
+                    json.dumps(headers),
+                    sent[headers["NServiceBus.MessageId"]][1],
+                ),
             )
     with DaemonProcess(config, tmp_path / "daemon.log") as daemon:
         wait_until(lambda: pg_count(receiver, RECEIVER) == 500, 60, "delivery to PostgreSQL")

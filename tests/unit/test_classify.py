@@ -199,13 +199,6 @@ def test_an_invalid_destination_address_is_rejected_as_unroutable() -> None:
     assert DESTINATION_HEADER in decision.reason
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "bug in bridge.routing.route_destination: an AddressError from resolving the address "
-        "for the target dialect (here '@' in a table bound for SQLite) escapes classify()"
-    ),
-)
 def test_a_destination_the_target_cannot_express_is_rejected_as_unroutable() -> None:
     decision = _classify({DESTINATION_HEADER: '"Edge@1"'})
     assert isinstance(decision, Reject)
@@ -311,13 +304,6 @@ def test_the_body_does_not_matter_to_classification() -> None:
     assert isinstance(_classify({DESTINATION_HEADER: "Receiver"}, body=b"\xff\x00"), Deliver)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "bug in bridge.headers.serialize_headers: a \\ud800 escape yields a lone surrogate that "
-        "is written raw, so Deliver.headers_text cannot be encoded for the INSERT"
-    ),
-)
 def test_a_deliverable_message_has_headers_text_the_destination_can_store() -> None:
     decision = _classify('{"' + DESTINATION_HEADER + '":"Receiver","a":"\\ud800"}')
     assert isinstance(decision, Poison | Deliver)

@@ -409,18 +409,6 @@ def test_an_invalid_sqlite_address_is_unroutable_and_points_at_the_header(header
     assert "'$.store-and-forward.destination'" in reason
 
 
-_TARGET_CANNOT_EXPRESS = pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "bug: route_destination catches AddressError only around parsing; resolve_for_target / "
-        "render raise AddressError when the target grammar cannot express the table "
-        "(e.g. '@' for sqlite/sqlserver, > 55 UTF-8 bytes for postgresql), so the exception "
-        "escapes classify() instead of an Unroutable"
-    ),
-)
-
-
-@_TARGET_CANNOT_EXPRESS
 @pytest.mark.parametrize(
     ("source", "header", "target"),
     [

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# One entry point for people and CI. Installs what it needs (Debian packages, a virtualenv
+# in .venv) and then:
+#   ./dev.sh demo [ARGS]   run `sfbridge demo` (SQLite only: no server, no config)
+#   ./dev.sh test [ARGS]   lint, type-check and run the whole test suite (pytest ARGS)
+# Environment: SFBRIDGE_TEST_PG = ODBC connection string prefix of a PostgreSQL server for the
+# tests (default: 127.0.0.1:5432 as postgres without a password, else a private cluster).
+set -euo pipefail
+cd "$(dirname "$(readlink -f "$0")")"
+
+command="${1:-}"
+[ $# -gt 0 ] && shift
+
+say() { printf '\033[1m== %s\033[0m\n' "$*" >&2; }
+
+as_root() {
+    if [ "$(id -u)" = 0 ]; then "$@"
+    elif command -v sudo >/dev/null; then sudo "$@"
+    else echo "need root (or sudo) to run: $*" >&2; exit 1; fi
+}
+
+apt_updated=0
+need_debian_packages() {
+    local missing=()
+    for package in "$@"; do
+        dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "ok installed" || missing+=("$package")
+    done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    if ! command -v apt-get >/dev/null; then
+        echo "missing system packages: ${missing[*]} (install them with your package manager)" >&2
+        exit 1
+    fi
+    say "installing Debian packages: ${missing[*]}"
+    if [ "$apt_updated" = 0 ]; then as_root apt-get update -qq; apt_updated=1; fi
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+}
+
+python_ok() {
+    "$1" -c 'import sys, venv, ensurepip; sys.exit(sys.version_info < (3, 11))' 2>/dev/null
+}
+
+setup_venv() {
+    local extra="$1"
+    local python="${PYTHON:-python3}"
+    if ! command -v "$python" >/dev/null || ! python_ok "$python"; then
+        need_debian_packages python3 python3-venv
+        python=/usr/bin/python3
+    fi
+    if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import sys' 2>/dev/null; then
+        say "creating .venv with $($python --version)"
+        rm -rf .venv
+        "$python" -m venv .venv
+    fi
+    local stamp=".venv/.installed-$extra-$(cat pyproject.toml | cksum | cut -d' ' -f1)"
+    if [ ! -f "$stamp" ]; then
+        say "installing sfbridge and its dependencies into .venv"
+        .venv/bin/python -m pip install -q --upgrade pip
+        .venv/bin/python -m pip install -q -e ".[$extra]"
+        touch "$stamp"
+    fi
+}
+
+pg_reachable() {  # $1: host, $2: port
+    PGCONNECT_TIMEOUT=3 psql -w -h "$1" -p "$2" -U postgres -d postgres -Atqc 'select 1' >/dev/null 2>&1
+}
+
+start_private_postgres() {
+    # A throwaway cluster with trust auth on loopback, owned by this checkout.
+    local port=55432 folder
+    folder="$(pwd)/.pg"
+    local bin
+    bin="$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n1)"
+    local run=()
+    [ "$(id -u)" = 0 ] && run=(runuser -u postgres --)
+    if [ ! -d "$folder/data" ]; then
+        say "creating a private PostgreSQL cluster in .pg (port $port)"
+        mkdir -p "$folder"; chmod 755 "$folder"
+        [ "$(id -u)" = 0 ] && chown postgres: "$folder"
+        "${run[@]}" "$bin/initdb" -D "$folder/data" -U postgres -A trust --no-sync -E UTF8 \
+            --locale=C.UTF-8 >/dev/null
+    fi
+    if ! pg_reachable 127.0.0.1 "$port"; then
+        "${run[@]}" "$bin/pg_ctl" -D "$folder/data" -l "$folder/log" -w \
+            -o "-h 127.0.0.1 -p $port -k $folder -c fsync=off" start >/dev/null
+    fi
+    export SFBRIDGE_TEST_PG="Driver={PostgreSQL Unicode};Server=127.0.0.1;Port=$port;Uid=postgres;"
+}
+
+case "$command" in
+    demo)
+        setup_venv demo
+        exec .venv/bin/sfbridge demo "$@"
+        ;;
+    test)
+        # unixODBC + psqlODBC for pyodbc; the PostgreSQL server and client for the tests.
+        need_debian_packages unixodbc odbc-postgresql postgresql postgresql-client systemd
+        setup_venv test
+        if [ -z "${SFBRIDGE_TEST_PG:-}" ]; then
+            if pg_reachable 127.0.0.1 5432; then
+                say "testing against PostgreSQL on 127.0.0.1:5432"
+            else
+                start_private_postgres
+            fi
+        fi
+        say "ruff"
+        .venv/bin/ruff check bridge tests bench
+        say "mypy"
+        .venv/bin/mypy bridge
+        say "pytest"
+        exec .venv/bin/python -m pytest "$@"
+        ;;
+    *)
+        echo "usage: ./dev.sh demo [--dir DIR] | ./dev.sh test [PYTEST ARGS]" >&2
+        exit 2
+        ;;
+esac
