@@ -687,3 +687,7 @@ def render_reference_markdown(heading_level: int = 2) -> str:
             lines.append("| " + " | ".join(_escape_cell(cell) for cell in cells) + " |")
         lines.append("")
     return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(render_reference_markdown(heading_level=3))
