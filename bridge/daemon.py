@@ -24,7 +24,7 @@ from bridge.config.model import BridgeConfig, ForwarderConfig
 from bridge.connections import Connections
 from bridge.dialects import dialect_for
 from bridge.dialects.base import LEDGER_TABLE
-from bridge.drivers import DatabaseError, DatabaseUnavailable
+from bridge.drivers import DatabaseError, DatabaseUnavailable, QueueNotFound
 from bridge.forwarding import BatchForwarder, forwarder_tables
 from bridge.install import install_plan
 from bridge.notify import notify, watchdog_interval
@@ -34,6 +34,8 @@ log = logging.getLogger(__name__)
 
 # How long a worker backs off when its own forwarding database is unreachable, at most.
 MAX_SOURCE_BACKOFF = 10.0
+# How often a worker looks again for its forwarding tables when they do not exist.
+MISSING_TABLE_RETRY = 5.0
 
 
 class Worker(threading.Thread):
@@ -58,6 +60,7 @@ class Worker(threading.Thread):
         next_retry_poll = 0.0
         source_down_since: float | None = None
         backoff = 0.5
+        next_missing_table_log = 0.0
         try:
             while not self.stop.is_set():
                 self.last_progress = time.monotonic()
@@ -91,6 +94,18 @@ class Worker(threading.Thread):
                         )
                     self.stop.wait(backoff)
                     backoff = min(backoff * 2, MAX_SOURCE_BACKOFF)
+                except QueueNotFound as error:
+                    # A deployment problem, not an outage: say what to do, once a minute.
+                    if time.monotonic() >= next_missing_table_log:
+                        log.error(
+                            "forwarder '%s': %s; run 'sfbridge install' (or create the table) "
+                            "- retrying every %.0f s",
+                            self.forwarder.name,
+                            error,
+                            MISSING_TABLE_RETRY,
+                        )
+                        next_missing_table_log = time.monotonic() + 60
+                    self.stop.wait(MISSING_TABLE_RETRY)
                 except DatabaseError as error:
                     log.error("forwarder '%s': %s", self.forwarder.name, error)
                     self.stop.wait(1.0)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from bridge.config.model import BridgeConfig
 from bridge.dialects import dialect_for
 from bridge.dialects.base import LEDGER_TABLE
-from bridge.drivers import connect
+from bridge.drivers import DatabaseError, DuplicateKey, connect
 from bridge.forwarding import forwarder_tables
 
 
@@ -87,17 +87,29 @@ def run_install(config: BridgeConfig) -> list[InstallStep]:
     for step in steps:
         by_database.setdefault(step.database, []).append(step)
     for database, database_steps in by_database.items():
+        _install_database(config, database, database_steps)
+    return steps
+
+
+def _install_database(config: BridgeConfig, database: str, steps: list[InstallStep]) -> None:
+    # `IF NOT EXISTS` is not atomic in PostgreSQL: two installers racing can both pass the
+    # check and one fails on the catalog's unique index. Running again then finds the table.
+    for attempt in range(3):
         connection = connect(config.databases[database], create=True)
         try:
             connection.begin()
-            for step in database_steps:
+            for step in steps:
                 for statement in step.statements:
                     connection.execute(statement)
             connection.commit()
+            return
+        except (DuplicateKey, DatabaseError) as error:
+            racing = isinstance(error, DuplicateKey) or "already exists" in error.detail
+            if not racing or attempt == 2:
+                raise
         finally:
             connection.rollback()
             connection.close()
-    return steps
 
 
 def _dedent(statement: str) -> str:
