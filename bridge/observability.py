@@ -69,7 +69,6 @@ def setup_sentry(config: SentryConfig) -> bool:
         dsn=config.dsn,
         environment=config.environment,
         release=f"sfbridge@{__version__}",
-        send_default_pii=False,
         # Local variables can hold connection strings; masking every frame is not enough
         # guarantee, so they are not sent at all.
         include_local_variables=False,
