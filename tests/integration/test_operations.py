@@ -314,3 +314,51 @@ def test_check_reports_a_queue_without_its_receive_index(
     result = sfbridge("-c", str(config_path), "check")
     assert result.returncode == 1
     assert "has no index on seq" in result.stdout
+
+
+def test_an_invalid_config_lists_every_problem_and_exits_2_without_a_traceback(
+    tmp_path: Path,
+) -> None:
+    config_path = tmp_path / "bad.yaml"
+    config_path.write_text(
+        "databases:\n  sender: {dialect: postgres, connection: x}\n"
+        "forwarders:\n  - {name: s, database: sendr, queue: q, batchsize: 5}\n"
+        "routes:\n  - {match: '*', database: recever}\n"
+    )
+    result = sfbridge("-c", str(config_path), "check")
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    for expected in (
+        "databases.sender.dialect",
+        "forwarders[0].database",
+        "'sender'",
+        "forwarders[0].batchsize",
+        "batch_size",
+        "routes[0].database",
+    ):
+        assert expected in result.stderr, result.stderr
+
+
+def test_install_print_sql_prints_ddl_per_database_without_connecting(tmp_path: Path) -> None:
+    config_path = write_config(
+        tmp_path / "sfbridge.yaml",
+        {
+            "databases": {
+                "sender": {
+                    "dialect": "postgresql",
+                    "connection": "Driver={PostgreSQL Unicode};Server=127.0.0.1;Port=1;",
+                },
+                "edge": {"dialect": "sqlite", "path": str(tmp_path / "never-created.db")},
+            },
+            "forwarders": [{"name": "s", "database": "sender", "queue": '"nsb"."Forward"'}],
+            "routes": [{"match": "*", "database": "edge"}],
+        },
+    )
+    result = sfbridge("-c", str(config_path), "install", "--print-sql")
+    assert result.returncode == 0, result.stderr
+    assert "-- ===== database: sender =====" in result.stdout
+    assert 'CREATE SCHEMA IF NOT EXISTS "nsb";' in result.stdout
+    assert 'CREATE TABLE IF NOT EXISTS "nsb"."Forward"' in result.stdout
+    assert "-- ===== database: edge =====" in result.stdout
+    assert 'CREATE TABLE IF NOT EXISTS "sfbridge_ledger"' in result.stdout
+    assert not (tmp_path / "never-created.db").exists()

@@ -150,3 +150,30 @@ def test_a_crash_between_the_destination_and_source_commits_delivers_once(
     )
     assert set(received) == ids and max(received.values()) == 1
     connections.close()
+
+
+def test_a_dropped_destination_connection_is_retried_at_once_without_costing_an_attempt(
+    tmp_path: Path, new_pg_database: Any, postgres: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO", logger="bridge.deliver")
+    sender, receiver = new_pg_database(), new_pg_database()
+    setup = make_setup(tmp_path, sender, receiver)
+    config, _ = load_config(setup["config"])
+    connections = Connections(config.databases)
+    forwarder = BatchForwarder(config, config.forwarders[0], connections)
+    send(sender, 10)
+    assert forwarder.forward_batch().counts == Counter({"delivered": 10})
+
+    # The server drops the bridge's open destination connection (a failover, a restart).
+    receiver_name = receiver.split("Database=")[1].rstrip(";")
+    with postgres.admin() as admin:
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = ? AND pid <> pg_backend_pid()",
+            receiver_name,
+        )
+    send(sender, 10)
+    assert forwarder.forward_batch().counts == Counter({"delivered": 10})
+    assert pg_count(receiver, RECEIVER) == 20
+    assert "transient error on database 'receiver'; retrying at once" in caplog.text
+    connections.close()

@@ -8,6 +8,7 @@ import io
 import logging
 import threading
 from collections.abc import Iterator
+from typing import ClassVar
 
 import pytest
 
@@ -63,9 +64,9 @@ def test_scrub_event_masks_every_string_in_nested_structures() -> None:
 
 
 class _Collector(http.server.BaseHTTPRequestHandler):
-    bodies: list[bytes] = []
+    bodies: ClassVar[list[bytes]] = []
 
-    def do_POST(self) -> None:  # noqa: N802 - the http.server API
+    def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
         if self.headers.get("Content-Encoding") == "gzip":
             body = gzip.decompress(body)
