@@ -66,14 +66,16 @@ pg_reachable() {  # $1: host, $2: port
 
 start_private_postgres() {
     # A throwaway cluster with trust auth on loopback, owned by this checkout.
+    # In the temp folder, not the checkout: the server runs as postgres, which may not be
+    # able to enter the checkout (e.g. under /root).
     local port=55432 folder
-    folder="$(pwd)/.pg"
+    folder="${TMPDIR:-/tmp}/sfbridge-pg-$(id -u)-$(pwd | cksum | cut -d' ' -f1)"
     local bin
     bin="$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n1)"
     local run=()
     [ "$(id -u)" = 0 ] && run=(runuser -u postgres --)
     if [ ! -d "$folder/data" ]; then
-        say "creating a private PostgreSQL cluster in .pg (port $port)"
+        say "creating a private PostgreSQL cluster in $folder (port $port)"
         mkdir -p "$folder"; chmod 755 "$folder"
         [ "$(id -u)" = 0 ] && chown postgres: "$folder"
         "${run[@]}" "$bin/initdb" -D "$folder/data" -U postgres -A trust --no-sync -E UTF8 \
