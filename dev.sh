@@ -20,6 +20,7 @@ as_root() {
 }
 
 apt_updated=0
+stop_private_postgres=()
 need_debian_packages() {
     local missing=()
     for package in "$@"; do
@@ -84,6 +85,8 @@ start_private_postgres() {
     if ! pg_reachable 127.0.0.1 "$port"; then
         "${run[@]}" "$bin/pg_ctl" -D "$folder/data" -l "$folder/log" -w \
             -o "-h 127.0.0.1 -p $port -k $folder -c fsync=off" start >/dev/null
+        # Stopped again when the tests are done (the data stays for the next run).
+        stop_private_postgres=("${run[@]}" "$bin/pg_ctl" -D "$folder/data" -m fast -w stop)
     fi
     export SFBRIDGE_TEST_PG="Driver={PostgreSQL Unicode};Server=127.0.0.1;Port=$port;Uid=postgres;"
 }
@@ -109,7 +112,10 @@ case "$command" in
         say "mypy"
         .venv/bin/mypy bridge
         say "pytest"
-        exec .venv/bin/python -m pytest "$@"
+        status=0
+        .venv/bin/python -m pytest "$@" || status=$?
+        if [ ${#stop_private_postgres[@]} -gt 0 ]; then "${stop_private_postgres[@]}" >/dev/null; fi
+        exit "$status"
         ;;
     *)
         echo "usage: ./dev.sh demo [--dir DIR] | ./dev.sh test [PYTEST ARGS]" >&2
