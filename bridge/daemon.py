@@ -25,10 +25,11 @@ from bridge.connections import Connections
 from bridge.dialects import dialect_for
 from bridge.dialects.base import LEDGER_TABLE
 from bridge.drivers import DatabaseError, DatabaseUnavailable, QueueNotFound
-from bridge.forwarding import BatchForwarder, forwarder_tables
+from bridge.forwarding import BatchForwarder, forwarder_tables, outage_hold_seconds
 from bridge.install import install_plan
 from bridge.notify import notify, watchdog_interval
 from bridge.observability import report_exception
+from bridge.outages import OutageMemory
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +43,12 @@ class Worker(threading.Thread):
     """Forwards one forwarder's queue; worker 0 also forwards its due retries."""
 
     def __init__(
-        self, config: BridgeConfig, forwarder: ForwarderConfig, index: int, stop: threading.Event
+        self,
+        config: BridgeConfig,
+        forwarder: ForwarderConfig,
+        index: int,
+        stop: threading.Event,
+        outages: OutageMemory,
     ) -> None:
         super().__init__(name=f"{forwarder.name}-{index}", daemon=True)
         self.config = config
@@ -51,11 +57,14 @@ class Worker(threading.Thread):
         self.stop = stop
         self.totals: Counter[str] = Counter()
         self.last_progress = time.monotonic()
+        self._outages = outages
         self._lock = threading.Lock()
 
     def run(self) -> None:
         connections = Connections(self.config.databases)
-        batches = BatchForwarder(self.config, self.forwarder, connections, slot=self.index)
+        batches = BatchForwarder(
+            self.config, self.forwarder, connections, slot=self.index, outages=self._outages
+        )
         peek_sql = batches.dialect.sql("peek", queue=batches.tables.queue)
         next_retry_poll = 0.0
         source_down_since: float | None = None
@@ -233,6 +242,7 @@ class Daemon:
         """Start workers and scheduled jobs in background threads; returns at once."""
         self._worker_stop = threading.Event()
         self._workers = []
+        outages = OutageMemory(outage_hold_seconds(self.config))
         for forwarder in self.config.forwarders:
             dialect = self.config.databases[forwarder.database].dialect
             # SQLite serialises writers: a second worker would only wait for the first.
@@ -246,7 +256,9 @@ class Daemon:
                 forwarder.database,
             )
             for index in range(count):
-                self._workers.append(Worker(self.config, forwarder, index, self._worker_stop))
+                self._workers.append(
+                    Worker(self.config, forwarder, index, self._worker_stop, outages)
+                )
         for worker in self._workers:
             worker.start()
         self._scheduler = BackgroundScheduler(timezone="UTC")

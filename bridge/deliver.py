@@ -31,6 +31,7 @@ from bridge.drivers import (
     QueueNotFound,
     TransientDatabaseError,
 )
+from bridge.outages import OutageMemory
 from bridge.routing import Destination, nearest_table
 
 log = logging.getLogger(__name__)
@@ -133,13 +134,23 @@ class Target:
 class RemoteDelivery:
     """Deliver groups of messages into one remote database, with the dedup ledger."""
 
-    def __init__(self, target: Target, connections: Connections, immediate_attempts: int):
+    def __init__(
+        self,
+        target: Target,
+        connections: Connections,
+        immediate_attempts: int,
+        outages: OutageMemory,
+    ) -> None:
         self._target = target
         self._connections = connections
         self._immediate_attempts = max(1, immediate_attempts)
+        self._outages = outages
 
     def deliver(self, items: Sequence[Item]) -> list[DeliveryResult]:
         """Deliver `items`; every item gets a result, database errors never escape."""
+        known_down = self._outages.known_down(self._target.name)
+        if known_down is not None:
+            return [Failed(known_down)] * len(items)
         results: dict[int, DeliveryResult] = {}
         pending = list(range(len(items)))
         # Each round either commits or settles at least one item, so this terminates.
@@ -152,9 +163,12 @@ class RemoteDelivery:
                 pending = [p for i, p in enumerate(pending) if i not in settled.offsets]
                 continue
             except DatabaseError as error:
+                if isinstance(error, DatabaseUnavailable):
+                    self._outages.record_down(self._target.name, str(error))
                 for position in pending:
                     results[position] = Failed(str(error))
                 break
+            self._outages.record_up(self._target.name)
             for offset, result in committed.items():
                 results[pending[offset]] = result
             break

@@ -42,6 +42,7 @@ from bridge.dialects import Dialect, dialect_for
 from bridge.dialects.base import COUNTERS_TABLE, LEDGER_TABLE, RETRY_TABLE
 from bridge.drivers import Connection, DatabaseError, QueueNotFound
 from bridge.headers import serialize_headers, with_failure_headers
+from bridge.outages import OutageMemory
 from bridge.retry_policy import gives_up_after, next_attempt_at
 from bridge.routing import Router
 
@@ -101,6 +102,7 @@ class BatchForwarder:
         connections: Connections,
         *,
         slot: int = 0,
+        outages: OutageMemory | None = None,
     ) -> None:
         self.config = config
         self.forwarder = forwarder
@@ -111,6 +113,8 @@ class BatchForwarder:
         self.tables = forwarder_tables(config, forwarder)
         self.router = Router(source_database, config.routes, config.databases)
         self._remote: dict[str, RemoteDelivery] = {}
+        # A daemon shares one memory across its workers; standalone use gets its own.
+        self._outages = outages or OutageMemory(outage_hold_seconds(config))
 
     # -- the data path -------------------------------------------------------------------
 
@@ -257,7 +261,7 @@ class BatchForwarder:
                 ledger=dialect.bridge_table(LEDGER_TABLE, target_config.schema),
             )
             delivery = RemoteDelivery(
-                target, self.connections, self.config.retries.immediate_attempts
+                target, self.connections, self.config.retries.immediate_attempts, self._outages
             )
             self._remote[database] = delivery
         return delivery
@@ -440,6 +444,11 @@ class BatchForwarder:
         for name in sorted(counts):
             if counts[name]:
                 connection.execute(statement, (self.forwarder.name, name, self.slot, counts[name]))
+
+
+def outage_hold_seconds(config: BridgeConfig) -> float:
+    """How long one failed connection counts as proof that a database is down."""
+    return min(config.retries.delay, 5.0)
 
 
 def _as_bytes(value: object) -> bytes | None:
