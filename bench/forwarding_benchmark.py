@@ -85,7 +85,8 @@ class Bench:
         self.src_cs, self.dst_cs, self.workdir = src_cs, dst_cs, workdir
         self.body = os.urandom(args.body_bytes)  # incompressible: TOAST cannot shrink it
         self.daemon: subprocess.Popen[bytes] | None = None
-        self.first_row: list[float] = []
+        self.first_row: list[float] = []  # daemon: seconds from start to the first row
+        self.after_first: list[float] = []  # daemon: msg/s from the first row on
         self.config = BridgeConfig(
             databases={
                 "src": DatabaseConfig(name="src", dialect="postgresql", connection=src_cs),
@@ -210,7 +211,7 @@ class Bench:
         command += ["-c", str(self.workdir / "sfbridge.yaml"), "run"]
         env = {**os.environ, "SFBENCH_SRC_ODBC": self.src_cs, "SFBENCH_DST_ODBC": self.dst_cs}
         log_path = self.workdir / "daemon.log"
-        first: float | None = None
+        first: tuple[float, int] | None = None  # (seconds, rows) at the first non-zero count
         with open(log_path, "wb") as log:
             start = time.perf_counter()
             self.daemon = subprocess.Popen(
@@ -220,7 +221,7 @@ class Bench:
             while True:
                 count = self.dst.execute(f"SELECT count(*) FROM {q(RECEIVER)}").fetchval()
                 now = time.perf_counter()
-                first = now - start if count and first is None else first
+                first = (now - start, count) if count and first is None else first
                 if count >= self.n:
                     break
                 if self.daemon.poll() is not None or now > deadline:
@@ -230,7 +231,9 @@ class Bench:
             self.daemon.send_signal(signal.SIGTERM)
             code = self.daemon.wait(timeout=60)
             self.daemon = None
-        self.first_row.append(first or 0.0)
+        if first is not None and first[1] < self.n:
+            self.first_row.append(first[0])
+            self.after_first.append((self.n - first[1]) / (now - start - first[0]))
         check = self.exactly_once(ids)
         return now - start, check if code == 0 else f"FAILED: exit code {code}; {check}"
 
@@ -255,6 +258,10 @@ def drop_databases(prefix: str, names: list[str]) -> None:
                 admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
             except pyodbc.Error as error:
                 print(f"could not drop database {name}: {error}", file=sys.stderr)
+
+
+def median_or_none(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
 
 
 def summarize(
@@ -282,7 +289,8 @@ def summarize(
         "parameters": parameters,
         "postgresql": bench.version,
         "cpus": os.cpu_count(),
-        "daemon_first_row_seconds_median": statistics.median(bench.first_row),
+        "daemon_first_row_seconds_median": median_or_none(bench.first_row),
+        "daemon_after_first_row_msg_per_s_median": median_or_none(bench.after_first),
         "measurements": rows,
     }
 
@@ -307,7 +315,11 @@ def print_table(summary: dict[str, Any]) -> None:
         for failure in sorted({c for c in checks if c != "ok"}):
             print(f"    {failure}")
     first_row = summary["daemon_first_row_seconds_median"]
-    print(f"(daemon: {first_row:.2f} s median from process start to the first delivered row)")
+    if first_row is not None:
+        print(
+            f"(daemon: {first_row:.2f} s from process start to the first delivered row, then "
+            f"{summary['daemon_after_first_row_msg_per_s_median']:.0f} msg/s; medians)"
+        )
 
 
 def main() -> int:
@@ -351,7 +363,7 @@ def main() -> int:
             print(json.dumps(summary, indent=2))
         else:
             print_table(summary)
-        return 0 if all(c == "ok" for runs in checks.values() for c in runs) else 1
+        return 0 if all(c == "ok" for found in checks.values() for c in found) else 1
     except KeyboardInterrupt:
         print("interrupted; dropping the benchmark databases", file=sys.stderr)
         return 130
