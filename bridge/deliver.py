@@ -16,6 +16,7 @@ import logging
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
@@ -76,21 +77,110 @@ class ItemWriteError(Exception):
         self.retryable = retryable
 
 
+class NotIsolated(Exception):
+    """A multi-row statement failed and the failing message cannot be told: deliver one by one."""
+
+
+# Rows per multi-row statement: well under every driver's parameter limit.
+ROWS_PER_STATEMENT = 100
+
+
 def deliver_in_transaction(
     connection: Connection,
     dialect: Dialect,
     items: Sequence[Item],
     *,
     ledger: QueueAddress | None,
+    one_by_one: bool = False,
 ) -> dict[int, DeliveryResult]:
     """Insert every item inside the caller's open transaction; the caller commits.
 
     With a `ledger` address each message is first recorded there; a message already recorded
-    for the same destination is a Duplicate and is not inserted again. Returns results keyed
-    by position in `items`. Raises ItemWriteError for an item-specific failure and the
-    DatabaseUnavailable / TransientDatabaseError family as they are; either way the
-    transaction must be rolled back.
+    for the same destination (now or earlier in the same batch) is a Duplicate and is not
+    inserted again. Returns results keyed by position in `items`.
+
+    Multi-row statements are used unless `one_by_one`. Raises ItemWriteError for a failure
+    that concerns known items (a missing destination table), NotIsolated when a multi-row
+    statement failed for an unknown item (roll back and call again with `one_by_one`), and
+    the DatabaseUnavailable / TransientDatabaseError family as they are. After any of them
+    the transaction must be rolled back.
     """
+    if one_by_one or len(items) == 1:
+        return _deliver_one_by_one(connection, dialect, items, ledger)
+    return _deliver_batched(connection, dialect, items, ledger)
+
+
+def _deliver_batched(
+    connection: Connection, dialect: Dialect, items: Sequence[Item], ledger: QueueAddress | None
+) -> dict[int, DeliveryResult]:
+    results: dict[int, DeliveryResult] = {}
+    to_send = list(range(len(items)))
+    if ledger is not None:
+        keys = [(decision.message_id, decision.destination.canonical) for _, decision in items]
+        recorded = _record_in_ledger(connection, dialect, ledger, list(dict.fromkeys(keys)))
+        to_send = []
+        for position, key in enumerate(keys):
+            if key in recorded:
+                recorded.discard(key)  # a second copy in the same batch is a duplicate too
+                to_send.append(position)
+            else:
+                results[position] = Duplicate()
+    by_address: dict[QueueAddress, list[int]] = {}
+    for position in to_send:
+        by_address.setdefault(items[position][1].destination.address, []).append(position)
+    for address, positions in by_address.items():
+        for start in range(0, len(positions), ROWS_PER_STATEMENT):
+            chunk = positions[start : start + ROWS_PER_STATEMENT]
+            parameters: list[Any] = []
+            for position in chunk:
+                message, decision = items[position]
+                parameters += [
+                    dialect.encode_id(uuid.uuid4()),
+                    dialect.encode_timestamp(message.expires),
+                    decision.headers_text,
+                    message.body,
+                ]
+            try:
+                connection.execute(
+                    dialect.sql("send_many", rows=len(chunk), queue=address), parameters
+                )
+            except QueueNotFound as error:
+                raise ItemWriteError(chunk[0], error) from None
+            except (DatabaseUnavailable, TransientDatabaseError):
+                raise
+            except (DatabaseError, ValueError, TypeError):
+                raise NotIsolated() from None
+            for position in chunk:
+                results[position] = Delivered()
+    return results
+
+
+def _record_in_ledger(
+    connection: Connection,
+    dialect: Dialect,
+    ledger: QueueAddress,
+    keys: Sequence[tuple[str, str]],
+) -> set[tuple[str, str]]:
+    """Record distinct (message id, destination) keys; returns those that were new."""
+    recorded: set[tuple[str, str]] = set()
+    for start in range(0, len(keys), ROWS_PER_STATEMENT):
+        chunk = keys[start : start + ROWS_PER_STATEMENT]
+        try:
+            rows = connection.query(
+                dialect.sql("ledger_record_many", rows=len(chunk), ledger=ledger),
+                [value for key in chunk for value in key],
+            )
+        except (DatabaseUnavailable, TransientDatabaseError):
+            raise
+        except (DatabaseError, ValueError, TypeError):
+            raise NotIsolated() from None
+        recorded.update((str(row[0]), str(row[1])) for row in rows)
+    return recorded
+
+
+def _deliver_one_by_one(
+    connection: Connection, dialect: Dialect, items: Sequence[Item], ledger: QueueAddress | None
+) -> dict[int, DeliveryResult]:
     results: dict[int, DeliveryResult] = {}
     for position, (message, decision) in enumerate(items):
         try:
@@ -191,9 +281,20 @@ class RemoteDelivery:
         connection = self._connections.get(self._target.name)
         try:
             connection.begin()
-            results = deliver_in_transaction(
-                connection, self._target.dialect, items, ledger=self._target.ledger
-            )
+            try:
+                results = deliver_in_transaction(
+                    connection, self._target.dialect, items, ledger=self._target.ledger
+                )
+            except NotIsolated:
+                connection.rollback()
+                connection.begin()
+                results = deliver_in_transaction(
+                    connection,
+                    self._target.dialect,
+                    items,
+                    ledger=self._target.ledger,
+                    one_by_one=True,
+                )
             connection.commit()
             if not self._target.dialect.keep_destination_connections:
                 self._connections.discard(self._target.name)

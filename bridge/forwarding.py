@@ -33,6 +33,7 @@ from bridge.deliver import (
     Failed,
     Item,
     ItemWriteError,
+    NotIsolated,
     RemoteDelivery,
     Target,
     deliver_in_transaction,
@@ -225,24 +226,38 @@ class BatchForwarder:
         """
         results: dict[int, DeliveryResult] = {}
         pending = list(range(len(items)))
+        one_by_one = False
+        # Each round commits its savepoint or settles at least one item, so this terminates.
         while pending:
             connection.execute(self.dialect.statements["savepoint"])
             try:
                 done = deliver_in_transaction(
-                    connection, self.dialect, [items[i] for i in pending], ledger=None
+                    connection,
+                    self.dialect,
+                    [items[i] for i in pending],
+                    ledger=None,
+                    one_by_one=one_by_one,
                 )
+            except NotIsolated:
+                connection.execute(self.dialect.statements["rollback_to_savepoint"])
+                one_by_one = True
+                continue
             except ItemWriteError as failure:
                 connection.execute(self.dialect.statements["rollback_to_savepoint"])
                 failed_at = pending[failure.position]
+                destination = items[failed_at][1].destination
                 if isinstance(failure.error, QueueNotFound):
-                    destination = items[failed_at][1].destination
-                    results[failed_at] = missing_queue_failure(
+                    failed = missing_queue_failure(
                         connection, self.dialect, self.forwarder.database, destination
                     )
                     connection.execute(self.dialect.statements["rollback_to_savepoint"])
+                    settled = [p for p in pending if items[p][1].destination == destination]
                 else:
-                    results[failed_at] = Failed(str(failure.error), retryable=failure.retryable)
-                pending.remove(failed_at)
+                    failed = Failed(str(failure.error), retryable=failure.retryable)
+                    settled = [failed_at]
+                for position in settled:
+                    results[position] = failed
+                pending = [p for p in pending if p not in settled]
                 continue
             connection.execute(self.dialect.statements["release_savepoint"])
             for offset, result in done.items():

@@ -30,6 +30,10 @@ STATEMENT_NAMES = frozenset(
         "retry_claim_due",
         "retry_summary",
         "ledger_record",
+        "ledger_record_many",
+        "ledger_record_row",
+        "send_many",
+        "send_row",
         "ledger_cleanup",
         "counters_add",
         "counters_read",
@@ -78,9 +82,16 @@ class Dialect:
     def grammar(self) -> AddressGrammar:
         return grammar_for(self.name)
 
-    def sql(self, name: str, **tables: QueueAddress) -> str:
-        """The statement `name` with its table placeholders filled by quoted, qualified names."""
+    def sql(self, name: str, rows: int | None = None, **tables: QueueAddress) -> str:
+        """The statement `name` with its table placeholders filled by quoted, qualified names.
+
+        `rows` is for the multi-row `*_many` statements: their `{rows}` placeholder becomes
+        that many copies of the matching `*_row` template.
+        """
         template = self.statements[name]
+        if rows is not None:
+            row = self.statements[name.removesuffix("_many") + "_row"]
+            template = template.replace("{rows}", ", ".join([row] * rows))
         names: dict[str, str] = {}
         for key, address in tables.items():
             names[key] = self.grammar.qualified_name(address)

@@ -89,6 +89,14 @@ STATEMENTS: dict[str, str] = {
     "ledger_record": f"""
         INSERT INTO {{ledger}} (message_id, destination, forwarded_at)
         VALUES (?, ?, {_NOW}) ON CONFLICT DO NOTHING""",
+    # Multi-row forms: one round trip per batch instead of one per message. RETURNING lists
+    # the (message, destination) pairs recorded now; the others were delivered before.
+    "ledger_record_many": """
+        INSERT INTO {ledger} (message_id, destination, forwarded_at) VALUES {rows}
+        ON CONFLICT DO NOTHING RETURNING message_id, destination""",
+    "ledger_record_row": f"(?, ?, {_NOW})",
+    "send_many": "INSERT INTO {queue} (id, expires, headers, body) VALUES {rows}",
+    "send_row": "(?, ?, ?, ?)",
     "ledger_cleanup": "DELETE FROM {ledger} WHERE forwarded_at < ?",
     "counters_add": """
         INSERT INTO {counters} AS c (forwarder, counter, slot, value) VALUES (?, ?, ?, ?)

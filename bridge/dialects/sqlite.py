@@ -93,6 +93,12 @@ STATEMENTS: dict[str, str] = {
     "ledger_record": f"""
         INSERT OR IGNORE INTO {{ledger}} (message_id, destination, forwarded_at)
         VALUES (?, ?, {_NOW})""",
+    "ledger_record_many": """
+        INSERT OR IGNORE INTO {ledger} (message_id, destination, forwarded_at) VALUES {rows}
+        RETURNING message_id, destination""",
+    "ledger_record_row": f"(?, ?, {_NOW})",
+    "send_many": "INSERT INTO {queue} (Id, Recoverable, Expires, Headers, Body) VALUES {rows}",
+    "send_row": "(?, 1, ?, ?, ?)",
     "ledger_cleanup": "DELETE FROM {ledger} WHERE forwarded_at < ?",
     "counters_add": """
         INSERT INTO {counters} (forwarder, counter, slot, value) VALUES (?, ?, ?, ?)

@@ -67,7 +67,8 @@ def _all_statements(dialect: Dialect, table: str, schema: str | None) -> dict[st
         if name == "create_schema":
             produced[name] = dialect.create_schema_sql(schema or "s") or ""
         else:
-            produced[name] = dialect.sql(name, **_tables_for(template, table, schema))
+            rows = 2 if name.endswith("_many") else None
+            produced[name] = dialect.sql(name, rows=rows, **_tables_for(template, table, schema))
     return produced
 
 
@@ -137,6 +138,11 @@ def test_statement_placeholders_are_only_tables_and_their_index_names(dialect: D
             if name == "create_schema":
                 assert field == "schema"
                 continue
+            if field == "rows":
+                assert name.endswith("_many") and name.removesuffix("_many") + "_row" in (
+                    dialect.statements
+                )
+                continue
             base, _, suffix = field.partition("_index_")
             assert base in TABLE_PLACEHOLDERS, (name, field)
             assert not suffix or suffix in INDEX_SUFFIXES, (name, field)
@@ -148,7 +154,11 @@ def test_every_statement_template_formats_with_the_placeholders_it_uses(
 ) -> None:
     template = dialect.statements[name]
     tables = _tables_for(template, "Receiver", "inbox" if dialect.name == "postgresql" else None)
-    sql = dialect.sql(name, **tables)
+    rows = 3 if name.endswith("_many") else None
+    sql = dialect.sql(name, rows=rows, **tables)
+    if rows:
+        row = dialect.statements[name.removesuffix("_many") + "_row"]
+        assert sql.count(row) == 3
     assert "{" not in sql
     assert "}" not in sql
     for key, address in tables.items():

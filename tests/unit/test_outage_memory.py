@@ -1,4 +1,4 @@
-"""OutageMemory: one failed connection stands for a short while, then the database is tried again."""
+"""OutageMemory: one failed connection stands for a while; then the database is tried again."""
 
 from __future__ import annotations
 

@@ -1,0 +1,153 @@
+"""One batch, many fates: multi-row delivery must settle every message on its own merits."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support import (
+    nsb_message_headers,
+    pg_connect,
+    pg_count,
+    pg_create_queue,
+    pg_nsb_send,
+    pg_rows,
+    sfbridge,
+    write_config,
+)
+
+from bridge.config import load_config
+from bridge.connections import Connections
+from bridge.forwarding import BatchForwarder
+
+pytestmark = pytest.mark.integration
+
+FORWARD = '"public"."forward"'
+
+
+@pytest.fixture
+def pg_pair(tmp_path: Path, new_pg_database: Any) -> dict[str, Any]:
+    sender, receiver = new_pg_database(), new_pg_database()
+    config_path = write_config(
+        tmp_path / "sfbridge.yaml",
+        {
+            "databases": {
+                "sender": {"dialect": "postgresql", "connection": sender},
+                "receiver": {"dialect": "postgresql", "connection": receiver},
+            },
+            "forwarders": [{"name": "s", "database": "sender", "queue": "forward"}],
+            "routes": [
+                {"match": "Local*", "database": "sender"},
+                {"match": "*", "database": "receiver"},
+            ],
+        },
+    )
+    assert sfbridge("-c", str(config_path), "install").returncode == 0
+    pg_create_queue(receiver, '"public"."Good"')
+    pg_create_queue(sender, '"public"."LocalGood"')
+    config, _ = load_config(config_path)
+    connections = Connections(config.databases)
+    yield {
+        "sender": sender,
+        "receiver": receiver,
+        "forwarder": BatchForwarder(config, config.forwarders[0], connections),
+    }
+    connections.close()
+
+
+def send_all(sender: str, messages: list[tuple[dict[str, Any], bytes]]) -> None:
+    with pg_connect(sender) as connection:
+        for headers, body in messages:
+            pg_nsb_send(connection, FORWARD, headers, body)
+        connection.commit()
+
+
+@pytest.mark.parametrize("prefix", ["", "Local"])
+def test_a_missing_queue_in_a_batch_fails_only_its_own_messages(
+    pg_pair: dict[str, Any], prefix: str
+) -> None:
+    good = [(nsb_message_headers(f'"{prefix}Good"'), b"g") for _ in range(10)]
+    missing = [(nsb_message_headers(f'"{prefix}Missing"'), b"m") for _ in range(5)]
+    send_all(pg_pair["sender"], good[:5] + missing + good[5:])
+    report = pg_pair["forwarder"].forward_batch()
+    assert report.counts == Counter({"delivered": 10, "retries-scheduled": 5})
+    target = pg_pair["sender"] if prefix else pg_pair["receiver"]
+    assert pg_count(target, f'"public"."{prefix}Good"') == 10
+    errors = pg_rows(
+        pg_pair["sender"], 'SELECT destination, last_error FROM "public"."sfbridge_retry"'
+    )
+    assert {row[0] for row in errors} == {f'"public"."{prefix}Missing"'}
+    assert all("does not exist" in row[1] for row in errors)
+
+
+def test_two_copies_of_one_message_in_one_batch_are_delivered_once(pg_pair: dict[str, Any]) -> None:
+    headers = nsb_message_headers('"Good"')
+    send_all(
+        pg_pair["sender"], [(headers, b"1"), (headers, b"2"), (nsb_message_headers('"Good"'), b"3")]
+    )
+    report = pg_pair["forwarder"].forward_batch()
+    assert report.counts == Counter({"delivered": 2, "duplicates-skipped": 1})
+    assert sorted(
+        bytes(r[0]) for r in pg_rows(pg_pair["receiver"], 'SELECT body FROM "public"."Good"')
+    ) == [b"1", b"3"]
+
+
+def test_a_message_the_server_rejects_is_isolated_from_the_rest_of_its_batch(
+    pg_pair: dict[str, Any],
+) -> None:
+    # A message id longer than the ledger column: the multi-row statement fails as a whole,
+    # and the bridge must find the culprit instead of failing (or retrying) everyone.
+    rejected = nsb_message_headers('"Good"', **{"NServiceBus.MessageId": "x" * 500})
+    fine = [(nsb_message_headers('"Good"'), b"ok") for _ in range(6)]
+    send_all(pg_pair["sender"], [*fine[:3], (rejected, b"bad"), *fine[3:]])
+    report = pg_pair["forwarder"].forward_batch()
+    assert report.counts == Counter({"delivered": 6, "retries-scheduled": 1})
+    assert pg_count(pg_pair["receiver"], '"public"."Good"') == 6
+    [(last_error,)] = pg_rows(pg_pair["sender"], 'SELECT last_error FROM "public"."sfbridge_retry"')
+    assert "too long" in last_error
+
+
+def test_sqlite_destination_batches_deduplicate_and_isolate_missing_queues(tmp_path: Path) -> None:
+    edge, central = tmp_path / "edge.db", tmp_path / "central.db"
+    config_path = write_config(
+        tmp_path / "sfbridge.yaml",
+        {
+            "databases": {
+                "edge": {"dialect": "sqlite", "path": str(edge)},
+                "central": {"dialect": "sqlite", "path": str(central)},
+            },
+            "forwarders": [{"name": "e", "database": "edge", "queue": "forward"}],
+            "routes": [{"match": "*", "database": "central"}],
+        },
+    )
+    assert sfbridge("-c", str(config_path), "install").returncode == 0
+    with sqlite3.connect(central) as connection:
+        connection.execute(
+            'CREATE TABLE "Good" (Id TEXT NOT NULL, CorrelationId TEXT, '
+            "ReplyToAddress TEXT, Recoverable INTEGER NOT NULL, Expires TEXT, "
+            "Headers TEXT NOT NULL, Body BLOB, RowVersion INTEGER PRIMARY KEY "
+            "AUTOINCREMENT)"
+        )
+    twice = nsb_message_headers("Good")
+    messages = [twice, twice, nsb_message_headers("Good"), nsb_message_headers("Gone")]
+    with sqlite3.connect(edge) as connection:
+        for headers in messages:
+            connection.execute(
+                'INSERT INTO "forward" (Id, Recoverable, Expires, Headers, Body) '
+                "VALUES (?, 1, NULL, ?, ?)",
+                (str(uuid.uuid4()), json.dumps(headers), b"b"),
+            )
+    config, _ = load_config(config_path)
+    connections = Connections(config.databases)
+    report = BatchForwarder(config, config.forwarders[0], connections).forward_batch()
+    connections.close()
+    assert report.counts == Counter(
+        {"delivered": 2, "duplicates-skipped": 1, "retries-scheduled": 1}
+    )
+    with sqlite3.connect(central) as connection:
+        assert connection.execute('SELECT count(*) FROM "Good"').fetchone()[0] == 2
