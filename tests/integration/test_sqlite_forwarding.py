@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import subprocess
+import sys
 import time
 import uuid
 from collections import Counter
@@ -98,3 +100,18 @@ def test_demo_replays_the_sample_and_delivers_every_message_exactly_once(tmp_pat
     status = sfbridge("-c", str(tmp_path / "demo" / "sfbridge.yaml"), "status", "--json")
     counters = json.loads(status.stdout)["forwarders"][0]["counters"]
     assert counters["delivered"] == 7 and counters["duplicates-skipped"] == 1
+
+
+def test_the_demo_runs_without_pyodbc_or_unixodbc(tmp_path: Path) -> None:
+    # `sys.modules['pyodbc'] = None` makes any import of pyodbc fail, as on a machine
+    # without unixODBC: the SQLite path must never import it.
+    script = (
+        "import sys; sys.modules['pyodbc'] = None\n"
+        "from bridge.cli import main\n"
+        f"raise SystemExit(main(['demo', '--dir', {str(tmp_path / 'demo')!r}]))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=90
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "every message exactly once" in result.stdout
