@@ -259,7 +259,9 @@ class BatchForwarder:
                     results[position] = failed
                 pending = [p for p in pending if p not in settled]
                 continue
-            connection.execute(self.dialect.statements["release_savepoint"])
+            # Empty where the dialect has no RELEASE (SQL Server keeps savepoints to the end).
+            if self.dialect.statements["release_savepoint"]:
+                connection.execute(self.dialect.statements["release_savepoint"])
             for offset, result in done.items():
                 results[pending[offset]] = result
             break
