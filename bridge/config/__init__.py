@@ -7,9 +7,11 @@ from bridge.config.model import (
     ForwarderConfig,
     LedgerConfig,
     LoggingConfig,
+    PublishConfig,
     RetryConfig,
     RouteConfig,
     SentryConfig,
+    SubscriptionTableConfig,
 )
 from bridge.config.validate import ConfigError, Problem, validate
 
@@ -21,9 +23,11 @@ __all__ = [
     "LedgerConfig",
     "LoggingConfig",
     "Problem",
+    "PublishConfig",
     "RetryConfig",
     "RouteConfig",
     "SentryConfig",
+    "SubscriptionTableConfig",
     "load_config",
     "parse_duration",
     "validate",

@@ -9,6 +9,7 @@ from typing import Literal
 Dialect = Literal["postgresql", "sqlite", "sqlserver"]
 Backoff = Literal["constant", "linear", "exponential"]
 MissingQueuePolicy = Literal["retry", "error"]
+NoSubscribersPolicy = Literal["drop", "error"]
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,29 @@ class LedgerConfig:
 
 
 @dataclass(frozen=True)
+class SubscriptionTableConfig:
+    """An NServiceBus native `SubscriptionRouting` table to consult for subscribers.
+
+    `table` is a table name or address in that database's own grammar.
+    """
+
+    database: str
+    table: str = "SubscriptionRouting"
+
+
+@dataclass(frozen=True)
+class PublishConfig:
+    """How published events (`$.store-and-forward.eventtype`) are multicast.
+
+    `no_subscribers`: `drop` (log and count) or `error` (to the error queue). `cache` is how
+    long subscriber lists read from subscription tables are reused (NServiceBus uses 5 s).
+    """
+
+    no_subscribers: NoSubscribersPolicy = "drop"
+    cache: float = 5.0
+
+
+@dataclass(frozen=True)
 class LoggingConfig:
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
@@ -91,6 +115,11 @@ class BridgeConfig:
     ledger: LedgerConfig = field(default_factory=LedgerConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     sentry: SentryConfig = field(default_factory=SentryConfig)
+    # Topic (an event type's full name, without assembly) -> subscriber addresses, written in
+    # the grammar of the forwarding database (like destination headers).
+    subscriptions: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    subscription_tables: tuple[SubscriptionTableConfig, ...] = ()
+    publish: PublishConfig = field(default_factory=PublishConfig)
     source_path: str | None = None
 
     def forwarder(self, name: str) -> ForwarderConfig:
