@@ -31,6 +31,11 @@ STATEMENT_NAMES = frozenset(
         "retry_summary",
         "ledger_record",
         "ledger_record_many",
+        "subscribers_many",
+        "subscribers_row",
+        "create_event_types_table",
+        "event_type_seen",
+        "event_types_read",
         "ledger_record_row",
         "send_many",
         "send_row",
@@ -55,6 +60,7 @@ INDEX_SUFFIXES = ("expires", "due", "forwarded")
 RETRY_TABLE = "sfbridge_retry"
 LEDGER_TABLE = "sfbridge_ledger"
 COUNTERS_TABLE = "sfbridge_counters"
+EVENT_TYPES_TABLE = "sfbridge_event_types"
 
 
 @dataclass(frozen=True)

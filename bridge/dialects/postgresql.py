@@ -97,6 +97,24 @@ STATEMENTS: dict[str, str] = {
     "ledger_record_row": f"(?, ?, {_NOW})",
     "send_many": "INSERT INTO {queue} (id, expires, headers, body) VALUES {rows}",
     "send_row": "(?, ?, ?, ?)",
+    # NServiceBus's own subscriber lookup (nsb-wire §4.2); its columns are unquoted, so lower case.
+    "subscribers_many": "SELECT DISTINCT QueueAddress FROM {subscriptions} WHERE Topic IN ({rows})",
+    "subscribers_row": "?",
+    "create_event_types_table": """
+        CREATE TABLE IF NOT EXISTS {event_types} (
+            forwarder varchar(200) NOT NULL,
+            event_type text NOT NULL,
+            last_seen_at timestamp NOT NULL,
+            subscribers text NOT NULL,
+            PRIMARY KEY (forwarder, event_type)
+        )""",
+    "event_type_seen": """
+        INSERT INTO {event_types} AS e (forwarder, event_type, last_seen_at, subscribers)
+        VALUES (?, ?, ?, ?) ON CONFLICT (forwarder, event_type)
+        DO UPDATE SET last_seen_at = EXCLUDED.last_seen_at, subscribers = EXCLUDED.subscribers""",
+    "event_types_read": """
+        SELECT event_type, last_seen_at, subscribers FROM {event_types} WHERE forwarder = ?
+        ORDER BY event_type""",
     "ledger_cleanup": "DELETE FROM {ledger} WHERE forwarded_at < ?",
     "counters_add": """
         INSERT INTO {counters} AS c (forwarder, counter, slot, value) VALUES (?, ?, ?, ?)

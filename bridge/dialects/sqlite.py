@@ -99,6 +99,23 @@ STATEMENTS: dict[str, str] = {
     "ledger_record_row": f"(?, ?, {_NOW})",
     "send_many": "INSERT INTO {queue} (Id, Recoverable, Expires, Headers, Body) VALUES {rows}",
     "send_row": "(?, 1, ?, ?, ?)",
+    "subscribers_many": "SELECT DISTINCT QueueAddress FROM {subscriptions} WHERE Topic IN ({rows})",
+    "subscribers_row": "?",
+    "create_event_types_table": """
+        CREATE TABLE IF NOT EXISTS {event_types} (
+            forwarder TEXT NOT NULL,
+            event_type TEXT NOT NULL,
+            last_seen_at TEXT NOT NULL,
+            subscribers TEXT NOT NULL,
+            PRIMARY KEY (forwarder, event_type)
+        )""",
+    "event_type_seen": """
+        INSERT INTO {event_types} (forwarder, event_type, last_seen_at, subscribers)
+        VALUES (?, ?, ?, ?) ON CONFLICT (forwarder, event_type)
+        DO UPDATE SET last_seen_at = excluded.last_seen_at, subscribers = excluded.subscribers""",
+    "event_types_read": """
+        SELECT event_type, last_seen_at, subscribers FROM {event_types} WHERE forwarder = ?
+        ORDER BY event_type""",
     "ledger_cleanup": "DELETE FROM {ledger} WHERE forwarded_at < ?",
     "counters_add": """
         INSERT INTO {counters} (forwarder, counter, slot, value) VALUES (?, ?, ?, ?)

@@ -22,7 +22,7 @@ from bridge.dialects.base import (
 )
 
 DIALECT_NAMES = ["postgresql", "sqlite"]
-TABLE_PLACEHOLDERS = {"queue", "retry", "ledger", "counters"}
+TABLE_PLACEHOLDERS = {"queue", "retry", "ledger", "counters", "subscriptions", "event_types"}
 
 HOSTILE_NAMES = [
     'x"; DROP TABLE y --',
