@@ -22,9 +22,11 @@ from bridge.config.model import (
     ForwarderConfig,
     LedgerConfig,
     LoggingConfig,
+    PublishConfig,
     RetryConfig,
     RouteConfig,
     SentryConfig,
+    SubscriptionTableConfig,
 )
 
 __all__ = [
@@ -36,12 +38,15 @@ __all__ = [
     "LOGGING",
     "NAME_MESSAGE",
     "NAME_PATTERN",
+    "PUBLISH",
     "REQUIRED",
     "RETRIES",
     "ROUTES",
     "SCHEMA",
     "SENTRY",
     "SERVER_DIALECTS",
+    "SUBSCRIPTIONS",
+    "SUBSCRIPTION_TABLES",
     "Key",
     "KeyType",
     "Section",
@@ -51,6 +56,7 @@ __all__ = [
     "parse_duration",
     "render_reference_markdown",
     "section",
+    "topic_problem",
 ]
 
 
@@ -63,8 +69,8 @@ class _Required:
 
 REQUIRED: Final = _Required()
 
-KeyType = Literal["string", "integer", "boolean", "duration", "choice", "address"]
-SectionShape = Literal["mapping", "named", "list"]
+KeyType = Literal["string", "integer", "boolean", "duration", "choice", "address", "topic"]
+SectionShape = Literal["mapping", "named", "list", "multimap"]
 
 DIALECTS: Final = ("postgresql", "sqlite", "sqlserver")
 # Dialects with a working driver in this version; the others are recognised (so the message can
@@ -86,10 +92,10 @@ class Key:
     it is required if `default is REQUIRED`, elsewhere it is an error to give it
     (`dialect_hint` says what to do instead). `minimum` is inclusive unless
     `exclusive_minimum`; `warn_outside` gives an inclusive range outside which a valid value
-    draws a warning. A string must fully match `pattern`, else `pattern_message` is reported
-    (with the value, unless `secret`). `expand_env` enables `${VAR}` expansion; `secret`
-    forbids echoing the value in messages; `empty_is_none` turns an empty string into None
-    instead of an error.
+    draws a warning, `warn_hint` says why that matters. A string must fully match `pattern`,
+    else `pattern_message` is reported (with the value, unless `secret`). `expand_env` enables
+    `${VAR}` expansion; `secret` forbids echoing the value in messages; `empty_is_none` turns
+    an empty string into None instead of an error.
     """
 
     name: str
@@ -104,6 +110,7 @@ class Key:
     exclusive_minimum: bool = False
     maximum: float | None = None
     warn_outside: tuple[float, float] | None = None
+    warn_hint: str = ""
     pattern: str | None = None
     pattern_message: str = ""
     expand_env: bool = False
@@ -123,8 +130,11 @@ class Section:
     """A top-level key of the file.
 
     `shape` is `mapping` (a fixed set of keys), `named` (a mapping of entry name -> entry, the
-    name matching `name_pattern`) or `list` (a list of entries). `model` is the dataclass built
-    from one entry (or from the mapping). `entry` names one entry in messages.
+    name matching `name_pattern`), `list` (a list of entries) or `multimap` (a mapping of
+    free-form entry name -> non-empty list of values; no `keys`: `name_key` checks and documents
+    the names, `items` each value of the lists). `model` is the dataclass built from one entry
+    (or from the mapping; for `multimap` the tuple built from one list). `entry` names one entry
+    in messages.
     """
 
     name: str
@@ -136,6 +146,8 @@ class Section:
     min_items: int = 0
     entry: str = ""
     name_pattern: str | None = None
+    name_key: Key | None = None
+    items: Key | None = None
 
     def key(self, name: str) -> Key:
         """The key called `name`; raises KeyError when the section has none."""
@@ -321,6 +333,87 @@ ROUTES = Section(
     ),
 )
 
+SUBSCRIPTIONS = Section(
+    name="subscriptions",
+    shape="multimap",
+    entry="topic",
+    model=tuple,
+    description=(
+        "Who receives a published event (`$.store-and-forward.eventtype`), by topic: the "
+        "event type's full name. Used together with `subscription_tables`."
+    ),
+    keys=(),
+    name_key=Key(
+        "topic",
+        "topic",
+        "Full name of the event type without the assembly part (a generic type's arguments "
+        "in brackets may be assembly-qualified).",
+        example="Shared.OrderSubmitted",
+    ),
+    items=Key(
+        "subscribers",
+        "address",
+        "Subscriber queues, a list even for one: addresses in the grammar of every forwarding "
+        "database (like destination headers), each matching a route; duplicates draw a warning.",
+        example="Samples.Billing",
+    ),
+)
+
+SUBSCRIPTION_TABLES = Section(
+    name="subscription_tables",
+    shape="list",
+    entry="subscription table",
+    model=SubscriptionTableConfig,
+    description=(
+        "NServiceBus native subscription tables (SQL transport subscription storage) whose "
+        "subscribers are added to those under `subscriptions`."
+    ),
+    keys=(
+        Key(
+            "database",
+            "string",
+            "Name of the database (under `databases`) that holds the table.",
+            example="receiver",
+        ),
+        Key(
+            "table",
+            "address",
+            "The table: a table name or an address in the database's dialect.",
+            example="SubscriptionRouting",
+            default="SubscriptionRouting",
+        ),
+    ),
+)
+
+PUBLISH = Section(
+    name="publish",
+    shape="mapping",
+    model=PublishConfig,
+    description="How published events are multicast to their subscribers.",
+    keys=(
+        Key(
+            "no_subscribers",
+            "choice",
+            "An event without subscribers: drop it (logged and counted) or move it to the "
+            "error queue.",
+            example="drop",
+            default="drop",
+            choices=("drop", "error"),
+        ),
+        Key(
+            "cache",
+            "duration",
+            "How long subscriber lists read from `subscription_tables` are reused (NServiceBus "
+            "uses 5s); a warning above 1m.",
+            example="5s",
+            default=5.0,
+            warn_outside=(0.0, 60.0),
+            warn_hint="new subscriptions would be seen late",
+            **_POSITIVE,
+        ),
+    ),
+)
+
 RETRIES = Section(
     name="retries",
     shape="mapping",
@@ -466,6 +559,9 @@ SCHEMA: Final[tuple[Section, ...]] = (
     DATABASES,
     FORWARDERS,
     ROUTES,
+    SUBSCRIPTIONS,
+    SUBSCRIPTION_TABLES,
+    PUBLISH,
     RETRIES,
     LEDGER,
     LOGGING,
@@ -479,6 +575,44 @@ def section(name: str) -> Section:
         if candidate.name == name:
             return candidate
     raise KeyError(name)
+
+
+# --------------------------------------------------------------------------------------------
+# Topics
+# --------------------------------------------------------------------------------------------
+
+
+def topic_problem(topic: str) -> str | None:
+    """What is wrong with `topic` as a topic (an event type's full name), or None if nothing.
+
+    The message does not quote the topic: it goes with a key path that does.
+
+    Rejects empty names, leading or trailing whitespace, unbalanced brackets and an assembly
+    part (`Shared.OrderSubmitted, Shared`): only a comma outside brackets starts one, since a
+    generic type's arguments are assembly-qualified inside its brackets
+    (``Shared.Envelope`1[[Shared.Order, Shared, Version=1.0.0.0]]``).
+    """
+    if not topic.strip():
+        return "a topic must not be empty"
+    if topic != topic.strip():
+        return f"has leading or trailing whitespace; write {topic.strip()!r}"
+    depth = 0
+    for index, char in enumerate(topic):
+        if char == "[":
+            depth += 1
+        elif char == "]":
+            depth -= 1
+            if depth < 0:
+                break
+        elif char == "," and depth == 0:
+            type_name, assembly = topic[:index].strip(), topic[index + 1 :].strip()
+            return (
+                f"names an assembly ({assembly!r}); a topic is the event type's full name "
+                f"without the assembly part: write {type_name!r}"
+            )
+    if depth != 0:
+        return "has unbalanced '[' and ']'"
+    return None
 
 
 # --------------------------------------------------------------------------------------------
@@ -585,6 +719,8 @@ def describe_type(key: Key) -> str:
         return text
     if key.type == "address":
         return "queue address"
+    if key.type == "topic":
+        return "type full name"
     if key.type in ("integer", "duration"):
         low, high = key.minimum, key.maximum
         if low is not None and high is not None:
@@ -623,6 +759,8 @@ def _describe_example(key: Key) -> str:
 
 
 def _section_heading(sec: Section) -> str:
+    if sec.shape == "multimap" and sec.name_key is not None:
+        return f"`{sec.name}.<{sec.name_key.name}>`"
     if sec.shape == "named":
         return f"`{sec.name}.<name>`"
     if sec.shape == "list":
@@ -632,6 +770,44 @@ def _section_heading(sec: Section) -> str:
 
 def _escape_cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _rows(sec: Section) -> list[tuple[str, str, str, str, str]]:
+    """The cells of the reference table of `sec`: key, type, default, description, example."""
+    if sec.shape == "multimap":
+        # One row for the entry names, one for the values of their lists.
+        assert sec.name_key is not None and sec.items is not None
+        name = f"<{sec.name_key.name}>"
+        return [
+            (
+                f"`{name}`",
+                describe_type(sec.name_key),
+                "—",
+                sec.name_key.description,
+                _describe_example(sec.name_key),
+            ),
+            (
+                f"`{name}[]`",
+                "non-empty list; each a " + describe_type(sec.items),
+                "—",
+                sec.items.description,
+                _describe_example(sec.items),
+            ),
+        ]
+    rows = []
+    for key in sec.keys:
+        description = key.description
+        if key.dialects and not key.required:
+            description += f" Only for {', '.join(key.dialects)}."
+        cells = (
+            f"`{key.name}`",
+            describe_type(key),
+            describe_default(key),
+            description,
+            _describe_example(key),
+        )
+        rows.append(cells)
+    return rows
 
 
 def render_reference_markdown(heading_level: int = 2) -> str:
@@ -673,17 +849,7 @@ def render_reference_markdown(heading_level: int = 2) -> str:
             "| Key | Type | Default | Description | Example |",
             "| --- | --- | --- | --- | --- |",
         ]
-        for key in sec.keys:
-            description = key.description
-            if key.dialects and not key.required:
-                description += f" Only for {', '.join(key.dialects)}."
-            cells = (
-                f"`{key.name}`",
-                describe_type(key),
-                describe_default(key),
-                description,
-                _describe_example(key),
-            )
+        for cells in _rows(sec):
             lines.append("| " + " | ".join(_escape_cell(cell) for cell in cells) + " |")
         lines.append("")
     return "\n".join(lines)

@@ -27,18 +27,24 @@ from bridge.config.model import (
     ForwarderConfig,
     LedgerConfig,
     LoggingConfig,
+    PublishConfig,
     RetryConfig,
     RouteConfig,
     SentryConfig,
+    SubscriptionTableConfig,
 )
 from bridge.config.schema import (
     FORWARDERS,
     RETRIES,
+    ROUTES,
     SCHEMA,
+    SUBSCRIPTION_TABLES,
+    SUBSCRIPTIONS,
     Key,
     Section,
     format_duration,
     parse_duration,
+    topic_problem,
 )
 from bridge.secrets import mask_secrets
 
@@ -228,6 +234,14 @@ class _Entry:
     name: str | None = None
 
 
+@dataclass
+class _Item:
+    """One valid value of a `multimap` section's list, with where it was written."""
+
+    path: str
+    value: Any
+
+
 class _Validator:
     def __init__(self, environ: Mapping[str, str], source_path: str | None) -> None:
         self.environ = environ
@@ -237,7 +251,15 @@ class _Validator:
         self.databases: dict[str, _Entry] = {}
         self.forwarders: list[_Entry | None] = []
         self.routes: list[_Entry | None] = []
+        self.subscription_tables: list[_Entry | None] = []
+        self.lists: dict[str, list[_Entry | None]] = {
+            FORWARDERS.name: self.forwarders,
+            ROUTES.name: self.routes,
+            SUBSCRIPTION_TABLES.name: self.subscription_tables,
+        }
         self.mappings: dict[str, _Entry | None] = {}
+        # multimap section name -> entry name -> its valid values.
+        self.multimaps: dict[str, dict[str, list[_Item]]] = {}
 
     def error(self, path: str, message: str) -> None:
         self.problems.append(Problem(path, message, "error"))
@@ -289,6 +311,8 @@ class _Validator:
             self.mappings[sec.name] = self.entry(sec, value, path)
         elif sec.shape == "named":
             self.named_section(sec, value)
+        elif sec.shape == "multimap":
+            self.multimap_section(sec, value)
         else:
             self.list_section(sec, value)
 
@@ -298,6 +322,8 @@ class _Validator:
             return f"expected a mapping of {sec.entry} name to {sec.entry} settings"
         if sec.shape == "list":
             return f"expected a list of {sec.entry}s"
+        if sec.shape == "multimap" and sec.items is not None:
+            return f"expected a mapping of {sec.entry} to a list of {sec.items.name}"
         return "expected a mapping"
 
     def named_section(self, sec: Section, value: object) -> None:
@@ -329,9 +355,50 @@ class _Validator:
             return
         if len(value) < sec.min_items:
             self.error(sec.name, f"at least {sec.min_items} {sec.entry} is required")
-        target = self.forwarders if sec is FORWARDERS else self.routes
+        target = self.lists[sec.name]
         for index, raw_entry in enumerate(value):
             target.append(self.entry(sec, raw_entry, f"{sec.name}[{index}]"))
+
+    def multimap_section(self, sec: Section, value: object) -> None:
+        assert sec.name_key is not None and sec.items is not None
+        if not isinstance(value, Mapping):
+            self.error(sec.name, f"{self.section_shape_text(sec)}, got {_describe(value)}")
+            return
+        found = self.multimaps.setdefault(sec.name, {})
+        for name, values in value.items():
+            if not isinstance(name, str):
+                self.error(sec.name, f"{sec.entry}s must be strings, got {_describe(name)}")
+                continue
+            # Always quoted: topics are full type names, dots and brackets included.
+            path = f"{sec.name}[{json.dumps(name)}]"
+            self.convert(sec.name_key, name, path)
+            found[name] = self.multimap_items(sec.items, values, path)
+
+    def multimap_items(self, key: Key, values: object, path: str) -> list[_Item]:
+        if isinstance(values, str):
+            # Deliberately not read as a one-element list: "A, B" would silently be one address.
+            self.error(
+                path,
+                f"expected a list of {key.name}, got {_describe(values)}; write "
+                f"{json.dumps([values])} for a single one",
+            )
+            return []
+        if not isinstance(values, list):
+            self.error(path, f"expected a list of {key.name}, got {_describe(values)}")
+            return []
+        if not values:
+            self.error(path, f"the list of {key.name} is empty; leave the entry out instead")
+            return []
+        items: list[_Item] = []
+        for index, value in enumerate(values):
+            item_path = f"{path}[{index}]"
+            if value is None:
+                self.error(item_path, f"expected a string, got {_describe(value)}")
+                continue
+            converted = self.convert(key, value, item_path)
+            if converted is not _INVALID:
+                items.append(_Item(item_path, converted))
+        return items
 
     def entry(self, sec: Section, raw: object, path: str) -> _Entry | None:
         """Check one mapping against the keys of `sec`; None when it is not a mapping at all."""
@@ -388,7 +455,19 @@ class _Validator:
             return _INVALID
         if key.type == "duration":
             return self.convert_duration(key, value, path)
+        if key.type == "topic":
+            return self.convert_topic(value, path)
         return self.convert_choice(key, value, path)
+
+    def convert_topic(self, value: object, path: str) -> object:
+        if not isinstance(value, str):
+            self.error(path, f"expected a string, got {_describe(value)}")
+            return _INVALID
+        problem = topic_problem(value)
+        if problem is not None:
+            self.error(path, problem)
+            return _INVALID
+        return value
 
     def convert_string(self, key: Key, value: object, path: str) -> object:
         if not isinstance(value, str):
@@ -453,11 +532,15 @@ class _Validator:
         if key.warn_outside is not None:
             low, high = key.warn_outside
             if not low <= seconds <= high:
-                self.warning(
-                    path,
-                    f"{format_duration(seconds)} is outside the usual range "
-                    f"{format_duration(low)}..{format_duration(high)}",
-                )
+                hint = f"; {key.warn_hint}" if key.warn_hint else ""
+                if seconds > high and low <= (key.minimum or 0):
+                    # The lower end is no real bound (values there are errors), so leave it out.
+                    usual = f"more than the usual maximum {format_duration(high)}"
+                else:
+                    usual = (
+                        f"outside the usual range {format_duration(low)}..{format_duration(high)}"
+                    )
+                self.warning(path, f"{format_duration(seconds)} is {usual}{hint}")
         return seconds
 
     def in_range(self, key: Key, number: float, path: str, shown: str) -> bool:
@@ -501,10 +584,12 @@ class _Validator:
         self.check_references()
         self.check_forwarders()
         self.check_routes()
+        self.check_subscriptions()
+        self.check_subscription_tables()
         self.check_retries()
 
     def check_references(self) -> None:
-        for entries in (self.forwarders, self.routes):
+        for entries in (self.forwarders, self.routes, self.subscription_tables):
             for entry in entries:
                 if entry is None or "database" not in entry.values:
                     continue
@@ -623,6 +708,115 @@ class _Validator:
             self.warning(_join(entry.path, "match"), f"route {match!r} is unreachable: {reason}")
             return
 
+    def forwarding_dialects(self) -> list[str]:
+        """The dialects of the forwarders' databases, in forwarder order, each once."""
+        dialects: list[str] = []
+        for entry in self.forwarders:
+            dialect = None if entry is None else self.dialect_of(entry)
+            if dialect is not None and dialect not in dialects:
+                dialects.append(dialect)
+        return dialects
+
+    def check_subscriptions(self) -> None:
+        """Subscriber addresses: parsed in every forwarding dialect, routable, not repeated.
+
+        A published event is multicast by whichever forwarder drains it, and a subscriber
+        address is read like a destination header: in that forwarder's database's grammar.
+        """
+        from bridge.addressing import AddressError, QueueAddress, grammar_for
+
+        dialects = self.forwarding_dialects()
+        routes = self.route_configs()
+        for topic, items in self.multimaps.get(SUBSCRIPTIONS.name, {}).items():
+            first: dict[object, str] = {}
+            unique: list[_Item] = []
+            for item in items:
+                parsed: dict[str, QueueAddress] = {}
+                for dialect in dialects:
+                    try:
+                        parsed[dialect] = grammar_for(dialect).parse(item.value)
+                    except AddressError as exc:
+                        self.error(item.path, f"invalid {dialect} address: {exc}")
+                if routes is not None:
+                    self.check_subscriber_route(item, parsed, routes)
+                # The same queue in every forwarding dialect, e.g. `a.b` and `"a"."b"` when all
+                # forwarders are postgresql; the text when an address does not parse.
+                complete = dialects and len(parsed) == len(dialects)
+                same = tuple(parsed.items()) if complete else item.value
+                if same in first:
+                    self.warning(
+                        item.path,
+                        f"{item.value!r} is the same subscriber as {first[same]}; it gets the "
+                        "event once",
+                    )
+                else:
+                    first[same] = item.path
+                    unique.append(item)
+            self.multimaps[SUBSCRIPTIONS.name][topic] = unique
+
+    def route_configs(self) -> list[RouteConfig] | None:
+        """The routes as far as matching goes; None when one is broken (already reported),
+        since checking against the others would report destinations it may well route."""
+        routes: list[RouteConfig] = []
+        for entry in self.routes:
+            if entry is None or entry.values.get("match") is None:
+                return None
+            routes.append(RouteConfig(entry.values["match"], entry.values.get("database", "")))
+        return routes
+
+    def check_subscriber_route(
+        self, item: _Item, parsed: Mapping[str, Any], routes: list[RouteConfig]
+    ) -> None:
+        from bridge.routing import first_matching_route
+
+        reported: set[str] = set()
+        for dialect, address in parsed.items():
+            table = address.table
+            if table in reported or first_matching_route(table, routes) is not None:
+                continue
+            reported.add(table)
+            patterns = [route.match for route in routes]
+            close = difflib.get_close_matches(table, patterns, n=1, cutoff=0.6)
+            hint = f" (did you mean a destination matching {close[0]!r}?)" if close else ""
+            read_as = ""
+            if table != item.value:
+                read_as = f"; {dialect} reads {item.value!r} as table {table!r}"
+                if address.schema is not None and first_matching_route(item.value, routes):
+                    read_as += f", write {json.dumps(item.value)!r} for a table with a dot"
+            listed = ", ".join(repr(p) for p in patterns)
+            self.error(
+                item.path,
+                f"no route matches subscriber table {table!r}{hint}{read_as}; routes: {listed}",
+            )
+
+    def check_subscription_tables(self) -> None:
+        from bridge.addressing import AddressError, grammar_for
+
+        first: dict[tuple[object, object], str] = {}
+        for entry in self.subscription_tables:
+            if entry is None or entry.values.get("table") is None:
+                continue
+            name = entry.values.get("database")
+            database = self.databases.get(name) if isinstance(name, str) else None
+            if database is None or database.values.get("dialect") is None:
+                continue
+            dialect, text = database.values["dialect"], entry.values["table"]
+            try:
+                grammar = grammar_for(dialect)
+                parsed = grammar.parse(text)
+                table = grammar.resolve(parsed, database.values.get("schema"), None)
+            except AddressError as exc:
+                self.error(_join(entry.path, "table"), f"invalid {dialect} table address: {exc}")
+                continue
+            slot = (name, table)
+            if slot in first:
+                self.warning(
+                    _join(entry.path, "table"),
+                    f"{first[slot]} already names this table in database {name!r}; it is read once",
+                )
+            else:
+                first[slot] = entry.path
+
     def check_retries(self) -> None:
         retries = self.mappings.get(RETRIES.name)
         if retries is None:
@@ -653,6 +847,16 @@ class _Validator:
             ledger=LedgerConfig(**mappings["ledger"]),
             logging=LoggingConfig(**mappings["logging"]),
             sentry=SentryConfig(**mappings["sentry"]),
+            subscriptions=types.MappingProxyType(
+                {
+                    topic: tuple(item.value for item in items)
+                    for topic, items in self.multimaps.get(SUBSCRIPTIONS.name, {}).items()
+                }
+            ),
+            subscription_tables=tuple(
+                SubscriptionTableConfig(**e.values) for e in self.subscription_tables if e
+            ),
+            publish=PublishConfig(**mappings["publish"]),
             source_path=self.source_path,
         )
 

@@ -69,6 +69,15 @@ def minimal() -> dict[str, Any]:
     }
 
 
+def with_entries() -> dict[str, Any]:
+    """`minimal()` plus one entry, of required keys only, in every list section it lacks."""
+    raw = minimal()
+    for section in SCHEMA:
+        if section.shape == "list" and section.name not in raw:
+            raw[section.name] = [{k.name: k.example for k in section.keys if k.required}]
+    return raw
+
+
 def _tokens(path: str) -> list[str | int]:
     return [
         int(token[1:-1]) if token.startswith("[") else token
@@ -268,6 +277,9 @@ def test_schema_sections_are_the_top_level_keys_of_the_contract() -> None:
         "databases",
         "forwarders",
         "routes",
+        "subscriptions",
+        "subscription_tables",
+        "publish",
         "retries",
         "ledger",
         "logging",
@@ -275,7 +287,14 @@ def test_schema_sections_are_the_top_level_keys_of_the_contract() -> None:
     ]
 
 
-@pytest.mark.parametrize("section", SCHEMA, ids=lambda s: s.name)
+def test_every_schema_section_is_a_field_of_the_bridge_config() -> None:
+    fields = {f.name for f in dataclasses.fields(BridgeConfig)}
+    assert {section.name for section in SCHEMA} == fields - {"source_path"}
+
+
+@pytest.mark.parametrize(
+    "section", [s for s in SCHEMA if s.shape != "multimap"], ids=lambda s: s.name
+)
 def test_schema_keys_are_exactly_the_model_fields(section: Section) -> None:
     fields = {f.name for f in dataclasses.fields(section.model)}
     from_file = set(section.key_names) | ({"name"} if section.shape == "named" else set())
@@ -306,7 +325,7 @@ def _place_example(section: Section, key: Key) -> dict[str, Any]:
         database = "edge" if key.name == "path" else "sender"
         return with_(minimal(), f"databases.{database}.{key.name}", key.example)
     if section.shape == "list":
-        return with_(minimal(), f"{section.name}[0].{key.name}", key.example)
+        return with_(with_entries(), f"{section.name}[0].{key.name}", key.example)
     return with_(minimal(), f"{section.name}.{key.name}", key.example)
 
 
@@ -403,8 +422,8 @@ def test_unknown_top_level_key_is_reported_with_nearest_match() -> None:
 
 def test_unknown_key_without_a_near_match_lists_the_expected_keys() -> None:
     assert the_error(with_(minimal(), "zzz", 1)) == (
-        "zzz: unknown key (expected one of: databases, forwarders, routes, retries, ledger, "
-        "logging, sentry)"
+        "zzz: unknown key (expected one of: databases, forwarders, routes, subscriptions, "
+        "subscription_tables, publish, retries, ledger, logging, sentry)"
     )
 
 
@@ -502,16 +521,18 @@ def _every_path() -> list[str]:
         if section.name == "databases":
             paths += [f"databases.sender.{key.name}", f"databases.edge.{key.name}"]
         elif section.shape == "list":
-            paths.append(f"{section.name}[0].{key.name}")
+            paths += [section.name, f"{section.name}[0]", f"{section.name}[0].{key.name}"]
         else:
             paths += [section.name, f"{section.name}.{key.name}"]
+    paths += ["subscriptions", "subscriptions.OrderSubmitted", "subscriptions.OrderSubmitted[0]"]
     return sorted(set(paths))
 
 
 @pytest.mark.parametrize("path", _every_path())
 def test_validate_never_raises_whatever_a_key_holds(path: str) -> None:
+    raw = with_(with_entries(), "subscriptions", {"OrderSubmitted": ["Samples.Billing"]})
     for value in _GARBAGE:
-        config, problems = run(with_(minimal(), path, value))
+        config, problems = run(with_(raw, path, value))
         assert (config is None) == any(p.severity == "error" for p in problems)
 
 
@@ -1298,7 +1319,7 @@ def test_null_for_an_optional_key_means_its_default(item: tuple[Section, Key]) -
         path = f"{section.name}[0].{key.name}"
     else:
         path = f"{section.name}.{key.name}"
-    config = build(with_(minimal(), path, None))
+    config = build(with_(with_entries(), path, None))
     assert _built(config, section, key) == key.default
 
 
