@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from bridge.addressing import QueueAddress
-from bridge.config.model import BridgeConfig
+from bridge.classify import Deliver, Publish
+from bridge.config.model import BridgeConfig, ForwarderConfig, SubscriptionTableConfig
 from bridge.connections import Connections
 from bridge.daemon import ledger_databases
 from bridge.dialects import Dialect, dialect_for
 from bridge.dialects.base import LEDGER_TABLE
 from bridge.drivers import Connection, DatabaseError
 from bridge.forwarding import forwarder_tables
+from bridge.multicast import NoSubscribers, fan_out
+from bridge.routing import Router
+from bridge.subscriptions import SubscriberDirectory
 
 
 @dataclass(frozen=True)
@@ -58,6 +63,12 @@ def run_checks(config: BridgeConfig) -> list[Finding]:
             findings.extend(
                 _check_exists(connection, dialect, tables.counters, f"{label} counters")
             )
+        for table in config.subscription_tables:
+            if table.database in reachable:
+                findings.extend(_check_subscription_table(config, connections, table))
+        for forwarder in config.forwarders:
+            if forwarder.database in reachable:
+                findings.extend(_check_event_subscribers(config, forwarder, connections))
         for name in ledger_databases(config):
             if name not in reachable:
                 continue
@@ -119,3 +130,68 @@ def _check_queue(
             )
             return
     yield Finding(True, subject, f"{rendered} has the NServiceBus queue shape")
+
+
+def _check_subscription_table(
+    config: BridgeConfig, connections: Connections, table: SubscriptionTableConfig
+) -> Iterator[Finding]:
+    database = config.databases[table.database]
+    dialect = dialect_for(database.dialect)
+    address = dialect.grammar.resolve(dialect.grammar.parse(table.table), database.schema, None)
+    subject = f"subscription table in database '{table.database}'"
+    rendered = dialect.grammar.render(address)
+    columns = _columns(connections.get(table.database), dialect, address)
+    missing = sorted({"queueaddress", "endpoint", "topic"} - set(columns))
+    if not columns:
+        yield Finding(
+            False, subject, f"{rendered} does not exist (NServiceBus creates it on installation)"
+        )
+    elif missing:
+        yield Finding(False, subject, f"{rendered} lacks column(s) {', '.join(missing)}")
+    else:
+        yield Finding(True, subject, f"{rendered} is readable")
+
+
+def _check_event_subscribers(
+    config: BridgeConfig, forwarder: ForwarderConfig, connections: Connections
+) -> Iterator[Finding]:
+    """Per event type (configured or seen): the subscribers found now, where they came from."""
+    database = config.databases[forwarder.database]
+    dialect = dialect_for(database.dialect)
+    tables = forwarder_tables(config, forwarder)
+    topic_sets: dict[str, tuple[str, ...]] = {topic: (topic,) for topic in config.subscriptions}
+    connection = connections.get(forwarder.database)
+    for event_type, _, details in connection.query(
+        dialect.sql("event_types_read", event_types=tables.event_types), (forwarder.name,)
+    ):
+        topic_sets[str(event_type)] = tuple(json.loads(details).get("topics") or (event_type,))
+    connection.commit()
+    router = Router(database, config.routes, config.databases)
+    directory = SubscriberDirectory(config, forwarder.database)
+    for event_type, topics in sorted(topic_sets.items()):
+        subject = f"forwarder '{forwarder.name}' event {event_type}"
+        try:
+            lookup = directory.lookup(topics)
+        except DatabaseError as error:
+            yield Finding(False, subject, f"cannot read subscribers: {error}")
+            continue
+        outcome = fan_out(
+            Publish({}, event_type, topics), lookup.subscribers, router, fallback_message_id=""
+        )
+        if isinstance(outcome, NoSubscribers):
+            yield Finding(
+                True, subject, f"no subscribers (policy: {config.publish.no_subscribers})"
+            )
+            continue
+        for copy in outcome.copies:
+            sources = ", ".join(s.source for s in copy.subscribers)
+            if isinstance(copy.decision, Deliver):
+                destination = copy.decision.destination
+                yield Finding(
+                    True,
+                    subject,
+                    f"{copy.subscriber.address} ({sources}) -> {destination.canonical} in "
+                    f"database '{destination.database}'",
+                )
+            else:
+                yield Finding(False, subject, f"{copy.decision.reason} ({sources})")

@@ -11,7 +11,9 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from bridge.headers import (
+    ADDRESS_DATABASE_HEADER,
     DESTINATION_HEADER,
+    ENCLOSED_TYPES_HEADER,
     EVENT_TYPE_HEADER,
     MESSAGE_ID_HEADER,
     Headers,
@@ -21,6 +23,7 @@ from bridge.headers import (
     without_routing_headers,
 )
 from bridge.routing import Destination, Router, Unroutable
+from bridge.typenames import TypeNameError, topics_for
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,15 @@ class Reject:
 
 
 @dataclass(frozen=True)
+class Publish:
+    """A published event: to every subscriber of `topics` (the type and its hierarchy)."""
+
+    headers: Headers
+    event_type: str
+    topics: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Deliver:
     """Insert `headers_text` + body into `destination`, deduplicated by `message_id`."""
 
@@ -69,7 +81,7 @@ class Deliver:
     message_id: str
 
 
-Decision = Poison | Expired | Reject | Deliver
+Decision = Poison | Expired | Reject | Deliver | Publish
 
 
 def classify(message: ClaimedMessage, router: Router) -> Decision:
@@ -82,21 +94,26 @@ def classify(message: ClaimedMessage, router: Router) -> Decision:
         return Expired()
     destination_header = headers.get(DESTINATION_HEADER)
     if not destination_header:
-        if headers.get(EVENT_TYPE_HEADER):
-            return Reject(
-                headers,
-                "unsupported-publish",
-                f"published event {headers[EVENT_TYPE_HEADER]!r} cannot be forwarded: this "
-                "version of sfbridge forwards only messages with a "
-                f"'{DESTINATION_HEADER}' header",
-            )
+        event_type = headers.get(EVENT_TYPE_HEADER)
+        if event_type:
+            try:
+                topics = topics_for(event_type, headers.get(ENCLOSED_TYPES_HEADER))
+            except TypeNameError as error:
+                return Reject(
+                    headers,
+                    "bad-event-type",
+                    f"'{EVENT_TYPE_HEADER}' is not a .NET type name ({error}); the publishing "
+                    "endpoint must set it to the event's assembly-qualified type name",
+                )
+            return Publish(headers, event_type, tuple(topics))
         return Reject(
             headers,
             "no-routing-header",
-            f"the message has no '{DESTINATION_HEADER}' header; the sending endpoint must set "
-            "it to the destination queue's address",
+            f"the message has neither a '{DESTINATION_HEADER}' nor a '{EVENT_TYPE_HEADER}' "
+            "header; the sending endpoint must set the destination queue's address (or, for "
+            "a published event, its type)",
         )
-    decision = router.route(destination_header)
+    decision = router.route(destination_header, headers.get(ADDRESS_DATABASE_HEADER))
     if isinstance(decision, Unroutable):
         return Reject(headers, "unroutable", decision.reason)
     outgoing = without_routing_headers(headers)

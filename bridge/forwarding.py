@@ -15,15 +15,24 @@ One call of `forward_batch` is one source transaction:
 
 from __future__ import annotations
 
+import json
 import logging
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Literal
 
-from bridge.addressing import QueueAddress
-from bridge.classify import ClaimedMessage, Decision, Deliver, Expired, Poison, Reject, classify
+from bridge.classify import (
+    ClaimedMessage,
+    Decision,
+    Deliver,
+    Expired,
+    Poison,
+    Publish,
+    Reject,
+    classify,
+)
 from bridge.config.model import BridgeConfig, ForwarderConfig
 from bridge.connections import Connections
 from bridge.deliver import (
@@ -40,23 +49,43 @@ from bridge.deliver import (
     missing_queue_failure,
 )
 from bridge.dialects import Dialect, dialect_for
-from bridge.dialects.base import COUNTERS_TABLE, LEDGER_TABLE, RETRY_TABLE
+from bridge.dialects.base import LEDGER_TABLE
 from bridge.drivers import Connection, DatabaseError, QueueNotFound
-from bridge.headers import serialize_headers, with_failure_headers
+from bridge.headers import serialize_headers
+from bridge.multicast import Fanout, NoSubscribers, SubscribersUnknown, fan_out
 from bridge.outages import OutageMemory
-from bridge.retry_policy import gives_up_after, next_attempt_at
 from bridge.routing import Router
+from bridge.settle import (
+    DELIVERED,
+    DUPLICATES,
+    ERRORS,
+    EXPIRED,
+    NO_SUBSCRIBERS,
+    RETRIES,
+    Settlement,
+)
+from bridge.subscriptions import SubscriberDirectory
+from bridge.tables import ForwarderTables, forwarder_tables
 
 log = logging.getLogger(__name__)
 
 Source = Literal["queue", "retry"]
+# What happens to one claimed message, once published events are expanded per subscriber.
+Outcome = Poison | Expired | Reject | Deliver | Fanout | NoSubscribers | SubscribersUnknown
+# A delivery unit: (position in the batch, copy index for a fan-out, or -1 for unicast).
+UnitKey = tuple[int, int]
 
-# Counter names, as `status` shows them.
-DELIVERED = "delivered"
-DUPLICATES = "duplicates-skipped"
-EXPIRED = "expired-dropped"
-RETRIES = "retries-scheduled"
-ERRORS = "sent-to-error-queue"
+__all__ = [
+    "DELIVERED",
+    "DUPLICATES",
+    "ERRORS",
+    "EXPIRED",
+    "RETRIES",
+    "BatchForwarder",
+    "BatchReport",
+    "ForwarderTables",
+    "forwarder_tables",
+]
 
 
 @dataclass
@@ -65,32 +94,6 @@ class BatchReport:
 
     claimed: int = 0
     counts: Counter[str] = field(default_factory=Counter)
-
-
-@dataclass(frozen=True)
-class ForwarderTables:
-    """The resolved addresses a forwarder works with, all in its own database."""
-
-    queue: QueueAddress
-    error_queue: QueueAddress
-    retry: QueueAddress
-    counters: QueueAddress
-    queue_canonical: str
-
-
-def forwarder_tables(config: BridgeConfig, forwarder: ForwarderConfig) -> ForwarderTables:
-    """Resolve a forwarder's queue, error queue and bridge tables in its database's grammar."""
-    database = config.databases[forwarder.database]
-    dialect = dialect_for(database.dialect)
-    grammar = dialect.grammar
-    queue = grammar.resolve(grammar.parse(forwarder.queue), database.schema, None)
-    return ForwarderTables(
-        queue=queue,
-        error_queue=grammar.resolve(grammar.parse(forwarder.error_queue), database.schema, None),
-        retry=dialect.bridge_table(RETRY_TABLE, database.schema),
-        counters=dialect.bridge_table(COUNTERS_TABLE, database.schema),
-        queue_canonical=grammar.render(queue),
-    )
 
 
 class BatchForwarder:
@@ -113,6 +116,7 @@ class BatchForwarder:
         self.dialect: Dialect = dialect_for(source_database.dialect)
         self.tables = forwarder_tables(config, forwarder)
         self.router = Router(source_database, config.routes, config.databases)
+        self.subscribers = SubscriberDirectory(config, forwarder.database)
         self._remote: dict[str, RemoteDelivery] = {}
         # A daemon shares one memory across its workers; standalone use gets its own.
         self._outages = outages or OutageMemory(outage_hold_seconds(config))
@@ -131,9 +135,12 @@ class BatchForwarder:
             claimed = self._claim(connection, source)
             report = BatchReport(claimed=len(claimed))
             if claimed:
-                decisions = [self._classify(message) for message in claimed]
-                results = self._deliver(connection, claimed, decisions)
-                self._settle(connection, claimed, decisions, results, report)
+                outcomes = [
+                    self._expand(connection, message, self._classify(message))
+                    for message in claimed
+                ]
+                results = self._deliver(connection, claimed, outcomes)
+                report.counts = self._settle(connection, claimed, outcomes, results)
             connection.commit()
             return report
         except DatabaseError:
@@ -196,24 +203,86 @@ class BatchForwarder:
         messages.sort(key=lambda message: message.order)
         return messages
 
+    def _expand(
+        self, connection: Connection, message: ClaimedMessage, decision: Decision
+    ) -> Outcome:
+        """A published event becomes one copy per subscriber; everything else stays as it is."""
+        if not isinstance(decision, Publish):
+            return decision
+        try:
+            lookup = self.subscribers.lookup(decision.topics)
+        except DatabaseError as error:
+            return SubscribersUnknown(decision, f"cannot read subscribers: {error}")
+        outcome = fan_out(
+            decision, lookup.subscribers, self.router, fallback_message_id=str(message.row_id)
+        )
+        if lookup.fresh:
+            self._record_event_type(connection, decision, outcome)
+        return outcome
+
+    def _record_event_type(
+        self, connection: Connection, publish: Publish, outcome: Fanout | NoSubscribers
+    ) -> None:
+        """What `status` and `check` show: per event type seen, its subscribers and sources."""
+        subscribers = [
+            {
+                "address": listed.address,
+                "source": listed.source,
+                "destination": (
+                    f"{copy.decision.destination.canonical} in database "
+                    f"'{copy.decision.destination.database}'"
+                    if isinstance(copy.decision, Deliver)
+                    else f"unroutable: {copy.decision.reason}"
+                ),
+            }
+            for copy in (outcome.copies if isinstance(outcome, Fanout) else ())
+            for listed in copy.subscribers
+        ]
+        connection.execute(
+            self.dialect.sql("event_type_seen", event_types=self.tables.event_types),
+            (
+                self.forwarder.name,
+                publish.topics[0],
+                self.dialect.encode_timestamp(_utcnow()),
+                json.dumps(
+                    {"topics": list(publish.topics), "subscribers": subscribers},
+                    ensure_ascii=False,
+                ),
+            ),
+        )
+
     def _deliver(
         self,
         connection: Connection,
         claimed: Sequence[ClaimedMessage],
-        decisions: Sequence[object],
-    ) -> dict[int, DeliveryResult]:
-        groups: dict[str, list[int]] = defaultdict(list)
-        for position, decision in enumerate(decisions):
-            if isinstance(decision, Deliver):
-                groups[decision.destination.database].append(position)
-        results: dict[int, DeliveryResult] = {}
-        for database, positions in groups.items():
-            items: list[Item] = [(claimed[p], decisions[p]) for p in positions]  # type: ignore[misc]
-            if database == self.forwarder.database:
-                outcome = self._deliver_locally(connection, items)
+        outcomes: Sequence[Outcome],
+    ) -> dict[UnitKey, DeliveryResult]:
+        """Deliver every unicast message and every subscriber copy, grouped per database."""
+        groups: dict[str, list[tuple[UnitKey, Item]]] = {}
+        for position, outcome in enumerate(outcomes):
+            message = claimed[position]
+            if isinstance(outcome, Deliver):
+                units = [((position, -1), outcome)]
+            elif isinstance(outcome, Fanout):
+                units = [
+                    ((position, index), copy.decision)
+                    for index, copy in enumerate(outcome.copies)
+                    if isinstance(copy.decision, Deliver)
+                ]
             else:
-                outcome = self._remote_delivery(database).deliver(items)
-            results.update(zip(positions, outcome, strict=True))
+                continue
+            for key, deliver in units:
+                database = deliver.destination.database
+                groups.setdefault(database, []).append((key, (message, deliver)))
+        results: dict[UnitKey, DeliveryResult] = {}
+        for database, keyed_items in groups.items():
+            keys = [key for key, _ in keyed_items]
+            items = [item for _, item in keyed_items]
+            if database == self.forwarder.database:
+                delivered = self._deliver_locally(connection, items)
+            else:
+                delivered = self._remote_delivery(database).deliver(items)
+            results.update(zip(keys, delivered, strict=True))
         return results
 
     def _deliver_locally(
@@ -289,178 +358,98 @@ class BatchForwarder:
         self,
         connection: Connection,
         claimed: Sequence[ClaimedMessage],
-        decisions: Sequence[object],
-        results: dict[int, DeliveryResult],
-        report: BatchReport,
-    ) -> None:
-        now = _utcnow()
-        # One log line per destination and error per batch, not one per message: an outage
-        # with a backlog of thousands must not flood the journal.
-        retried: Counter[tuple[str, str, str]] = Counter()
-        given_up: Counter[tuple[str, str]] = Counter()
-        for position, (message, decision) in enumerate(zip(claimed, decisions, strict=True)):
-            if isinstance(decision, Poison):
-                log.error(
-                    "message %s in %s has unreadable headers (%s); moved to the error queue as is",
-                    message.row_id,
-                    self.tables.queue_canonical,
-                    decision.reason,
-                )
-                self._dead_letter(connection, message, message.headers_text or "")
-                report.counts[ERRORS] += 1
-            elif isinstance(decision, Expired):
-                report.counts[EXPIRED] += 1
-            elif isinstance(decision, Reject):
-                log.warning(
-                    "message %s: %s; moved to the error queue", message.row_id, decision.reason
-                )
-                self._dead_letter_with_reason(
-                    connection,
+        outcomes: Sequence[Outcome],
+        results: dict[UnitKey, DeliveryResult],
+    ) -> Counter[str]:
+        settlement = Settlement(
+            connection,
+            self.dialect,
+            self.forwarder,
+            self.tables,
+            self.config.retries,
+            slot=self.slot,
+            now=_utcnow(),
+        )
+        for position, (message, outcome) in enumerate(zip(claimed, outcomes, strict=True)):
+            if isinstance(outcome, Poison):
+                settlement.dead_letter_as_is(message, outcome.reason)
+            elif isinstance(outcome, Expired):
+                settlement.count(EXPIRED)
+            elif isinstance(outcome, Reject):
+                settlement.reject(message, outcome.headers, outcome.reason_code, outcome.reason)
+            elif isinstance(outcome, Deliver):
+                self._settle_delivery(
+                    settlement,
                     message,
-                    decision.headers,
-                    decision.reason_code,
-                    decision.reason,
-                    "SFBridge.UnroutableMessage",
-                    now,
-                    attempts=None,
+                    outcome,
+                    message.headers_text or "",
+                    results[(position, -1)],
                 )
-                report.counts[ERRORS] += 1
-            elif isinstance(decision, Deliver):
-                result = results[position]
-                if isinstance(result, Delivered):
-                    report.counts[DELIVERED] += 1
-                elif isinstance(result, Duplicate):
-                    log.info(
-                        "message %s was already delivered to %s; not delivering it twice",
-                        decision.message_id,
-                        decision.destination.canonical,
-                    )
-                    report.counts[DUPLICATES] += 1
-                else:
-                    outcome, due = self._retry_or_give_up(
-                        connection, message, decision, result, now
-                    )
-                    report.counts[outcome] += 1
-                    if due is None:
-                        given_up[(decision.destination.canonical, result.error)] += 1
+            elif isinstance(outcome, Fanout):
+                for index, copy in enumerate(outcome.copies):
+                    if isinstance(copy.decision, Reject):
+                        settlement.reject(
+                            message, copy.decision.headers, "unroutable", copy.decision.reason
+                        )
                     else:
-                        retried[(decision.destination.canonical, result.error, due)] += 1
-        self._add_counters(connection, report.counts)
-        for (destination, error, due), count in retried.items():
-            log.warning(
-                "%d message(s) to %s not delivered: %s; next attempt at %s UTC",
-                count,
-                destination,
-                error,
-                due,
-            )
-        for (destination, error), count in given_up.items():
-            log.error(
-                "%d message(s) to %s moved to the error queue after their last attempt: %s",
-                count,
-                destination,
-                error,
-            )
+                        # A failed copy waits alone, as a unicast to its subscriber.
+                        self._settle_delivery(
+                            settlement,
+                            message,
+                            copy.decision,
+                            serialize_headers(copy.decision.headers),
+                            results[(position, index)],
+                        )
+            elif isinstance(outcome, NoSubscribers):
+                self._settle_no_subscribers(settlement, message, outcome.publish)
+            else:
+                settlement.failed(
+                    message,
+                    outcome.publish.headers,
+                    message.headers_text or "",
+                    f"subscribers of {outcome.publish.topics[0]}",
+                    Failed(outcome.error),
+                )
+        return settlement.finish()
 
-    def _retry_or_give_up(
+    def _settle_delivery(
         self,
-        connection: Connection,
+        settlement: Settlement,
         message: ClaimedMessage,
-        decision: Deliver,
-        failure: Failed,
-        now: datetime,
-    ) -> tuple[str, str | None]:
-        """Store the message for a later attempt, or give up. Returns (counter, due time)."""
-        attempts = message.attempts + 1
-        policy = self.config.retries
-        give_up = (
-            gives_up_after(attempts, policy)
-            or not failure.retryable
-            or (failure.missing_queue and policy.missing_queue == "error")
-        )
-        if give_up:
-            log.debug(
-                "message %s to %s failed after %d attempt(s): %s; moved to the error queue",
-                decision.message_id,
-                decision.destination.canonical,
-                attempts,
-                failure.error,
+        deliver: Deliver,
+        stored_headers_text: str,
+        result: DeliveryResult,
+    ) -> None:
+        if isinstance(result, Delivered):
+            settlement.count(DELIVERED)
+        elif isinstance(result, Duplicate):
+            log.info(
+                "message %s was already delivered to %s; not delivering it twice",
+                deliver.message_id,
+                deliver.destination.canonical,
             )
-            self._dead_letter_with_reason(
-                connection,
+            settlement.count(DUPLICATES)
+        else:
+            settlement.failed(
                 message,
-                decision.headers,
-                "missing-queue" if failure.missing_queue else "delivery-failed",
-                failure.error,
-                "SFBridge.DeliveryFailed",
-                now,
-                attempts=attempts,
+                deliver.headers,
+                stored_headers_text,
+                deliver.destination.canonical,
+                result,
             )
-            return ERRORS, None
-        due = next_attempt_at(now, attempts, policy)
-        log.debug(
-            "message %s to %s: attempt %d of %d failed: %s; next attempt at %s",
-            decision.message_id,
-            decision.destination.canonical,
-            attempts,
-            policy.max_attempts,
-            failure.error,
-            due.strftime("%H:%M:%S"),
-        )
-        dialect = self.dialect
-        connection.execute(
-            dialect.sql("retry_store", retry=self.tables.retry),
-            (
-                dialect.encode_id(message.row_id),
-                self.forwarder.name,
-                decision.destination.canonical,
-                dialect.encode_timestamp(message.expires),
-                message.headers_text,
-                message.body,
-                attempts,
-                dialect.encode_timestamp(message.first_failure_at or now),
-                dialect.encode_timestamp(due),
-                failure.error,
-            ),
-        )
-        return RETRIES, due.strftime("%H:%M:%S")
 
-    def _dead_letter(
-        self, connection: Connection, message: ClaimedMessage, headers_text: str
+    def _settle_no_subscribers(
+        self, settlement: Settlement, message: ClaimedMessage, publish: Publish
     ) -> None:
-        connection.execute(
-            self.dialect.sql("dead_letter", queue=self.tables.error_queue),
-            (self.dialect.encode_id(message.row_id), headers_text, message.body),
+        reason = (
+            f"published event {publish.topics[0]!r} has no subscribers (topics looked up: "
+            f"{', '.join(publish.topics)})"
         )
-
-    def _dead_letter_with_reason(
-        self,
-        connection: Connection,
-        message: ClaimedMessage,
-        headers: dict[str, str | None],
-        reason_code: str,
-        reason: str,
-        exception_type: str,
-        now: datetime,
-        *,
-        attempts: int | None,
-    ) -> None:
-        failure_headers = with_failure_headers(
-            headers,
-            failed_queue=self.tables.queue_canonical,
-            exception_type=exception_type,
-            message=reason,
-            reason=reason_code,
-            failed_at=now,
-            attempts=attempts,
-        )
-        self._dead_letter(connection, message, serialize_headers(failure_headers))
-
-    def _add_counters(self, connection: Connection, counts: Counter[str]) -> None:
-        statement = self.dialect.sql("counters_add", counters=self.tables.counters)
-        for name in sorted(counts):
-            if counts[name]:
-                connection.execute(statement, (self.forwarder.name, name, self.slot, counts[name]))
+        if self.config.publish.no_subscribers == "error":
+            settlement.reject(message, publish.headers, "no-subscribers", reason)
+        else:
+            log.info("message %s: %s; dropped", message.row_id, reason)
+            settlement.count(NO_SUBSCRIBERS)
 
 
 def outage_hold_seconds(config: BridgeConfig) -> float:

@@ -13,9 +13,13 @@ from datetime import UTC, datetime
 
 DESTINATION_HEADER = "$.store-and-forward.destination"
 EVENT_TYPE_HEADER = "$.store-and-forward.eventtype"
-ROUTING_HEADERS = (DESTINATION_HEADER, EVENT_TYPE_HEADER)
+# Set by the bridge on a subscriber's copy whose address is written in another database's
+# grammar than the forwarding database's (it came from that database's subscription table).
+ADDRESS_DATABASE_HEADER = "$.sfbridge.address-database"
+ROUTING_HEADERS = (DESTINATION_HEADER, EVENT_TYPE_HEADER, ADDRESS_DATABASE_HEADER)
 
 MESSAGE_ID_HEADER = "NServiceBus.MessageId"
+ENCLOSED_TYPES_HEADER = "NServiceBus.EnclosedMessageTypes"
 TIME_SENT_HEADER = "NServiceBus.TimeSent"
 FAILED_QUEUE_HEADER = "NServiceBus.FailedQ"
 TIME_OF_FAILURE_HEADER = "NServiceBus.TimeOfFailure"
@@ -75,7 +79,7 @@ def serialize_headers(headers: Mapping[str, str | None]) -> str:
 
 
 def without_routing_headers(headers: Mapping[str, str | None]) -> Headers:
-    """The headers a destination receives: everything but the store-and-forward headers."""
+    """The headers a destination receives: everything but the routing headers."""
     return {key: value for key, value in headers.items() if key not in ROUTING_HEADERS}
 
 

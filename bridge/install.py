@@ -54,6 +54,11 @@ def install_plan(config: BridgeConfig) -> list[InstallStep]:
         )
         add(name, "retry storage", dialect.sql("create_retry_table", retry=tables.retry))
         add(name, "counters", dialect.sql("create_counters_table", counters=tables.counters))
+        add(
+            name,
+            "event types seen",
+            dialect.sql("create_event_types_table", event_types=tables.event_types),
+        )
     # A ledger is needed wherever some forwarder delivers across databases.
     forwarding_databases = {forwarder.database for forwarder in config.forwarders}
     for route in config.routes:

@@ -48,18 +48,37 @@ class Router:
         self._source = source
         self._routes = tuple(routes)
         self._databases = databases
-        self._cache: dict[str, Destination | Unroutable] = {}
+        self._cache: dict[tuple[str, str | None], Destination | Unroutable] = {}
 
-    def route(self, destination_header: str) -> Destination | Unroutable:
-        """Route one `$.store-and-forward.destination` value."""
-        decision = self._cache.get(destination_header)
+    @property
+    def source_database(self) -> str:
+        return self._source.name
+
+    def route(
+        self, destination_header: str, address_database: str | None = None
+    ) -> Destination | Unroutable:
+        """Route one destination address.
+
+        It is written in the forwarding database's grammar, or in `address_database`'s when
+        given (a subscriber address read from that database's subscription table).
+        """
+        key = (destination_header, address_database)
+        decision = self._cache.get(key)
         if decision is None:
+            grammar_source = self._source
+            if address_database is not None and address_database != self._source.name:
+                if address_database not in self._databases:
+                    return Unroutable(
+                        f"the address {destination_header!r} is marked as written in database "
+                        f"{address_database!r}, which is not configured"
+                    )
+                grammar_source = self._databases[address_database]
             decision = route_destination(
-                destination_header, self._source, self._routes, self._databases
+                destination_header, grammar_source, self._routes, self._databases
             )
             # Bounded: a stream of distinct bogus destinations must not grow memory forever.
             if len(self._cache) < 10_000:
-                self._cache[destination_header] = decision
+                self._cache[key] = decision
         return decision
 
 

@@ -16,8 +16,11 @@ MASK = "***"
 # A key=value pair whose key names a credential: ODBC `PWD=` / `Password=`, libpq `password=`,
 # URL query `?password=`, `SSLPassword=`, `api_key=`, `sentry_secret=` ... The key must start at
 # a token boundary so that e.g. `Uid=pwdadmin` is not mistaken for a key.
+# `PublicKeyToken=` is not a secret: it is part of every strong-named .NET type name, and
+# masking it would mangle event types and topics in messages.
 _SECRET_KEY = re.compile(
-    r"(?<![\w.-])[\w.-]*(?:pwd|passwd|password|secret|token|api_?key|sentry_key)\s*=\s*",
+    r"(?<![\w.-])(?!publickeytoken\s*=)"
+    r"[\w.-]*(?:pwd|passwd|password|secret|token|api_?key|sentry_key)\s*=\s*",
     re.IGNORECASE,
 )
 

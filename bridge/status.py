@@ -65,6 +65,17 @@ def _forwarder_status(config: BridgeConfig, name: str, connections: Connections)
             dialect.sql("counters_read", counters=tables.counters), (forwarder.name,)
         )
         status["counters"] = {row[0]: int(row[1]) for row in counters}
+        status["event_types"] = [
+            {
+                "event_type": row[0],
+                "last_seen": _iso(dialect.decode_timestamp(row[1])),
+                **json.loads(row[2]),
+            }
+            for row in connection.query(
+                dialect.sql("event_types_read", event_types=tables.event_types),
+                (forwarder.name,),
+            )
+        ]
         connection.commit()
     except DatabaseError as error:
         connections.discard(forwarder.database)
@@ -119,6 +130,18 @@ def render_text(statuses: list[dict[str, Any]]) -> str:
         if status["counters"]:
             counted = ", ".join(f"{k} {v}" for k, v in sorted(status["counters"].items()))
             lines.append(f"  since install      {counted}")
+        for event in status.get("event_types", []):
+            lines.append(
+                f"  event {event['event_type']} (subscribers as of {event['last_seen']}):"
+            )
+            for subscriber in event["subscribers"] or [{"address": None}]:
+                if subscriber["address"] is None:
+                    lines.append("    no subscribers")
+                    continue
+                lines.append(
+                    f"    {subscriber['address']} from {subscriber['source']} -> "
+                    f"{subscriber['destination']}"
+                )
     return "\n".join(lines)
 
 

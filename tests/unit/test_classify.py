@@ -15,6 +15,7 @@ from bridge.classify import (
     Deliver,
     Expired,
     Poison,
+    Publish,
     Reject,
     classify,
 )
@@ -161,16 +162,27 @@ def test_a_rejected_message_carries_its_parsed_headers() -> None:
 
 
 @pytest.mark.parametrize("destination", [None, ""])
-def test_a_message_with_only_an_event_type_is_an_unsupported_publish(
+def test_a_message_with_only_an_event_type_is_a_publish_of_its_type_hierarchy(
     destination: str | None,
 ) -> None:
-    headers = {EVENT_TYPE_HEADER: "Samples.OrderPlaced", DESTINATION_HEADER: destination}
+    headers = {
+        EVENT_TYPE_HEADER: "Samples.OrderPlaced, Samples, Version=1.0.0.0",
+        DESTINATION_HEADER: destination,
+        "NServiceBus.EnclosedMessageTypes": (
+            "Samples.OrderPlaced, Samples;Samples.IOrderEvent, Samples"
+        ),
+    }
     decision = _classify(headers)
-    assert isinstance(decision, Reject)
-    assert decision.reason_code == "unsupported-publish"
-    assert "'Samples.OrderPlaced'" in decision.reason
-    assert DESTINATION_HEADER in decision.reason
+    assert isinstance(decision, Publish)
+    assert decision.topics == ("Samples.OrderPlaced", "Samples.IOrderEvent", "System.Object")
     assert decision.headers == headers
+
+
+def test_an_event_type_that_is_not_a_type_name_is_rejected() -> None:
+    decision = _classify({EVENT_TYPE_HEADER: ", Samples"})
+    assert isinstance(decision, Reject)
+    assert decision.reason_code == "bad-event-type"
+    assert EVENT_TYPE_HEADER in decision.reason
 
 
 def test_an_empty_event_type_is_no_routing_header() -> None:

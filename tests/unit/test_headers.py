@@ -33,10 +33,10 @@ from bridge.headers import (
 # --------------------------------------------------------------------------------------------
 
 
-def test_the_routing_headers_are_the_store_and_forward_destination_and_event_type() -> None:
+def test_the_routing_headers_are_the_store_and_forward_ones_and_the_bridge_address_marker() -> None:
     assert DESTINATION_HEADER == "$.store-and-forward.destination"
     assert EVENT_TYPE_HEADER == "$.store-and-forward.eventtype"
-    assert ROUTING_HEADERS == (DESTINATION_HEADER, EVENT_TYPE_HEADER)
+    assert ROUTING_HEADERS == (DESTINATION_HEADER, EVENT_TYPE_HEADER, "$.sfbridge.address-database")
 
 
 def test_headers_the_bridge_adds_itself_live_under_its_own_prefix() -> None:

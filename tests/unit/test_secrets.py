@@ -111,3 +111,9 @@ def test_mask_secrets_masks_every_occurrence_on_every_line() -> None:
     for secret in ("one", "two", "three"):
         assert secret not in masked
     assert masked.count(MASK) == 3
+
+
+def test_a_dotnet_public_key_token_is_not_a_secret() -> None:
+    type_name = "Shared.Order, Shared, Version=1.0.0.0, Culture=neutral, PublicKeyToken=b77a5c5619"
+    assert mask_secrets(type_name) == type_name
+    assert mask_secrets("AccessToken=abc") == "AccessToken=***"
