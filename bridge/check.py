@@ -63,6 +63,9 @@ def run_checks(config: BridgeConfig) -> list[Finding]:
             findings.extend(
                 _check_exists(connection, dialect, tables.counters, f"{label} counters")
             )
+            findings.extend(
+                _check_exists(connection, dialect, tables.event_types, f"{label} event types")
+            )
         for table in config.subscription_tables:
             if table.database in reachable:
                 findings.extend(_check_subscription_table(config, connections, table))
@@ -161,11 +164,16 @@ def _check_event_subscribers(
     tables = forwarder_tables(config, forwarder)
     topic_sets: dict[str, tuple[str, ...]] = {topic: (topic,) for topic in config.subscriptions}
     connection = connections.get(forwarder.database)
-    for event_type, _, details in connection.query(
-        dialect.sql("event_types_read", event_types=tables.event_types), (forwarder.name,)
-    ):
+    try:
+        seen = connection.query(
+            dialect.sql("event_types_read", event_types=tables.event_types), (forwarder.name,)
+        )
+        connection.commit()
+    except DatabaseError:
+        connection.rollback()  # not installed yet: reported with the other bridge tables
+        seen = []
+    for event_type, _, details in seen:
         topic_sets[str(event_type)] = tuple(json.loads(details).get("topics") or (event_type,))
-    connection.commit()
     router = Router(database, config.routes, config.databases)
     directory = SubscriberDirectory(config, forwarder.database)
     for event_type, topics in sorted(topic_sets.items()):

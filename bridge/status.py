@@ -131,9 +131,7 @@ def render_text(statuses: list[dict[str, Any]]) -> str:
             counted = ", ".join(f"{k} {v}" for k, v in sorted(status["counters"].items()))
             lines.append(f"  since install      {counted}")
         for event in status.get("event_types", []):
-            lines.append(
-                f"  event {event['event_type']} (subscribers as of {event['last_seen']}):"
-            )
+            lines.append(f"  event {event['event_type']} (subscribers as of {event['last_seen']}):")
             for subscriber in event["subscribers"] or [{"address": None}]:
                 if subscriber["address"] is None:
                     lines.append("    no subscribers")

@@ -2,18 +2,23 @@
 
 Statements are templates with `{queue}`, `{retry}`, `{ledger}` and `{counters}` standing for
 quoted, qualified table names and `?` for parameters. Identifiers are the only thing ever
-pasted into SQL, and only after quoting by the dialect's address grammar.
+pasted into SQL, and only after quoting by the dialect's address grammar. For each table `x`
+a template may also use `{x_literal}` (the quoted, qualified name as an SQL string literal,
+`'` doubled: for functions that take a name, such as SQL Server's `OBJECT_ID`) and
+`{x_catalog}` (the quoted catalog followed by `.`, or nothing: for catalog views such as
+`{x_catalog}sys.columns`).
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from bridge.addressing import AddressGrammar, QueueAddress, grammar_for
+from bridge.drivers.base import Connection, DatabaseError
 
 # Every dialect defines exactly these statements (a unit test holds them to it).
 STATEMENT_NAMES = frozenset(
@@ -63,6 +68,39 @@ COUNTERS_TABLE = "sfbridge_counters"
 EVENT_TYPES_TABLE = "sfbridge_event_types"
 
 
+class QueueShapes(Protocol):
+    """Statement variants for queue tables whose shape differs from table to table.
+
+    SQL Server queue tables may lack the legacy `Recoverable` column (the transport tolerates
+    its removal since 7.0), and an INSERT must then leave it out. A dialect with such variants
+    sets `Dialect.queue_shapes`; `Dialect.queue_sql` / `write_queue` consult it.
+    """
+
+    def statements_for(self, connection: Connection, queue: QueueAddress) -> Mapping[str, str]:
+        """Statements replacing the dialect's own when writing into `queue` (maybe none).
+
+        May query `connection` the first time a table is seen; the answer is remembered.
+        """
+        ...
+
+    def forget_if_stale(
+        self, connection: Connection, queue: QueueAddress, error: DatabaseError
+    ) -> bool:
+        """True when `error` shows that the remembered shape of `queue` is out of date; the
+        shape is then forgotten, so the next `statements_for` looks again."""
+        ...
+
+
+# Given the connection, a queue table's address, its columns (lower-cased name -> type name)
+# and its index definitions as `table_indexes` returns them; returns problems, one sentence each.
+QueueTableInspector = Callable[[Connection, QueueAddress, Mapping[str, str], Sequence[str]], list[str]]
+
+
+def sql_string_literal(text: str) -> str:
+    """`text` as a standard SQL string literal: in single quotes, each quote doubled."""
+    return "'" + text.replace("'", "''") + "'"
+
+
 @dataclass(frozen=True)
 class Dialect:
     """One database family.
@@ -70,6 +108,11 @@ class Dialect:
     `queue_columns` is the queue table shape the dialect expects (lower-cased names), used by
     `check`, as are `queue_indexed_columns` (each must lead some index). `encode_*` /
     `decode_*` turn Python values into what the driver binds and back.
+
+    Optional hooks (None / empty where a dialect needs none): `queue_shapes` picks statement
+    variants per queue table (see `QueueShapes`); `session_setup` statements run once on every
+    new connection; `inspect_queue_table` adds `check` findings of the dialect's own (SQL
+    Server: what the transport itself warns about at startup).
     """
 
     name: str
@@ -83,6 +126,9 @@ class Dialect:
     decode_id: Callable[[Any], uuid.UUID]
     encode_timestamp: Callable[[datetime | None], Any]
     decode_timestamp: Callable[[Any], datetime | None]
+    queue_shapes: QueueShapes | None = None
+    session_setup: tuple[str, ...] = ()
+    inspect_queue_table: QueueTableInspector | None = None
 
     @property
     def grammar(self) -> AddressGrammar:
@@ -94,13 +140,65 @@ class Dialect:
         `rows` is for the multi-row `*_many` statements: their `{rows}` placeholder becomes
         that many copies of the matching `*_row` template.
         """
-        template = self.statements[name]
+        return self._render(self.statements, name, rows, tables)
+
+    def queue_sql(
+        self, connection: Connection, name: str, queue: QueueAddress, rows: int | None = None
+    ) -> str:
+        """`sql(name, rows, queue=queue)` in the variant that the existing table `queue` takes.
+
+        For writing into queue tables the bridge did not create (`send`, `send_many`,
+        `dead_letter`). Without `queue_shapes` it is `sql`; with them it may query
+        `connection` once per table.
+        """
+        statements = self.statements
+        if self.queue_shapes is not None:
+            overrides = self.queue_shapes.statements_for(connection, queue)
+            if overrides:
+                statements = {**self.statements, **overrides}
+        return self._render(statements, name, rows, {"queue": queue})
+
+    def write_queue(
+        self,
+        connection: Connection,
+        name: str,
+        queue: QueueAddress,
+        params: Sequence[Any],
+        rows: int | None = None,
+    ) -> int:
+        """Execute `queue_sql(name)` with `params`; returns the row count.
+
+        When the statement fails because the table changed shape since it was looked at
+        (SQL Server: `Recoverable` added or dropped), the shape is looked up again and the
+        statement tried once more in the same transaction, as the transport does. Raises the
+        DatabaseError family.
+        """
+        try:
+            return connection.execute(self.queue_sql(connection, name, queue, rows), params)
+        except DatabaseError as error:
+            shapes = self.queue_shapes
+            if shapes is None or not shapes.forget_if_stale(connection, queue, error):
+                raise
+        return connection.execute(self.queue_sql(connection, name, queue, rows), params)
+
+    def _render(
+        self,
+        statements: Mapping[str, str],
+        name: str,
+        rows: int | None,
+        tables: Mapping[str, QueueAddress],
+    ) -> str:
+        template = statements[name]
         if rows is not None:
-            row = self.statements[name.removesuffix("_many") + "_row"]
+            row = statements[name.removesuffix("_many") + "_row"]
             template = template.replace("{rows}", ", ".join([row] * rows))
         names: dict[str, str] = {}
         for key, address in tables.items():
-            names[key] = self.grammar.qualified_name(address)
+            qualified = self.grammar.qualified_name(address)
+            names[key] = qualified
+            names[f"{key}_literal"] = sql_string_literal(qualified)
+            catalog = address.catalog
+            names[f"{key}_catalog"] = self.grammar.quote_identifier(catalog) + "." if catalog else ""
             # Index names derive from the table name and are quoted like any identifier.
             for suffix in INDEX_SUFFIXES:
                 names[f"{key}_index_{suffix}"] = self.grammar.quote_identifier(
@@ -109,11 +207,16 @@ class Dialect:
         return template.format(**names)
 
     def create_schema_sql(self, schema: str | None) -> str | None:
-        """`CREATE SCHEMA` for `schema`, or None where the dialect has no schemas."""
+        """`CREATE SCHEMA` for `schema`, or None where the dialect has no schemas.
+
+        The template gets `{schema}` (the quoted name) and `{schema_literal}` (the quoted name
+        as a string literal).
+        """
         template = self.statements["create_schema"]
         if not template or not schema:
             return None
-        return template.format(schema=self.grammar.quote_identifier(schema))
+        quoted = self.grammar.quote_identifier(schema)
+        return template.format(schema=quoted, schema_literal=sql_string_literal(quoted))
 
     def bridge_table(self, table: str, schema: str | None) -> QueueAddress:
         """Address of one of the bridge's own tables, in a database with default `schema`."""
@@ -130,4 +233,8 @@ def dialect_for(name: str) -> Dialect:
         from bridge.dialects.sqlite import SQLITE
 
         return SQLITE
-    raise KeyError(f"no dialect named {name!r} (available: postgresql, sqlite)")
+    if name == "sqlserver":
+        from bridge.dialects.sqlserver import SQLSERVER
+
+        return SQLSERVER
+    raise KeyError(f"no dialect named {name!r} (available: postgresql, sqlite, sqlserver)")
