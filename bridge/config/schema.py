@@ -404,7 +404,8 @@ PUBLISH = Section(
             "cache",
             "duration",
             "How long subscriber lists read from `subscription_tables` are reused (NServiceBus "
-            "uses 5s); a warning above 1m.",
+            "uses 5s): a subscription added to or removed from a table takes effect at most "
+            "this long after it is written. A warning above 1m.",
             example="5s",
             default=5.0,
             warn_outside=(0.0, 60.0),
