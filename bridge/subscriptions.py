@@ -8,15 +8,18 @@ therefore seen at most that long after it was written.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from bridge.config.model import BridgeConfig, SubscriptionTableConfig
 from bridge.dialects import dialect_for
-from bridge.drivers import connect
+from bridge.drivers import DatabaseError, connect
 
 CONFIG_SOURCE = "config"
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -59,9 +62,12 @@ class SubscriberDirectory:
         self._cache: dict[tuple[int, frozenset[str]], tuple[float, tuple[str, ...]]] = {}
 
     def lookup(self, topics: Sequence[str]) -> Lookup:
-        """Subscribers for any of `topics`, in a stable order. Raises DatabaseError when a
-        subscription table cannot be read (the event must then wait: its subscribers are
-        unknown, and guessing could lose a copy)."""
+        """Subscribers for any of `topics`, in a stable order.
+
+        When a subscription table cannot be read, the last list read from it is used if there
+        is one; otherwise raises DatabaseError (the event must then wait: its subscribers are
+        unknown, and guessing could lose a copy).
+        """
         found: list[Subscriber] = []
         for topic in topics:
             for address in self._config.subscriptions.get(topic, ()):
@@ -82,7 +88,20 @@ class SubscriberDirectory:
         now = self._clock()
         if cached is not None and cached[0] > now:
             return cached[1], False
-        addresses = read_subscribers(self._config, table, topics)
+        try:
+            addresses = read_subscribers(self._config, table, topics)
+        except DatabaseError as error:
+            if cached is None:
+                raise
+            # The table's database is down, but we knew its subscribers a moment ago: the
+            # copies for reachable subscribers should not wait for it.
+            log.warning(
+                "cannot read %s (%s); using the subscribers read %.0f s ago",
+                table_source(table),
+                error,
+                now - (cached[0] - self._config.publish.cache),
+            )
+            return cached[1], False
         if len(self._cache) > 1000:
             self._cache.clear()  # bounded: event hierarchies are few, but never grow forever
         self._cache[key] = (now + self._config.publish.cache, addresses)
