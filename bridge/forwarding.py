@@ -160,32 +160,23 @@ class BatchForwarder:
             return Poison(f"sfbridge could not process the message: {error!r}")
 
     def _claim(self, connection: Connection, source: Source) -> list[ClaimedMessage]:
+        """Delete (uncommitted) up to a batch of rows; both statements return the queue
+        columns first, and retry storage adds its bookkeeping after them."""
         dialect = self.dialect
         if source == "queue":
-            rows = connection.query(
-                dialect.sql("receive_batch", queue=self.tables.queue), (self.forwarder.batch_size,)
-            )
-            messages = [
-                ClaimedMessage(
-                    row_id=dialect.decode_id(row[0]),
-                    expired=bool(row[1]),
-                    expires=dialect.decode_timestamp(row[2]),
-                    headers_text=row[3],
-                    body=_as_bytes(row[4]),
-                    order=int(row[5]),
-                )
-                for row in rows
-            ]
+            statement = dialect.sql("receive_batch", queue=self.tables.queue)
+            parameters: tuple[object, ...] = (self.forwarder.batch_size,)
         else:
-            rows = connection.query(
-                dialect.sql("retry_claim_due", retry=self.tables.retry),
-                (
-                    self.forwarder.name,
-                    dialect.encode_timestamp(_utcnow()),
-                    self.forwarder.batch_size,
-                ),
+            statement = dialect.sql("retry_claim_due", retry=self.tables.retry)
+            parameters = (
+                self.forwarder.name,
+                dialect.encode_timestamp(_utcnow()),
+                self.forwarder.batch_size,
             )
-            messages = [
+        messages = []
+        for row in connection.query(statement, parameters):
+            retried = len(row) > 6
+            messages.append(
                 ClaimedMessage(
                     row_id=dialect.decode_id(row[0]),
                     expired=bool(row[1]),
@@ -193,12 +184,11 @@ class BatchForwarder:
                     headers_text=row[3],
                     body=_as_bytes(row[4]),
                     order=int(row[5]),
-                    attempts=int(row[6]),
-                    first_failure_at=dialect.decode_timestamp(row[7]),
-                    last_error=row[8],
+                    attempts=int(row[6]) if retried else 0,
+                    first_failure_at=dialect.decode_timestamp(row[7]) if retried else None,
+                    last_error=row[8] if retried else None,
                 )
-                for row in rows
-            ]
+            )
         # RETURNING gives no order guarantee; FIFO is restored here.
         messages.sort(key=lambda message: message.order)
         return messages
