@@ -93,7 +93,9 @@ class QueueShapes(Protocol):
 
 # Given the connection, a queue table's address, its columns (lower-cased name -> type name)
 # and its index definitions as `table_indexes` returns them; returns problems, one sentence each.
-QueueTableInspector = Callable[[Connection, QueueAddress, Mapping[str, str], Sequence[str]], list[str]]
+QueueTableInspector = Callable[
+    [Connection, QueueAddress, Mapping[str, str], Sequence[str]], list[str]
+]
 
 
 def sql_string_literal(text: str) -> str:
@@ -198,7 +200,9 @@ class Dialect:
             names[key] = qualified
             names[f"{key}_literal"] = sql_string_literal(qualified)
             catalog = address.catalog
-            names[f"{key}_catalog"] = self.grammar.quote_identifier(catalog) + "." if catalog else ""
+            names[f"{key}_catalog"] = (
+                self.grammar.quote_identifier(catalog) + "." if catalog else ""
+            )
             # Index names derive from the table name and are quoted like any identifier.
             for suffix in INDEX_SUFFIXES:
                 names[f"{key}_index_{suffix}"] = self.grammar.quote_identifier(

@@ -9,7 +9,13 @@ Row = tuple[Any, ...]
 
 
 class DatabaseError(Exception):
-    """A database operation failed. The message never contains connection secrets."""
+    """A database operation failed. The message never contains connection secrets.
+
+    `native_error` is the server's own error number where the driver reports one that means
+    something (SQL Server's, e.g. 207 invalid column name), else None.
+    """
+
+    native_error: int | None = None
 
     def __init__(self, database: str, message: str) -> None:
         super().__init__(f"database '{database}': {message}")

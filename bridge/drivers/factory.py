@@ -17,6 +17,7 @@ def connect(database: DatabaseConfig, *, create: bool = False) -> Connection:
 
         assert database.path is not None
         return SqliteConnection(database.name, database.path, create=create)
+    from bridge.dialects import dialect_for
     from bridge.drivers.odbc import OdbcConnection
 
     assert database.connection is not None
@@ -25,4 +26,5 @@ def connect(database: DatabaseConfig, *, create: bool = False) -> Connection:
         database.connection,
         dialect=database.dialect,
         timeout=database.connect_timeout,
+        session_setup=dialect_for(database.dialect).session_setup,
     )

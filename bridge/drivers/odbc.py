@@ -1,4 +1,5 @@
-"""pyodbc connections (PostgreSQL through psqlODBC; SQL Server later).
+"""pyodbc connections: PostgreSQL through psqlODBC, SQL Server through Microsoft's ODBC Driver
+18 or FreeTDS.
 
 pyodbc is imported lazily so that the SQLite-only demo runs on a machine without unixODBC.
 """
@@ -31,6 +32,15 @@ POSTGRESQL_REQUIRED_OPTIONS = {
     "BoolsAsChar": "0",
 }
 
+# FreeTDS options the bridge needs for correctness: a TDS version of at least 7.3 (below it,
+# datetime2 arrives as text and the max types are sent as the old text types) and UTF-8 as
+# the client character set (otherwise text outside the client's code page is lost). Microsoft's
+# ODBC Driver 18 needs nothing added; its Encrypt / TrustServerCertificate settings are a
+# security decision left to the connection string.
+FREETDS_REQUIRED_OPTIONS = {"ClientCharset": "UTF-8"}
+FREETDS_TDS_VERSION = "7.4"
+_FREETDS_GOOD_TDS_VERSION = re.compile(r"^7\.([3-9])$")
+
 MAX_CACHED_CURSORS = 64
 
 _CONNECTION_LOST_STATES = {"08S01", "08003", "08007", "57P01", "57P02", "57P03", "HYT00", "HYT01"}
@@ -38,6 +48,14 @@ _CONNECT_FAILED_STATES = {"08001", "08004", "28000", "28P01", "IM002", "IM003", 
 _TRANSIENT_STATES = {"40001", "40P01", "55P03", "57014"}
 _MISSING_TABLE_STATES = {"42P01", "42S02"}
 _DUPLICATE_STATES = {"23505"}
+
+# SQL Server error numbers, where they say more than the SQLSTATE (23000 is every integrity
+# violation; FreeTDS reports many errors as 42000). 911: database (catalog) does not exist;
+# 1222: lock request timed out; 40197, 40501, 40613: Azure SQL's "try again".
+_SQLSERVER_MISSING_TABLE = {208, 911}
+_SQLSERVER_DUPLICATE = {2601, 2627}
+_SQLSERVER_TRANSIENT = {1205, 1222, 40197, 40501, 40613}
+_NATIVE_ERROR = re.compile(r"\((-?\d+)\)\s*\(SQL\w+\)")
 
 _PAIR = re.compile(r"\s*([^=;]+?)\s*=\s*(\{(?:[^}]|\}\})*\}|[^;]*)\s*(?:;|$)")
 
@@ -55,6 +73,23 @@ def with_required_options(text: str, required: dict[str, str]) -> str:
     return ";".join(f"{key}={value}" for key, value in pairs) + ";"
 
 
+def sqlserver_connection_string(text: str) -> str:
+    """Return the SQL Server connection string with what its driver needs for correctness.
+
+    Only a string that names the FreeTDS driver (`Driver={FreeTDS}` or a path to
+    libtdsodbc.so) gets options added; with a DSN, set them in odbc.ini.
+    """
+    pairs = parse_connection_string(text)
+    driver = next((value for key, value in pairs if key.strip().lower() == "driver"), "")
+    if not any(name in driver.lower() for name in ("freetds", "tdsodbc")):
+        return text
+    required = dict(FREETDS_REQUIRED_OPTIONS)
+    version = next((v for k, v in pairs if k.strip().lower() == "tds_version"), "")
+    if not _FREETDS_GOOD_TDS_VERSION.match(version.strip()):
+        required["TDS_Version"] = FREETDS_TDS_VERSION
+    return with_required_options(text, required)
+
+
 def _state_and_message(error: Exception) -> tuple[str, str]:
     args: tuple[Any, ...] = tuple(getattr(error, "args", ()))
     if len(args) >= 2 and isinstance(args[0], str):
@@ -65,21 +100,40 @@ def _state_and_message(error: Exception) -> tuple[str, str]:
 def _clean(message: str) -> str:
     # pyodbc appends driver call details ("Error while executing the query (1)
     # (SQLExecDirectW)") and prefixes "[42P01] ERROR:"; people need the server's sentence.
+    # SQL Server's drivers prefix "[Microsoft][ODBC Driver 18 for SQL Server][SQL Server]" and
+    # append "(208) (SQLExecDirectW)" and further records on the same line.
     first = message.split(";\n")[0].split("\n")[0]
-    first = re.sub(r"^(\[[^\]]*\])+\s*", "", first)
+    first = re.sub(r"^(\[[^\]]*\]\s*)+", "", first)
     first = re.sub(r"^ERROR:\s*", "", first)
+    first = _NATIVE_ERROR.split(first, maxsplit=1)[0]
     return first.rstrip(";").strip() or message.strip()
 
 
-def _translate(database: str, error: Exception) -> DatabaseError:
+def _native_error(message: str) -> int | None:
+    match = _NATIVE_ERROR.search(message)
+    return int(match.group(1)) if match else None
+
+
+def _translate(database: str, error: Exception, *, sqlserver: bool = False) -> DatabaseError:
     state, message = _state_and_message(error)
+    native = _native_error(message) if sqlserver else None
     message = mask_secrets(_clean(message))
     text = f"{message} (SQLSTATE {state})" if state else message
-    if state in _MISSING_TABLE_STATES:
+    if native is not None:
+        text = f"{message} (SQLSTATE {state}, error {native})"
+    translated = _classify(database, state, native, message, text)
+    translated.native_error = native
+    return translated
+
+
+def _classify(
+    database: str, state: str, native: int | None, message: str, text: str
+) -> DatabaseError:
+    if native in _SQLSERVER_MISSING_TABLE or state in _MISSING_TABLE_STATES:
         return QueueNotFound(database, text)
-    if state in _DUPLICATE_STATES:
+    if native in _SQLSERVER_DUPLICATE or state in _DUPLICATE_STATES:
         return DuplicateKey(database, text)
-    if state in _TRANSIENT_STATES:
+    if native in _SQLSERVER_TRANSIENT or state in _TRANSIENT_STATES:
         return TransientDatabaseError(database, text)
     if state in _CONNECTION_LOST_STATES or ("connection" in message.lower() and "lost" in message):
         return ConnectionLost(database, text)
@@ -89,7 +143,17 @@ def _translate(database: str, error: Exception) -> DatabaseError:
 class OdbcConnection:
     """A pyodbc connection with autocommit off: always inside a transaction."""
 
-    def __init__(self, database: str, connection_string: str, *, dialect: str, timeout: float):
+    def __init__(
+        self,
+        database: str,
+        connection_string: str,
+        *,
+        dialect: str,
+        timeout: float,
+        session_setup: Sequence[str] = (),
+    ):
+        """Connect; `session_setup` statements run once, before anything else. Raises
+        ConnectionFailed."""
         import pyodbc  # lazy: see the module docstring
 
         self.database = database
@@ -98,6 +162,11 @@ class OdbcConnection:
             connection_string = with_required_options(
                 connection_string, POSTGRESQL_REQUIRED_OPTIONS
             )
+        # SQL Server batches can yield row-count-only results around a result set (one per
+        # statement); they are skipped, so the connection is free for the next statement.
+        self._sqlserver = dialect == "sqlserver"
+        if self._sqlserver:
+            connection_string = sqlserver_connection_string(connection_string)
         try:
             self._connection = pyodbc.connect(
                 connection_string, autocommit=False, timeout=max(1, round(timeout))
@@ -106,6 +175,16 @@ class OdbcConnection:
             state, message = _state_and_message(error)
             raise ConnectionFailed(
                 database, f"cannot connect: {mask_secrets(_clean(message))} (SQLSTATE {state})"
+            ) from None
+        try:
+            for statement in session_setup:
+                self._connection.execute(statement)
+            self._connection.commit()
+        except pyodbc.Error as error:
+            self._connection.close()
+            failure = _translate(database, error, sqlserver=self._sqlserver)
+            raise ConnectionFailed(
+                database, f"cannot set up the session: {failure.detail}"
             ) from None
         self._pyodbc_error = pyodbc.Error
         self._broken = False
@@ -120,9 +199,13 @@ class OdbcConnection:
         try:
             cursor = self._cursor_for(sql)
             cursor.execute(sql, *params)
-            return int(cursor.rowcount)
+            count = int(cursor.rowcount)
+            if self._sqlserver:
+                while cursor.nextset():
+                    pass
+            return count
         except self._pyodbc_error as error:
-            raise _translate(self.database, error) from None
+            raise _translate(self.database, error, sqlserver=self._sqlserver) from None
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         batch = [tuple(row) for row in rows]
@@ -131,18 +214,23 @@ class OdbcConnection:
         try:
             self._cursor_for(sql).executemany(sql, batch)
         except self._pyodbc_error as error:
-            raise _translate(self.database, error) from None
+            raise _translate(self.database, error, sqlserver=self._sqlserver) from None
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         try:
             cursor = self._cursor_for(sql)
             cursor.execute(sql, *params)
+            if self._sqlserver:
+                while cursor.description is None and cursor.nextset():
+                    pass
             # psqlODBC gives no result set at all for a RETURNING that matched zero rows.
-            if cursor.description is None:
-                return []
-            return [tuple(row) for row in cursor.fetchall()]
+            rows = [] if cursor.description is None else [tuple(r) for r in cursor.fetchall()]
+            if self._sqlserver:
+                while cursor.nextset():
+                    pass
+            return rows
         except self._pyodbc_error as error:
-            raise _translate(self.database, error) from None
+            raise _translate(self.database, error, sqlserver=self._sqlserver) from None
 
     def _cursor_for(self, sql: str) -> Any:
         cursor = self._cursors.get(sql)
@@ -160,7 +248,7 @@ class OdbcConnection:
         try:
             self._connection.commit()
         except self._pyodbc_error as error:
-            raise _translate(self.database, error) from None
+            raise _translate(self.database, error, sqlserver=self._sqlserver) from None
 
     def rollback(self) -> None:
         try:

@@ -10,9 +10,9 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
+from bridge.addressing import GRAMMARS, QueueAddress
 from bridge.addressing import POSTGRESQL as PG_GRAMMAR
 from bridge.addressing import SQLITE as SQLITE_GRAMMAR
-from bridge.addressing import QueueAddress
 from bridge.dialects import STATEMENT_NAMES, Dialect, dialect_for
 from bridge.dialects.base import (
     COUNTERS_TABLE,
@@ -94,14 +94,19 @@ def test_dialect_for_returns_the_dialect_of_that_name(name: str) -> None:
     assert dialect_for(name) is dialect
 
 
-@pytest.mark.parametrize("name", ["sqlserver", "mysql", "", "PostgreSQL", "SQLite"])
+@pytest.mark.parametrize("name", ["mssql", "mysql", "", "PostgreSQL", "SQLServer"])
 def test_dialect_for_an_unavailable_dialect_raises_key_error_naming_the_choices(
     name: str,
 ) -> None:
     with pytest.raises(KeyError) as info:
         dialect_for(name)
     assert repr(name) in str(info.value)
-    assert "postgresql, sqlite" in str(info.value)
+    assert "postgresql, sqlite, sqlserver" in str(info.value)
+
+
+@pytest.mark.parametrize("name", sorted(GRAMMARS))
+def test_every_address_grammar_has_a_dialect_with_exactly_the_statement_names(name: str) -> None:
+    assert set(dialect_for(name).statements) == STATEMENT_NAMES
 
 
 def test_each_dialect_speaks_its_own_address_grammar() -> None:

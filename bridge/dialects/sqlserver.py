@@ -1,0 +1,453 @@
+"""SQL Server: the NServiceBus SQL Server transport's queue shape and runtime SQL (nsb-wire
+§1.1, §2), for pyodbc with Microsoft's ODBC Driver 18 or FreeTDS.
+
+- Names are `[catalog].[schema].[table]` when the address names a catalog, else
+  `[schema].[table]`, resolved in the connection's database. A catalog on the same server is
+  reached through the same connection, so delivering there from the forwarding database is one
+  local transaction.
+- Queue times are UTC wall-clock `datetime`, compared with `GETUTCDATE()` on the server as the
+  transport does. The bridge's own tables use `datetime2`, so a retried message keeps its
+  `Expires` to the microsecond.
+- Headers and bodies are CAST to `nvarchar(max)` / `varbinary(max)` wherever they are bound.
+  pyodbc binds a str of more than 2000 characters as SQL_WLONGVARCHAR (`ntext`) with data at
+  execution, the only long form FreeTDS accepts, and a NULL whose type it cannot describe as
+  `varchar`; with the CASTs the server sees max types either way, in every row of a multi-row
+  INSERT.
+- The install batches follow the transport's installer: look for the table, take an exclusive
+  application lock, look again, create, and swallow errors 2714 / 1913 (object / index exists)
+  from a racing installer. Each is one batch with no `;` at a line end, because the installer
+  splits scripts there.
+- Statements use no `SET NOCOUNT`: the driver keeps NOCOUNT off for the whole session (see
+  `SESSION_SETUP`), so the single-row ledger insert reports 1 or 0 rows, and the driver skips
+  row-count-only results in front of a result set.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from bridge.addressing import SQLSERVER as GRAMMAR
+from bridge.addressing import QueueAddress
+from bridge.dialects.base import Dialect
+from bridge.drivers.base import Connection, DatabaseError
+
+_HEADERS = "CAST(? AS nvarchar(max))"
+_BODY = "CAST(? AS varbinary(max))"
+_EXPIRED_QUEUE = (
+    "CASE WHEN deleted.Expires IS NULL THEN 0 WHEN deleted.Expires > GETUTCDATE() THEN 0 ELSE 1 END"
+)
+_EXPIRED_RETRY = (
+    "CASE WHEN deleted.expires IS NULL THEN 0 WHEN deleted.expires > SYSUTCDATETIME() THEN 0 "
+    "ELSE 1 END"
+)
+
+# SQL Server errors the transport swallows when two installers create the same table.
+_ALREADY_EXISTS = "2714, 1913"
+
+
+def _create_if_missing(table: str, ddl: str) -> str:
+    """One idempotent batch creating the table `{table}` with `ddl` (see the module docstring)."""
+    name = "N{" + table + "_literal}"
+    release = f"EXEC sp_releaseapplock @Resource = {name}, @LockOwner = 'Session'"
+    body = "\n".join("                " + line for line in ddl.strip("\n").splitlines())
+    return f"""
+        IF OBJECT_ID({name}, N'U') IS NULL
+        BEGIN
+            EXEC sp_getapplock @Resource = {name}, @LockMode = 'Exclusive',
+                @LockOwner = 'Session'
+            BEGIN TRY
+                IF OBJECT_ID({name}, N'U') IS NULL
+                BEGIN
+{body}
+                END
+            END TRY
+            BEGIN CATCH
+                IF ERROR_NUMBER() NOT IN ({_ALREADY_EXISTS})
+                BEGIN
+                    {release}; THROW
+                END
+            END CATCH
+            {release}
+        END"""
+
+
+_QUEUE_DDL = """
+    CREATE TABLE {queue} (
+        Id uniqueidentifier NOT NULL,
+        CorrelationId varchar(255),
+        ReplyToAddress varchar(255),
+        Recoverable bit NOT NULL,
+        Expires datetime,
+        Headers nvarchar(max) NOT NULL,
+        Body varbinary(max),
+        RowVersion bigint IDENTITY(1,1) NOT NULL
+    )
+    CREATE NONCLUSTERED INDEX [Index_RowVersion] ON {queue} (RowVersion)
+    CREATE NONCLUSTERED INDEX [Index_Expires] ON {queue} (Expires) INCLUDE (Id, RowVersion)
+        WHERE Expires IS NOT NULL"""
+
+_RETRY_DDL = """
+    CREATE TABLE {retry} (
+        seq bigint IDENTITY(1,1) NOT NULL PRIMARY KEY,
+        id uniqueidentifier NOT NULL,
+        forwarder nvarchar(200) NOT NULL,
+        destination nvarchar(1000) NOT NULL,
+        expires datetime2,
+        headers nvarchar(max) NOT NULL,
+        body varbinary(max),
+        attempts int NOT NULL,
+        first_failure_at datetime2 NOT NULL,
+        next_attempt_at datetime2 NOT NULL,
+        last_error nvarchar(max) NOT NULL
+    )
+    CREATE INDEX {retry_index_due} ON {retry} (forwarder, next_attempt_at)"""
+
+# The key stays within the 1700 bytes of a nonclustered index key (SQL Server 2016 and later);
+# clustering on the time keeps the table compact while old entries are cleaned out.
+_LEDGER_DDL = """
+    CREATE TABLE {ledger} (
+        message_id nvarchar(200) NOT NULL,
+        destination nvarchar(600) NOT NULL,
+        forwarded_at datetime2 NOT NULL,
+        PRIMARY KEY NONCLUSTERED (message_id, destination)
+    )
+    CREATE CLUSTERED INDEX {ledger_index_forwarded} ON {ledger} (forwarded_at)"""
+
+_COUNTERS_DDL = """
+    CREATE TABLE {counters} (
+        forwarder nvarchar(200) NOT NULL,
+        counter nvarchar(100) NOT NULL,
+        slot int NOT NULL,
+        value bigint NOT NULL,
+        PRIMARY KEY (forwarder, counter, slot)
+    )"""
+
+_EVENT_TYPES_DDL = """
+    CREATE TABLE {event_types} (
+        forwarder nvarchar(200) NOT NULL,
+        event_type nvarchar(600) NOT NULL,
+        last_seen_at datetime2 NOT NULL,
+        subscribers nvarchar(max) NOT NULL,
+        PRIMARY KEY NONCLUSTERED (forwarder, event_type)
+    )"""
+
+STATEMENTS: dict[str, str] = {
+    "create_schema": """
+        IF NOT EXISTS (SELECT 1 FROM sys.schemas WHERE QUOTENAME(name) = N{schema_literal})
+        BEGIN
+            BEGIN TRY
+                EXEC (N'CREATE SCHEMA ' + N{schema_literal})
+            END TRY
+            BEGIN CATCH
+                IF ERROR_NUMBER() <> 2714 THROW
+            END CATCH
+        END""",
+    "create_queue": _create_if_missing("queue", _QUEUE_DDL),
+    "create_retry_table": _create_if_missing("retry", _RETRY_DDL),
+    "create_ledger_table": _create_if_missing("ledger", _LEDGER_DDL),
+    "create_counters_table": _create_if_missing("counters", _COUNTERS_DDL),
+    "create_event_types_table": _create_if_missing("event_types", _EVENT_TYPES_DDL),
+    # The transport's peek (6.2+): rows other receivers hold are skipped, not waited for.
+    "peek": """
+        SELECT COALESCE(MAX(RowVersion) - MIN(RowVersion) + 1, 0)
+        FROM {queue} WITH (READPAST, READCOMMITTEDLOCK)""",
+    # The transport's receive, TOP(?) rows at a time instead of one.
+    "receive_batch": f"""
+        WITH message AS (
+            SELECT TOP (?) * FROM {{queue}} WITH (UPDLOCK, READPAST, ROWLOCK)
+            ORDER BY RowVersion)
+        DELETE FROM message
+        OUTPUT deleted.Id, {_EXPIRED_QUEUE}, deleted.Expires, deleted.Headers,
+               deleted.Body, deleted.RowVersion""",
+    # The transport's send with Recoverable = 1; tables without that column get the variants
+    # in WITHOUT_RECOVERABLE. CorrelationId and ReplyToAddress stay NULL, as since 7.0.
+    "send": f"""
+        INSERT INTO {{queue}} (Id, Recoverable, Expires, Headers, Body)
+        VALUES (?, 1, ?, {_HEADERS}, {_BODY})""",
+    "send_many": "INSERT INTO {queue} (Id, Recoverable, Expires, Headers, Body) VALUES {rows}",
+    "send_row": f"(?, 1, ?, {_HEADERS}, {_BODY})",
+    "dead_letter": f"""
+        INSERT INTO {{queue}} (Id, Recoverable, Expires, Headers, Body)
+        VALUES (?, 1, NULL, {_HEADERS}, {_BODY})""",
+    "retry_store": f"""
+        INSERT INTO {{retry}} (id, forwarder, destination, expires, headers, body, attempts,
+                             first_failure_at, next_attempt_at, last_error)
+        VALUES (?, ?, ?, ?, {_HEADERS}, {_BODY}, ?, ?, ?, {_HEADERS})""",
+    # TOP must come first, the caller binds (forwarder, now, limit): hence the variables.
+    "retry_claim_due": f"""
+        DECLARE @forwarder nvarchar(200) = ?, @due_by datetime2 = ?, @limit int = ?;
+        WITH due AS (
+            SELECT TOP (@limit) * FROM {{retry}} WITH (UPDLOCK, READPAST, ROWLOCK)
+            WHERE forwarder = @forwarder AND next_attempt_at <= @due_by
+            ORDER BY next_attempt_at, seq)
+        DELETE FROM due
+        OUTPUT deleted.id, {_EXPIRED_RETRY}, deleted.expires, deleted.headers, deleted.body,
+               deleted.seq, deleted.attempts, deleted.first_failure_at, deleted.last_error""",
+    "retry_summary": """
+        SELECT r.destination, COUNT(*), MIN(r.first_failure_at), MIN(r.next_attempt_at),
+               MAX(r.attempts),
+               (SELECT TOP (1) r2.last_error FROM {retry} AS r2
+                WHERE r2.forwarder = r.forwarder AND r2.destination = r.destination
+                ORDER BY r2.seq DESC)
+        FROM {retry} AS r WHERE r.forwarder = ?
+        GROUP BY r.forwarder, r.destination ORDER BY r.destination""",
+    # No ON CONFLICT in T-SQL: insert what is not there yet. UPDLOCK + HOLDLOCK lock the key
+    # range, so a second daemon recording the same key waits for the first to commit and then
+    # finds it, instead of both inserting (the primary key would stop that too, as an error).
+    "ledger_record": """
+        INSERT INTO {ledger} (message_id, destination, forwarded_at)
+        SELECT v.message_id, v.destination, SYSUTCDATETIME()
+        FROM (VALUES (?, ?)) AS v (message_id, destination)
+        WHERE NOT EXISTS (
+            SELECT 1 FROM {ledger} AS l WITH (UPDLOCK, HOLDLOCK)
+            WHERE l.message_id = v.message_id AND l.destination = v.destination)""",
+    "ledger_record_many": """
+        INSERT INTO {ledger} (message_id, destination, forwarded_at)
+        OUTPUT inserted.message_id, inserted.destination
+        SELECT v.message_id, v.destination, SYSUTCDATETIME()
+        FROM (VALUES {rows}) AS v (message_id, destination)
+        WHERE NOT EXISTS (
+            SELECT 1 FROM {ledger} AS l WITH (UPDLOCK, HOLDLOCK)
+            WHERE l.message_id = v.message_id AND l.destination = v.destination)""",
+    "ledger_record_row": "(?, ?)",
+    "ledger_cleanup": "DELETE FROM {ledger} WHERE forwarded_at < ?",
+    "counters_add": """
+        MERGE {counters} WITH (HOLDLOCK) AS c
+        USING (SELECT ? AS forwarder, ? AS counter, ? AS slot, ? AS value) AS v
+        ON c.forwarder = v.forwarder AND c.counter = v.counter AND c.slot = v.slot
+        WHEN MATCHED THEN UPDATE SET value = c.value + v.value
+        WHEN NOT MATCHED THEN INSERT (forwarder, counter, slot, value)
+            VALUES (v.forwarder, v.counter, v.slot, v.value);""",
+    "counters_read": """
+        SELECT counter, SUM(value) FROM {counters} WHERE forwarder = ?
+        GROUP BY counter ORDER BY counter""",
+    # NServiceBus's own subscriber lookup (nsb-wire §4.2).
+    "subscribers_many": "SELECT DISTINCT QueueAddress FROM {subscriptions} WHERE Topic IN ({rows})",
+    "subscribers_row": "?",
+    "event_type_seen": f"""
+        MERGE {{event_types}} WITH (HOLDLOCK) AS e
+        USING (SELECT ? AS forwarder, ? AS event_type, ? AS last_seen_at,
+                      {_HEADERS} AS subscribers) AS v
+        ON e.forwarder = v.forwarder AND e.event_type = v.event_type
+        WHEN MATCHED THEN UPDATE SET last_seen_at = v.last_seen_at, subscribers = v.subscribers
+        WHEN NOT MATCHED THEN INSERT (forwarder, event_type, last_seen_at, subscribers)
+            VALUES (v.forwarder, v.event_type, v.last_seen_at, v.subscribers);""",
+    "event_types_read": """
+        SELECT event_type, last_seen_at, subscribers FROM {event_types} WHERE forwarder = ?
+        ORDER BY event_type""",
+    # SQL Server has no RELEASE SAVEPOINT: a savepoint lives until the transaction ends, and
+    # ROLLBACK TRANSACTION goes back to the latest one of that name.
+    "savepoint": "SAVE TRANSACTION sfbridge_local",
+    "rollback_to_savepoint": "ROLLBACK TRANSACTION sfbridge_local",
+    "release_savepoint": "",
+    # Status reads skip rows that in-flight batches hold rather than wait for them.
+    "queue_count": "SELECT COUNT_BIG(*) FROM {queue} WITH (READPAST)",
+    "queue_oldest_headers": """
+        SELECT TOP (1) Headers FROM {queue} WITH (READPAST) ORDER BY RowVersion""",
+    # The catalog views of the queue's catalog (the connection's database without one).
+    "list_tables": """
+        SELECT s.name, t.name FROM {queue_catalog}sys.tables AS t
+        JOIN {queue_catalog}sys.schemas AS s ON s.schema_id = t.schema_id""",
+    "table_columns": """
+        SELECT LOWER(c.name), ty.name
+        FROM {queue_catalog}sys.columns AS c
+        JOIN {queue_catalog}sys.types AS ty ON ty.user_type_id = c.user_type_id
+        JOIN {queue_catalog}sys.tables AS t ON t.object_id = c.object_id
+        JOIN {queue_catalog}sys.schemas AS s ON s.schema_id = t.schema_id
+        WHERE s.name = ? AND t.name = ?""",
+    # One row per index: its name and "<kind> (<key columns>)[ where <filter>]", lower case,
+    # e.g. "nonclustered (expires) where ([expires] is not null)".
+    "table_indexes": """
+        SELECT i.name,
+               LOWER(i.type_desc) + ' ('
+               + STRING_AGG(LOWER(c.name), ', ') WITHIN GROUP (ORDER BY ic.key_ordinal) + ')'
+               + COALESCE(' where ' + LOWER(MAX(i.filter_definition)), '')
+        FROM {queue_catalog}sys.indexes AS i
+        JOIN {queue_catalog}sys.tables AS t ON t.object_id = i.object_id
+        JOIN {queue_catalog}sys.schemas AS s ON s.schema_id = t.schema_id
+        JOIN {queue_catalog}sys.index_columns AS ic
+            ON ic.object_id = i.object_id AND ic.index_id = i.index_id AND ic.key_ordinal > 0
+        JOIN {queue_catalog}sys.columns AS c
+            ON c.object_id = ic.object_id AND c.column_id = ic.column_id
+        WHERE s.name = ? AND t.name = ?
+        GROUP BY i.index_id, i.name, i.type_desc""",
+}
+
+# The writes into a queue table that has no `Recoverable` column.
+WITHOUT_RECOVERABLE: dict[str, str] = {
+    "send": f"""
+        INSERT INTO {{queue}} (Id, Expires, Headers, Body)
+        VALUES (?, ?, {_HEADERS}, {_BODY})""",
+    "send_many": "INSERT INTO {queue} (Id, Expires, Headers, Body) VALUES {rows}",
+    "send_row": f"(?, ?, {_HEADERS}, {_BODY})",
+    "dead_letter": f"""
+        INSERT INTO {{queue}} (Id, Expires, Headers, Body)
+        VALUES (?, NULL, {_HEADERS}, {_BODY})""",
+}
+
+# -1: no such table; otherwise how many `Recoverable` columns it has (0 or 1). Parameters:
+# the qualified name, twice. The transport asks the same of `[catalog].sys.columns`.
+RECOVERABLE_LOOKUP = """
+    SELECT CASE WHEN OBJECT_ID(?, N'U') IS NULL THEN -1 ELSE (
+        SELECT COUNT(*) FROM {catalog}sys.columns
+        WHERE object_id = OBJECT_ID(?, N'U') AND name = N'Recoverable') END"""
+
+# Parameters: the qualified name, three times.
+PERMISSIONS_QUERY = """
+    SELECT HAS_PERMS_BY_NAME(?, N'OBJECT', N'SELECT'), HAS_PERMS_BY_NAME(?, N'OBJECT', N'INSERT'),
+           HAS_PERMS_BY_NAME(?, N'OBJECT', N'DELETE')"""
+
+# Run on every new connection. ODBC drivers mostly connect with these options already, but a
+# server's `user options` can change them: the filtered Index_Expires makes INSERT and DELETE
+# fail (error 1934) without the first two lines; NOCOUNT must be off for the row counts the
+# bridge reads; XACT_ABORT must be off so a failed statement leaves the transaction usable for
+# a rollback to a savepoint.
+SESSION_SETUP = (
+    "SET ANSI_NULLS, ANSI_PADDING, ANSI_WARNINGS, ARITHABORT, CONCAT_NULL_YIELDS_NULL, "
+    "QUOTED_IDENTIFIER ON",
+    "SET NUMERIC_ROUNDABORT OFF",
+    "SET NOCOUNT OFF",
+    "SET XACT_ABORT OFF",
+)
+
+# Errors that show a remembered queue shape is stale: 207 invalid column name (Recoverable was
+# dropped), 515 NULL into a NOT NULL column (Recoverable was added).
+_STALE_SHAPE_ERRORS = frozenset({207, 515})
+
+
+def _catalog_prefix(address: QueueAddress) -> str:
+    return GRAMMAR.quote_identifier(address.catalog) + "." if address.catalog else ""
+
+
+class RecoverableColumn:
+    """Whether each queue table still has the legacy `Recoverable` column.
+
+    Looked up once per table and remembered, as the transport does since 7.0 (nsb-wire §2.1):
+    an endpoint may have dropped the column, and an INSERT naming it would then fail. A send
+    that fails with error 207 or 515 about `Recoverable` means the table changed: the answer is
+    forgotten and the send tried again. Shared by every worker thread.
+    """
+
+    def __init__(self) -> None:
+        self._has_column: dict[tuple[str, str], bool] = {}
+        self._lock = threading.Lock()
+
+    def statements_for(self, connection: Connection, queue: QueueAddress) -> Mapping[str, str]:
+        key = (connection.database, GRAMMAR.qualified_name(queue))
+        with self._lock:
+            has_column = self._has_column.get(key)
+        if has_column is None:
+            qualified = key[1]
+            rows = connection.query(
+                RECOVERABLE_LOOKUP.format(catalog=_catalog_prefix(queue)), (qualified, qualified)
+            )
+            found = int(rows[0][0]) if rows and rows[0][0] is not None else -1
+            if found < 0:
+                # No such table (yet): the INSERT itself reports it, and nothing is remembered.
+                return {}
+            has_column = found > 0
+            with self._lock:
+                self._has_column[key] = has_column
+        return {} if has_column else WITHOUT_RECOVERABLE
+
+    def forget_if_stale(
+        self, connection: Connection, queue: QueueAddress, error: DatabaseError
+    ) -> bool:
+        if error.native_error not in _STALE_SHAPE_ERRORS or "recoverable" not in (
+            error.detail.lower()
+        ):
+            return False
+        with self._lock:
+            self._has_column.pop((connection.database, GRAMMAR.qualified_name(queue)), None)
+        return True
+
+    def forget_all(self) -> None:
+        with self._lock:
+            self._has_column.clear()
+
+
+def inspect_queue_table(
+    connection: Connection,
+    queue: QueueAddress,
+    columns: Mapping[str, str],
+    indexes: Sequence[str],
+) -> list[str]:
+    """What the transport warns about at startup (nsb-wire §2.6), plus missing permissions."""
+    problems: list[str] = []
+    qualified = GRAMMAR.qualified_name(queue)
+    definitions = [definition.lower() for definition in indexes]
+    clustered = any(d.startswith("clustered (rowversion") for d in definitions)
+    nonclustered = any(d.startswith("nonclustered (rowversion") for d in definitions)
+    if clustered and not nonclustered:
+        problems.append(
+            "its RowVersion index is CLUSTERED, so every receiver contends for the same page "
+            "(PAGELATCH_EX); since transport 6.0.1 it is NONCLUSTERED: re-create Index_RowVersion "
+            "as in NServiceBus's 'non-clustered index' upgrade guide"
+        )
+    if not any(d.split(" (", 1)[-1].startswith("expires") for d in definitions):
+        problems.append(
+            "it has no index on Expires, so purging expired messages scans the table: "
+            f"CREATE NONCLUSTERED INDEX [Index_Expires] ON {qualified} (Expires) "
+            "INCLUDE (Id, RowVersion) WHERE Expires IS NOT NULL"
+        )
+    if columns.get("headers") in ("varchar", "text", "char"):
+        problems.append(
+            f"its Headers column is {columns['headers']}, which loses header text outside the "
+            f"database's code page: ALTER TABLE {qualified} ALTER COLUMN Headers "
+            "nvarchar(max) NOT NULL"
+        )
+    rows = connection.query(PERMISSIONS_QUERY, (qualified, qualified, qualified))
+    connection.commit()
+    granted = rows[0] if rows else (None, None, None)
+    missing = [
+        permission
+        for permission, allowed in zip(("SELECT", "INSERT", "DELETE"), granted, strict=True)
+        if allowed != 1
+    ]
+    if missing:
+        problems.append(
+            f"the bridge's login lacks {', '.join(missing)} permission on it: "
+            f"GRANT {', '.join(missing)} ON {qualified} TO <the bridge's user>"
+        )
+    return problems
+
+
+def _decode_id(value: Any) -> uuid.UUID:
+    return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
+
+
+def _naive_utc(value: datetime | None) -> datetime | None:
+    # datetime / datetime2 hold UTC wall-clock time; bind naive UTC datetimes.
+    if value is not None and value.tzinfo is not None:
+        raise ValueError("timestamps must be naive UTC")
+    return value
+
+
+def _decode_timestamp(value: Any) -> datetime | None:
+    # FreeTDS below TDS 7.3 returns datetime2 as text.
+    if value is None or isinstance(value, datetime):
+        return value
+    return datetime.fromisoformat(str(value).strip())
+
+
+SQLSERVER = Dialect(
+    name="sqlserver",
+    statements=STATEMENTS,
+    # Recoverable is not required: the transport works without it since 7.0.
+    queue_columns=frozenset(
+        {"id", "correlationid", "replytoaddress", "expires", "headers", "body", "rowversion"}
+    ),
+    queue_indexed_columns=("rowversion",),
+    keep_destination_connections=True,
+    encode_id=lambda value: value,
+    decode_id=_decode_id,
+    encode_timestamp=_naive_utc,
+    decode_timestamp=_decode_timestamp,
+    queue_shapes=RecoverableColumn(),
+    session_setup=SESSION_SETUP,
+    inspect_queue_table=inspect_queue_table,
+)
