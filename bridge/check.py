@@ -89,7 +89,10 @@ def run_checks(config: BridgeConfig) -> list[Finding]:
 
 
 def _columns(connection: Connection, dialect: Dialect, address: QueueAddress) -> dict[str, str]:
-    rows = connection.query(dialect.sql("table_columns"), (address.schema, address.table))
+    # The address lets SQL Server read the catalog views of the table's own catalog.
+    rows = connection.query(
+        dialect.sql("table_columns", queue=address), (address.schema, address.table)
+    )
     connection.commit()
     return {str(row[0]): str(row[1]) for row in rows}
 
@@ -120,7 +123,9 @@ def _check_queue(
             f"{rendered} is not an NServiceBus queue table: missing column(s) {', '.join(missing)}",
         )
         return
-    indexes = connection.query(dialect.sql("table_indexes"), (address.schema, address.table))
+    indexes = connection.query(
+        dialect.sql("table_indexes", queue=address), (address.schema, address.table)
+    )
     connection.commit()
     definitions = [str(row[1] or "").lower() for row in indexes]
     for column in dialect.queue_indexed_columns:
@@ -132,7 +137,28 @@ def _check_queue(
                 "(re-create it with the transport's DDL, or 'sfbridge install --print-sql')",
             )
             return
-    yield Finding(True, subject, f"{rendered} has the NServiceBus queue shape")
+    problems = _dialect_problems(connection, dialect, address, columns, definitions)
+    for problem in problems:
+        yield Finding(False, subject, f"{rendered}: {problem}")
+    if not problems:
+        yield Finding(True, subject, f"{rendered} has the NServiceBus queue shape")
+
+
+def _dialect_problems(
+    connection: Connection,
+    dialect: Dialect,
+    address: QueueAddress,
+    columns: dict[str, str],
+    definitions: list[str],
+) -> list[str]:
+    """What the dialect's own inspection finds (SQL Server: what the transport warns about)."""
+    if dialect.inspect_queue_table is None:
+        return []
+    try:
+        return dialect.inspect_queue_table(connection, address, columns, definitions)
+    except DatabaseError as error:
+        connection.rollback()
+        return [f"could not be inspected further: {error.detail}"]
 
 
 def _check_subscription_table(

@@ -141,9 +141,7 @@ def _deliver_batched(
                     message.body,
                 ]
             try:
-                connection.execute(
-                    dialect.sql("send_many", rows=len(chunk), queue=address), parameters
-                )
+                dialect.write_queue(connection, "send_many", address, parameters, rows=len(chunk))
             except QueueNotFound as error:
                 raise ItemWriteError(chunk[0], error) from None
             except (DatabaseUnavailable, TransientDatabaseError):
@@ -192,8 +190,10 @@ def _deliver_one_by_one(
                 if recorded == 0:
                     results[position] = Duplicate()
                     continue
-            connection.execute(
-                dialect.sql("send", queue=decision.destination.address),
+            dialect.write_queue(
+                connection,
+                "send",
+                decision.destination.address,
                 (
                     dialect.encode_id(uuid.uuid4()),
                     dialect.encode_timestamp(message.expires),
@@ -339,7 +339,9 @@ def missing_queue_failure(
     """
     hint = ""
     try:
-        tables = [row[1] for row in connection.query(dialect.sql("list_tables"))]
+        # The address lets SQL Server list the tables of the queue's catalog.
+        listed = connection.query(dialect.sql("list_tables", queue=destination.address))
+        tables = [row[1] for row in listed]
         suggestion = nearest_table(destination.address.table, tables)
         if suggestion and suggestion != destination.address.table:
             hint = f" (did you mean {suggestion!r}?)"

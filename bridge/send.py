@@ -51,11 +51,11 @@ def send_test_messages(
     database = config.databases[forwarder.database]
     dialect = dialect_for(database.dialect)
     queue = forwarder_tables(config, forwarder).queue
-    statement = dialect.sql("send", queue=queue)
     connection = connect(database)
     ids: list[str] = []
     try:
         connection.begin()
+        statement = dialect.queue_sql(connection, "send", queue)
         rows = []
         for _ in range(count):
             now = datetime.now(UTC)

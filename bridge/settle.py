@@ -155,8 +155,10 @@ class Settlement:
         return self.counts
 
     def _dead_letter(self, message: ClaimedMessage, headers_text: str) -> None:
-        self._connection.execute(
-            self._dialect.sql("dead_letter", queue=self._tables.error_queue),
+        self._dialect.write_queue(
+            self._connection,
+            "dead_letter",
+            self._tables.error_queue,
             (self._dialect.encode_id(message.row_id), headers_text, message.body),
         )
 
