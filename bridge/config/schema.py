@@ -73,9 +73,9 @@ KeyType = Literal["string", "integer", "boolean", "duration", "choice", "address
 SectionShape = Literal["mapping", "named", "list", "multimap"]
 
 DIALECTS: Final = ("postgresql", "sqlite", "sqlserver")
-# Dialects with a working driver in this version; the others are recognised (so the message can
-# say "not available yet" instead of "unknown") but rejected.
-IMPLEMENTED_DIALECTS: Final = ("postgresql", "sqlite")
+# Dialects with a working driver in this version; any other would be recognised (so the message
+# can say "not available yet" instead of "unknown") but rejected.
+IMPLEMENTED_DIALECTS: Final = ("postgresql", "sqlite", "sqlserver")
 SERVER_DIALECTS: Final = ("postgresql", "sqlserver")
 
 # Names end up in log lines, metrics labels and file names, so keep them to a safe alphabet.

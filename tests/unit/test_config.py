@@ -546,22 +546,15 @@ def test_validate_never_raises_whatever_a_key_holds(path: str) -> None:
     [
         pytest.param(
             "databases.sender.dialect",
-            "sqlserver",
-            "databases.sender.dialect: dialect 'sqlserver' is not available in this version "
-            "(available: postgresql, sqlite)",
-            id="sqlserver-not-available",
-        ),
-        pytest.param(
-            "databases.sender.dialect",
             "postgres",
-            "databases.sender.dialect: 'postgres' is not one of postgresql, sqlite "
+            "databases.sender.dialect: 'postgres' is not one of postgresql, sqlite, sqlserver "
             "(did you mean 'postgresql'?)",
             id="unknown-dialect-with-suggestion",
         ),
         pytest.param(
             "databases.sender.dialect",
             "oracle",
-            "databases.sender.dialect: 'oracle' is not one of postgresql, sqlite",
+            "databases.sender.dialect: 'oracle' is not one of postgresql, sqlite, sqlserver",
             id="unknown-dialect",
         ),
         pytest.param(
@@ -668,7 +661,9 @@ def test_database_entry_rules(path: str, value: object, message: str) -> None:
 def test_unknown_dialect_does_not_cascade_into_connection_or_path_errors() -> None:
     raw = with_(minimal(), "databases.sender.dialect", "mysql")
     raw = with_(raw, "databases.sender.connection", _DELETE)
-    assert errors(raw) == ["databases.sender.dialect: 'mysql' is not one of postgresql, sqlite"]
+    assert errors(raw) == [
+        "databases.sender.dialect: 'mysql' is not one of postgresql, sqlite, sqlserver"
+    ]
 
 
 def test_database_name_that_is_not_a_string_is_reported() -> None:
@@ -1585,3 +1580,56 @@ def test_the_edge_example_forwards_from_sqlite_to_postgresql() -> None:
     [forwarder] = config.forwarders
     assert config.databases[forwarder.database].dialect == "sqlite"
     assert {config.databases[route.database].dialect for route in config.routes} == {"postgresql"}
+
+
+# --------------------------------------------------------------------------------------------
+# SQL Server databases
+# --------------------------------------------------------------------------------------------
+
+SQLSERVER_ODBC = (
+    "Driver={ODBC Driver 18 for SQL Server};Server=db3;Database=sender;Uid=bridge;"
+    "Pwd=${SQLSERVER_PASSWORD}"
+)
+
+
+def with_sqlserver_sender() -> dict[str, Any]:
+    raw = with_(
+        minimal(), "databases.sender", {"dialect": "sqlserver", "connection": SQLSERVER_ODBC}
+    )
+    return with_(raw, "forwarders[0].queue", "Samples.Sender.Forward@[nsb]@[sender]")
+
+
+def test_a_sqlserver_database_takes_a_connection_string_and_a_default_schema() -> None:
+    raw = with_(with_sqlserver_sender(), "databases.sender.schema", "nsb")
+    config = build(raw, {**ENV, "SQLSERVER_PASSWORD": PASSWORD})
+    sender = config.databases["sender"]
+    assert (sender.dialect, sender.schema) == ("sqlserver", "nsb")
+    assert sender.connection == SQLSERVER_ODBC.replace("${SQLSERVER_PASSWORD}", PASSWORD)
+    assert config.forwarders[0].queue == "Samples.Sender.Forward@[nsb]@[sender]"
+
+
+def test_a_sqlserver_database_needs_a_connection_and_takes_no_path() -> None:
+    raw = with_(with_sqlserver_sender(), "databases.sender.connection", _DELETE)
+    raw = with_(raw, "databases.sender.path", "x.db")
+    assert errors(raw) == [
+        "databases.sender.connection: required key is missing for sqlserver databases",
+        "databases.sender.path: not used by sqlserver databases; postgresql and sqlserver "
+        "databases take 'connection' instead",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("queue", "message"),
+    [
+        pytest.param("q@[nsb", "unterminated '['", id="unterminated-bracket"),
+        pytest.param("@[nsb]", "empty table name", id="empty-table"),
+        pytest.param("q@[a]b", "after the closing ']'", id="junk-after-bracket"),
+    ],
+)
+def test_sqlserver_queue_addresses_are_parsed_in_the_sqlserver_grammar(
+    queue: str, message: str
+) -> None:
+    raw = with_(with_sqlserver_sender(), "forwarders[0].queue", queue)
+    problem = the_error(raw, {**ENV, "SQLSERVER_PASSWORD": PASSWORD})
+    assert problem.startswith("forwarders[0].queue: invalid sqlserver queue address: ")
+    assert message in problem
