@@ -97,8 +97,9 @@ case "$command" in
         exec .venv/bin/sfbridge demo "$@"
         ;;
     test)
-        # unixODBC + psqlODBC for pyodbc; the PostgreSQL server and client for the tests.
-        need_debian_packages unixodbc odbc-postgresql postgresql postgresql-client systemd
+        # unixODBC + psqlODBC for pyodbc; the PostgreSQL server and client for the tests;
+        # FreeTDS, which the SQL Server tests load (no SQL Server needed for those).
+        need_debian_packages unixodbc odbc-postgresql tdsodbc postgresql postgresql-client systemd
         setup_venv test
         if [ -z "${SFBRIDGE_TEST_PG:-}" ]; then
             if pg_reachable 127.0.0.1 5432; then

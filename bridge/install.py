@@ -67,6 +67,9 @@ def install_plan(config: BridgeConfig) -> list[InstallStep]:
         target = config.databases[route.database]
         dialect = dialect_for(target.dialect)
         ledger = dialect.bridge_table(LEDGER_TABLE, target.schema)
+        schema_sql = dialect.create_schema_sql(ledger.schema)
+        if schema_sql:
+            add(route.database, f"schema {ledger.schema}", schema_sql)
         add(route.database, "dedup ledger", dialect.sql("create_ledger_table", ledger=ledger))
     return steps
 

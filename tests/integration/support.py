@@ -10,11 +10,13 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -184,3 +186,364 @@ def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None
             return
         time.sleep(0.2)
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+# --------------------------------------------------------------------------------------------
+# SQL Server, as the transport writes and reads it (nsb-wire §1.1, §2.1, §2.2)
+# --------------------------------------------------------------------------------------------
+
+NSB_SQLSERVER_CREATE_QUEUE = """IF OBJECT_ID(?, 'U') IS NULL
+BEGIN
+    CREATE TABLE {0} (
+        Id uniqueidentifier NOT NULL,
+        CorrelationId varchar(255),
+        ReplyToAddress varchar(255),
+        Recoverable bit NOT NULL,
+        Expires datetime,
+        Headers nvarchar(max) NOT NULL,
+        Body varbinary(max),
+        RowVersion bigint IDENTITY(1,1) NOT NULL
+    )
+    CREATE NONCLUSTERED INDEX Index_RowVersion ON {0} ([RowVersion] ASC)
+    CREATE NONCLUSTERED INDEX Index_Expires ON {0} (Expires) INCLUDE (Id, RowVersion)
+        WHERE Expires IS NOT NULL
+END"""
+# The transport binds typed parameters (@Headers nvarchar(max), @Body varbinary(max)); pyodbc
+# binds by Python type, so the CASTs stand in for those declarations.
+NSB_SQLSERVER_SEND = """INSERT INTO {0} (Id, Recoverable, Expires, Headers, Body)
+VALUES (?, 1,
+        CASE WHEN ? IS NOT NULL THEN DATEADD(ms, ?, GETUTCDATE()) END,
+        CAST(? AS nvarchar(max)), CAST(? AS varbinary(max)))"""
+NSB_SQLSERVER_RECEIVE = """WITH message AS (
+    SELECT TOP(1) * FROM {0} WITH (UPDLOCK, READPAST, ROWLOCK)
+    ORDER BY RowVersion)
+DELETE FROM message
+OUTPUT deleted.Id,
+       CASE WHEN deleted.Expires IS NULL THEN 0
+            ELSE CASE WHEN deleted.Expires > GETUTCDATE() THEN 0 ELSE 1 END END,
+       deleted.Headers,
+       deleted.Body,
+       deleted.Expires"""
+
+
+def sqlserver_connection_string(prefix: str, database: str | None = None) -> str:
+    """`prefix` (an ODBC connection string) with `Database` set, FreeTDS options added."""
+    pairs = [
+        part
+        for part in prefix.split(";")
+        if part.strip()
+        and part.split("=", 1)[0].strip().lower() not in ("database", "initial catalog")
+    ]
+    if "tds" in prefix.lower() and "clientcharset" not in prefix.lower():
+        pairs.append("ClientCharset=UTF-8")
+    if "freetds" in prefix.lower() and "tds_version" not in prefix.lower():
+        pairs.append("TDS_Version=7.4")
+    if database is not None:
+        pairs.append(f"Database={database}")
+    return ";".join(pairs) + ";"
+
+
+def sqlserver_connect(connection_string: str, autocommit: bool = False) -> pyodbc.Connection:
+    pyodbc.native_uuid = True
+    return pyodbc.connect(connection_string, autocommit=autocommit, timeout=10)
+
+
+class SqlServerTestServer:
+    """Creates and drops databases on the server SFBRIDGE_TEST_SQLSERVER names."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.created: list[str] = []
+
+    def connection_string(self, database: str) -> str:
+        return sqlserver_connection_string(self.prefix, database)
+
+    def create_database(self) -> str:
+        name = f"sfbtest_{uuid.uuid4().hex[:10]}"
+        with sqlserver_connect(sqlserver_connection_string(self.prefix), autocommit=True) as admin:
+            admin.execute(f"CREATE DATABASE [{name}]")
+        self.created.append(name)
+        return name
+
+    def drop_all(self) -> None:
+        with sqlserver_connect(sqlserver_connection_string(self.prefix), autocommit=True) as admin:
+            for name in self.created:
+                admin.execute(
+                    f"ALTER DATABASE [{name}] SET SINGLE_USER WITH ROLLBACK IMMEDIATE; "
+                    f"DROP DATABASE [{name}]"
+                )
+
+
+# --------------------------------------------------------------------------------------------
+# NServiceBus endpoints on each dialect, for tests that run the same scenario on all of them
+# --------------------------------------------------------------------------------------------
+
+# SQLite holds the SQL Server transport's shape; "sending" computes Expires on the database's
+# clock, like DATEADD(ms, @ttbr, GETUTCDATE()).
+NSB_SQLITE_CREATE_QUEUE = """CREATE TABLE IF NOT EXISTS "{0}" (
+    Id TEXT NOT NULL, CorrelationId TEXT, ReplyToAddress TEXT, Recoverable INTEGER NOT NULL,
+    Expires TEXT, Headers TEXT NOT NULL, Body BLOB,
+    RowVersion INTEGER PRIMARY KEY AUTOINCREMENT)"""
+NSB_SQLITE_SEND = """INSERT INTO "{0}" (Id, Recoverable, Expires, Headers, Body)
+VALUES (?4, 1, CASE WHEN ?1 IS NULL THEN NULL ELSE strftime('%Y-%m-%d %H:%M:%f', 'now',
+        printf('%+.3f seconds', ?1 / 1000.0)) END, ?2, ?3)"""
+NSB_SQLITE_RECEIVE = """DELETE FROM "{0}" WHERE RowVersion = (SELECT min(RowVersion) FROM "{0}")
+RETURNING Id, coalesce(Expires <= strftime('%Y-%m-%d %H:%M:%f', 'now'), 0), Headers, Body,
+          Expires"""
+
+
+def _as_datetime(value: Any) -> datetime | None:
+    if value is None or isinstance(value, datetime):
+        return value
+    return datetime.fromisoformat(str(value))
+
+
+class NsbEndpoint:
+    """What an NServiceBus endpoint does to queue tables in one database, in its own SQL.
+
+    `address(table)` is the queue's address as endpoints write it in headers; `send`
+    returns the new row's Id; `receive_all` drains a queue one row per statement.
+    """
+
+    dialect: str
+
+    def database_entry(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def address(self, table: str) -> str:
+        raise NotImplementedError
+
+    def create_queue(self, table: str) -> None:
+        raise NotImplementedError
+
+    def send(
+        self,
+        table: str,
+        messages: list[tuple[Mapping[str, str | None] | str, bytes | None, int | None]],
+    ) -> list[uuid.UUID]:
+        """Send (headers, body, time to be received in ms) messages in one transaction."""
+        raise NotImplementedError
+
+    def receive_all(self, table: str) -> list[dict[str, Any]]:
+        raise NotImplementedError
+
+    def expires_by_message_id(self, table: str) -> dict[str, datetime | None]:
+        """`Expires` of each queued message, by NServiceBus.MessageId, without receiving."""
+        raise NotImplementedError
+
+    @staticmethod
+    def _headers_text(headers: Mapping[str, str | None] | str) -> str:
+        return headers if isinstance(headers, str) else json.dumps(dict(headers))
+
+    @staticmethod
+    def _received(row: Sequence[Any]) -> dict[str, Any]:
+        return {
+            "id": row[0] if isinstance(row[0], uuid.UUID) else uuid.UUID(str(row[0])),
+            "expired": bool(row[1]),
+            "headers_text": row[2],
+            "headers": _loads_or_none(row[2]),
+            "body": bytes(row[3]) if row[3] is not None else None,
+            "expires": _as_datetime(row[4]),
+        }
+
+
+def _loads_or_none(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+class PostgresEndpoint(NsbEndpoint):
+    dialect = "postgresql"
+
+    def __init__(self, connection_string: str) -> None:
+        self.connection_string = connection_string
+
+    def database_entry(self) -> dict[str, Any]:
+        return {"dialect": "postgresql", "connection": self.connection_string}
+
+    def qualified(self, table: str) -> str:
+        return '"public"."' + table.replace('"', '""') + '"'
+
+    def address(self, table: str) -> str:
+        return self.qualified(table)
+
+    def create_queue(self, table: str) -> None:
+        pg_create_queue(self.connection_string, self.qualified(table))
+
+    def send(
+        self,
+        table: str,
+        messages: list[tuple[Mapping[str, str | None] | str, bytes | None, int | None]],
+    ) -> list[uuid.UUID]:
+        ids = []
+        with pg_connect(self.connection_string) as connection:
+            for headers, body, ttbr in messages:
+                row_id = uuid.uuid4()
+                connection.execute(
+                    NSB_PG_SEND.format(self.qualified(table)),
+                    row_id,
+                    None if ttbr is None else str(ttbr),
+                    self._headers_text(headers),
+                    body,
+                )
+                ids.append(row_id)
+            connection.commit()
+        return ids
+
+    def receive_all(self, table: str) -> list[dict[str, Any]]:
+        received = []
+        with pg_connect(self.connection_string) as connection:
+            while True:
+                cursor = connection.execute(NSB_PG_RECEIVE.format(self.qualified(table)))
+                row = cursor.fetchone() if cursor.description is not None else None
+                connection.commit()
+                if row is None:
+                    return received
+                received.append(self._received(row))
+
+    def expires_by_message_id(self, table: str) -> dict[str, datetime | None]:
+        rows = pg_rows(
+            self.connection_string, f"SELECT headers, expires FROM {self.qualified(table)}"
+        )
+        return {json.loads(h)["NServiceBus.MessageId"]: _as_datetime(e) for h, e in rows}
+
+
+class SqliteEndpoint(NsbEndpoint):
+    dialect = "sqlite"
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def database_entry(self) -> dict[str, Any]:
+        return {"dialect": "sqlite", "path": str(self.path)}
+
+    def address(self, table: str) -> str:
+        return table
+
+    def _connect(self) -> sqlite3.Connection:
+        return sqlite3.connect(self.path, isolation_level=None)
+
+    def create_queue(self, table: str) -> None:
+        connection = self._connect()
+        try:
+            connection.execute(NSB_SQLITE_CREATE_QUEUE.format(table.replace('"', '""')))
+        finally:
+            connection.close()
+
+    def send(
+        self,
+        table: str,
+        messages: list[tuple[Mapping[str, str | None] | str, bytes | None, int | None]],
+    ) -> list[uuid.UUID]:
+        ids = []
+        connection = self._connect()
+        try:
+            connection.execute("BEGIN IMMEDIATE")
+            for headers, body, ttbr in messages:
+                row_id = uuid.uuid4()
+                connection.execute(
+                    NSB_SQLITE_SEND.format(table.replace('"', '""')),
+                    (ttbr, self._headers_text(headers), body, str(row_id)),
+                )
+                ids.append(row_id)
+            connection.execute("COMMIT")
+        finally:
+            connection.close()
+        return ids
+
+    def receive_all(self, table: str) -> list[dict[str, Any]]:
+        received = []
+        connection = self._connect()
+        try:
+            while True:
+                connection.execute("BEGIN IMMEDIATE")
+                row = connection.execute(
+                    NSB_SQLITE_RECEIVE.format(table.replace('"', '""'))
+                ).fetchone()
+                connection.execute("COMMIT")
+                if row is None:
+                    return received
+                received.append(self._received(row))
+        finally:
+            connection.close()
+
+    def expires_by_message_id(self, table: str) -> dict[str, datetime | None]:
+        connection = self._connect()
+        try:
+            rows = connection.execute(
+                f'SELECT Headers, Expires FROM "{table.replace(chr(34), chr(34) * 2)}"'
+            ).fetchall()
+        finally:
+            connection.close()
+        return {json.loads(h)["NServiceBus.MessageId"]: _as_datetime(e) for h, e in rows}
+
+
+class SqlServerEndpoint(NsbEndpoint):
+    dialect = "sqlserver"
+
+    def __init__(self, connection_string: str, catalog: str) -> None:
+        self.connection_string = connection_string
+        self.catalog = catalog
+
+    def database_entry(self) -> dict[str, Any]:
+        return {"dialect": "sqlserver", "connection": self.connection_string}
+
+    def qualified(self, table: str, catalog: str | None = None) -> str:
+        parts = (catalog or self.catalog, "dbo", table)
+        return ".".join("[" + part.replace("]", "]]") + "]" for part in parts)
+
+    def address(self, table: str) -> str:
+        # The canonical form NServiceBus 7+ writes (nsb-wire §5.1).
+        return f"{table}@[dbo]@[{self.catalog.replace(']', ']]')}]"
+
+    def create_queue(self, table: str, catalog: str | None = None) -> None:
+        qualified = self.qualified(table, catalog)
+        with sqlserver_connect(self.connection_string) as connection:
+            connection.execute(NSB_SQLSERVER_CREATE_QUEUE.format(qualified), qualified)
+            connection.commit()
+
+    def send(
+        self,
+        table: str,
+        messages: list[tuple[Mapping[str, str | None] | str, bytes | None, int | None]],
+    ) -> list[uuid.UUID]:
+        ids = []
+        with sqlserver_connect(self.connection_string) as connection:
+            for headers, body, ttbr in messages:
+                row_id = uuid.uuid4()
+                connection.execute(
+                    NSB_SQLSERVER_SEND.format(self.qualified(table)),
+                    row_id,
+                    ttbr,
+                    ttbr,
+                    self._headers_text(headers),
+                    body,
+                )
+                ids.append(row_id)
+            connection.commit()
+        return ids
+
+    def receive_all(self, table: str, catalog: str | None = None) -> list[dict[str, Any]]:
+        received = []
+        with sqlserver_connect(self.connection_string) as connection:
+            while True:
+                cursor = connection.execute(
+                    NSB_SQLSERVER_RECEIVE.format(self.qualified(table, catalog))
+                )
+                row = cursor.fetchone() if cursor.description is not None else None
+                while cursor.nextset():
+                    pass
+                connection.commit()
+                if row is None:
+                    return received
+                received.append(self._received(row))
+
+    def expires_by_message_id(self, table: str) -> dict[str, datetime | None]:
+        with sqlserver_connect(self.connection_string) as connection:
+            rows = connection.execute(
+                f"SELECT Headers, Expires FROM {self.qualified(table)}"
+            ).fetchall()
+            connection.commit()
+        return {json.loads(h)["NServiceBus.MessageId"]: _as_datetime(e) for h, e in rows}
