@@ -865,3 +865,94 @@ def test_the_catalog_travels_between_sqlserver_databases_but_not_to_other_dialec
     routes = [RouteConfig("Samples.*", "pg")]
     to_pg = route_destination("Samples.Receiver@[dbo]@[receiver]", SENDER, routes, DATABASES)
     assert to_pg.address == QueueAddress("Samples.Receiver", "public")
+
+
+# --------------------------------------------------------------------------------------------
+# check: the findings as `sfbridge check` prints them
+# --------------------------------------------------------------------------------------------
+
+
+class CatalogConnection(FakeConnection):
+    """Answers check's catalog queries for one table."""
+
+    def __init__(
+        self,
+        columns: dict[str, str],
+        indexes: list[str],
+        granted: tuple[Any, ...] | DatabaseError = (1, 1, 1),
+    ) -> None:
+        super().__init__()
+        self.columns = columns
+        self.indexes = indexes
+        self.granted = granted
+        self.rollbacks = 0
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        self.lookups.append((sql, tuple(params)))
+        if "sys.indexes AS i" in sql:
+            return [(f"index{n}", d) for n, d in enumerate(self.indexes)]
+        if "sys.columns AS c" in sql:
+            return list(self.columns.items())
+        if isinstance(self.granted, DatabaseError):
+            raise self.granted
+        return [self.granted]
+
+    def rollback(self) -> None:
+        self.rollbacks += 1
+
+
+TRANSPORT_COLUMNS = {
+    "id": "uniqueidentifier",
+    "correlationid": "varchar",
+    "replytoaddress": "varchar",
+    "recoverable": "bit",
+    "expires": "datetime",
+    "headers": "nvarchar",
+    "body": "varbinary",
+    "rowversion": "bigint",
+}
+
+
+def _findings(connection: CatalogConnection) -> list[str]:
+    from bridge.check import _check_queue
+
+    return [str(f) for f in _check_queue(connection, SQLSERVER, IN_CATALOG, "queue")]  # type: ignore[arg-type]
+
+
+def test_check_passes_a_queue_table_as_the_transport_creates_it() -> None:
+    connection = CatalogConnection(TRANSPORT_COLUMNS, GOOD_INDEXES)
+    assert _findings(connection) == [
+        "ok       queue: Samples.Receiver@[nsb]@[receiver] has the NServiceBus queue shape"
+    ]
+    # The catalog views of the table's own catalog, with (schema, table) parameters.
+    assert connection.lookups[0][1] == ("nsb", "Samples.Receiver")
+    assert "FROM [receiver].sys.columns AS c" in connection.lookups[0][0]
+
+
+def test_check_accepts_a_queue_table_without_recoverable() -> None:
+    columns = {k: v for k, v in TRANSPORT_COLUMNS.items() if k != "recoverable"}
+    assert _findings(CatalogConnection(columns, GOOD_INDEXES))[0].startswith("ok ")
+
+
+def test_check_reports_each_thing_the_transport_warns_about() -> None:
+    columns = {**TRANSPORT_COLUMNS, "headers": "varchar"}
+    connection = CatalogConnection(columns, ["clustered (rowversion)"], (1, 0, 1))
+    findings = _findings(connection)
+    assert len(findings) == 4
+    assert all(
+        f.startswith("PROBLEM  queue: Samples.Receiver@[nsb]@[receiver]: ") for f in findings
+    )
+    assert "CLUSTERED" in findings[0]
+    assert "no index on Expires" in findings[1]
+    assert "Headers column is varchar" in findings[2]
+    assert "lacks INSERT permission" in findings[3]
+
+
+def test_check_reports_a_table_it_cannot_inspect_instead_of_failing() -> None:
+    denied = DatabaseError("receiver", "VIEW DEFINITION permission denied (error 300)")
+    connection = CatalogConnection(TRANSPORT_COLUMNS, GOOD_INDEXES, denied)
+    assert _findings(connection) == [
+        "PROBLEM  queue: Samples.Receiver@[nsb]@[receiver]: could not be inspected further: "
+        "VIEW DEFINITION permission denied (error 300)"
+    ]
+    assert connection.rollbacks == 1
