@@ -43,7 +43,18 @@ _FREETDS_GOOD_TDS_VERSION = re.compile(r"^7\.([3-9])$")
 
 MAX_CACHED_CURSORS = 64
 
-_CONNECTION_LOST_STATES = {"08S01", "08003", "08007", "57P01", "57P02", "57P03", "HYT00", "HYT01"}
+# 08001 mid-session: Driver 18's connection resiliency failed to reconnect a broken link.
+_CONNECTION_LOST_STATES = {
+    "08S01",
+    "08001",
+    "08003",
+    "08007",
+    "57P01",
+    "57P02",
+    "57P03",
+    "HYT00",
+    "HYT01",
+}
 _CONNECT_FAILED_STATES = {"08001", "08004", "28000", "28P01", "IM002", "IM003", "3D000"}
 _TRANSIENT_STATES = {"40001", "40P01", "55P03", "57014"}
 _MISSING_TABLE_STATES = {"42P01", "42S02"}

@@ -168,6 +168,12 @@ def _error(state: str, text: str, native: int, more: str = "") -> pyodbc.Error:
             20006,
             "Write to the server failed (SQLSTATE 08S01, error 20006)",
         ),
+        (
+            _error("08001", f"{MS}TCP Provider: No such host is known.", 11001),
+            ConnectionLost,
+            11001,
+            "TCP Provider: No such host is known. (SQLSTATE 08001, error 11001)",
+        ),
     ],
     ids=[
         "208-invalid-object",
@@ -181,6 +187,7 @@ def _error(state: str, text: str, native: int, more: str = "") -> pyodbc.Error:
         "1222-lock-timeout",
         "08S01-link-failure",
         "08S01-freetds",
+        "08001-reconnect-failed",
     ],
 )
 def test_sqlserver_errors_become_the_bridges_exceptions(
