@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import tempfile
 import time
 import types
@@ -166,11 +167,19 @@ def run_demo(folder: str | None = None, message_count: int = 5) -> int:
         f"retries scheduled {totals['retries-scheduled']}, "
         f"duplicates skipped {totals['duplicates-skipped']}"
     )
-    print(f"\nLook around:  sfbridge -c {config_path} status")
+    print(f"\nLook around:  {_own_command()} -c {config_path} status")
     print(
         f"              sqlite3 {base / 'receiver.db'} 'SELECT Headers FROM \"{RECEIVER_QUEUE}\"'"
     )
     return 0 if exactly_once and totals["duplicates-skipped"] >= 1 else 1
+
+
+def _own_command() -> str:
+    """How this process was started, so the hint works from a venv that is not on PATH."""
+    invoked = Path(sys.argv[0])
+    if invoked.name == "sfbridge" and invoked.is_file():
+        return str(invoked) if invoked.parent != Path(".") else "sfbridge"
+    return f"{sys.executable} -m bridge"
 
 
 def _create_receiver_queue(config: BridgeConfig) -> None:
