@@ -23,6 +23,8 @@ from typing import Any
 import pyodbc
 import yaml
 
+from bridge.drivers import ConnectionLost
+
 NSB_PG_CREATE_QUEUE = """CREATE TABLE IF NOT EXISTS {0} (
     Id uuid NOT NULL PRIMARY KEY, Expires TIMESTAMP, Headers TEXT NOT NULL, Body BYTEA,
     Seq serial NOT NULL UNIQUE)"""
@@ -547,3 +549,22 @@ class SqlServerEndpoint(NsbEndpoint):
             ).fetchall()
             connection.commit()
         return {json.loads(h)["NServiceBus.MessageId"]: _as_datetime(e) for h, e in rows}
+
+
+class CommitFailsOnce:
+    """Wraps the real source connection: its next commit dies as if the bridge crashed."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.database = inner.database
+        self.armed = True
+
+    def commit(self) -> None:
+        if self.armed:
+            self.armed = False
+            self._inner.rollback()  # what the server does when the client vanishes
+            raise ConnectionLost(self.database, "simulated crash before the source commit")
+        self._inner.commit()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)

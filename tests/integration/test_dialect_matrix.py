@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 from support import (
+    CommitFailsOnce,
     NsbEndpoint,
     PostgresEndpoint,
     SqliteEndpoint,
@@ -95,25 +96,6 @@ def new_endpoint(
         return SqlServerEndpoint(sqlserver_server.connection_string(catalog), catalog)
 
     return create
-
-
-class CommitFailsOnce:
-    """Wraps the real source connection: its next commit dies as if the bridge crashed."""
-
-    def __init__(self, inner: Any) -> None:
-        self._inner = inner
-        self.database = inner.database
-        self.armed = True
-
-    def commit(self) -> None:
-        if self.armed:
-            self.armed = False
-            self._inner.rollback()  # what the server does when the client vanishes
-            raise ConnectionLost(self.database, "simulated crash before the source commit")
-        self._inner.commit()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
 
 
 @dataclass

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from support import (
+    CommitFailsOnce,
     DaemonProcess,
     nsb_message_headers,
     pg_connect,
@@ -103,25 +104,6 @@ def test_killing_the_destination_database_and_bringing_it_back_loses_nothing(
     assert pg_count(sender, FORWARD) == 0
     assert pg_count(sender, '"public"."sfbridge_retry"') == 0
     assert pg_count(sender, '"public"."error"') == 0
-
-
-class CommitFailsOnce:
-    """Wraps the real source connection: its next commit dies as if the bridge crashed."""
-
-    def __init__(self, inner: Any) -> None:
-        self._inner = inner
-        self.database = inner.database
-        self.armed = True
-
-    def commit(self) -> None:
-        if self.armed:
-            self.armed = False
-            self._inner.rollback()  # what the server does when the client vanishes
-            raise ConnectionLost(self.database, "simulated crash before the source commit")
-        self._inner.commit()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
 
 
 def test_a_crash_between_the_destination_and_source_commits_delivers_once(
