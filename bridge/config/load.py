@@ -6,8 +6,11 @@ ends in a `ConfigError` carrying `Problem`s, so the CLI has one thing to catch a
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Mapping
+import re
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass
 
 import yaml
 
@@ -28,15 +31,21 @@ def load_config(
 
     Given the file and the environment for `${VAR}` expansion (default: `os.environ`).
     Returns the configuration and its warnings. Raises ConfigError when the file is missing or
-    unreadable (Problem path: the file), is not valid YAML (path: `<file>:line:col`) or does not
-    validate (path: the key, e.g. `routes[2].database`); the error carries every problem found.
+    unreadable (Problem path: the file), is not valid YAML or repeats a key within one mapping
+    (path: `<file>:line:col`) or does not validate (path: the key, e.g. `routes[2].database`);
+    the error carries every problem found.
     """
     source = os.fspath(path)
     text = _read(source)
+    loader = _StrictLoader(text)
     try:
-        raw = yaml.safe_load(text)
+        raw = loader.get_single_data()
     except yaml.YAMLError as exc:
         raise ConfigError([_yaml_problem(source, exc)]) from None
+    finally:
+        loader.dispose()
+    if loader.duplicates:
+        raise ConfigError(_duplicate_problem(source, dup) for dup in sorted(loader.duplicates))
     config, problems = validate(raw, os.environ if environ is None else environ, source)
     if config is None:
         raise ConfigError(problems)
@@ -76,3 +85,91 @@ def _yaml_problem(source: str, exc: yaml.YAMLError) -> Problem:
             return Problem(f"{source}:{mark.line + 1}:{mark.column + 1}", message)
         return Problem(source, message)
     return Problem(source, f"invalid YAML: {exc}")
+
+
+# --------------------------------------------------------------------------------------------
+# Duplicated keys
+# --------------------------------------------------------------------------------------------
+
+_SIMPLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
+
+
+@dataclass(frozen=True, order=True)
+class _Duplicate:
+    """A key given again in the same mapping; lines and columns count from 0, as PyYAML's do."""
+
+    line: int
+    column: int
+    first_line: int
+    key_path: str
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """`yaml.safe_load`'s loader, except that it records keys repeated within one mapping.
+
+    YAML forbids duplicate keys, but PyYAML keeps the last one and drops the others without a
+    word, so a second `routes:` block would silently replace the first. The constructors are
+    SafeLoader's own: no tag can build anything but plain data.
+
+    Each mapping and sequence node is given its key path (`forwarders[0].queue`) by its parent
+    before it is constructed, so that a duplicate can be named the way validation names keys.
+    The first path wins: a node reused through an alias is named where its anchor was written.
+    """
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self.duplicates: list[_Duplicate] = []
+        self._paths: dict[yaml.Node, str] = {}
+
+    def construct_mapping(
+        self, node: yaml.MappingNode, deep: bool = False
+    ) -> dict[Hashable, object]:
+        if isinstance(node, yaml.MappingNode):
+            self._check_keys(node)
+        return super().construct_mapping(node, deep=deep)
+
+    def construct_sequence(self, node: yaml.SequenceNode, deep: bool = False) -> list[object]:
+        if isinstance(node, yaml.SequenceNode):
+            base = self._paths.get(node, "")
+            for index, item in enumerate(node.value):
+                self._paths.setdefault(item, f"{base}[{index}]")
+        return super().construct_sequence(node, deep=deep)
+
+    def _check_keys(self, node: yaml.MappingNode) -> None:
+        # Runs before SafeConstructor.construct_mapping flattens `<<` merge keys into the node:
+        # an explicit key that overrides a merged one is what merge keys are for, not a mistake.
+        base = self._paths.get(node, "")
+        first: dict[Hashable, int] = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                seen = first.get(key)
+            except TypeError:
+                continue  # unhashable: SafeConstructor reports it as a YAML error
+            path = _key_path(base, key)
+            self._paths.setdefault(value_node, path)
+            if seen is None:
+                first[key] = key_node.start_mark.line
+            else:
+                mark = key_node.start_mark
+                self.duplicates.append(_Duplicate(mark.line, mark.column, seen, path))
+
+
+def _key_path(base: str, key: object) -> str:
+    """`base.key`, or `base["key"]` when the key is not a plain name, as validation writes it."""
+    if isinstance(key, str) and _SIMPLE_NAME.fullmatch(key):
+        return f"{base}.{key}" if base else key
+    shown = json.dumps(key) if isinstance(key, str) else repr(key)
+    return f"{base}[{shown}]"
+
+
+def _duplicate_problem(source: str, duplicate: _Duplicate) -> Problem:
+    """A Problem at `<file>:line:col` of the repeated key; never quotes a value (passwords)."""
+    return Problem(
+        f"{source}:{duplicate.line + 1}:{duplicate.column + 1}",
+        f"duplicate key '{duplicate.key_path}' (first given on line {duplicate.first_line + 1}); "
+        "YAML would keep only the last one and silently drop the others, so merge them into "
+        "one or delete the extra",
+    )

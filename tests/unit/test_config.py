@@ -1532,6 +1532,180 @@ def test_an_empty_file_is_reported_as_an_empty_configuration(tmp_path: Path) -> 
     assert str(caught.value).startswith("the configuration is empty")
 
 
+# Duplicated keys: YAML itself forbids them, but PyYAML keeps the last and drops the rest
+# silently, so a second `routes:` block would throw away the first without a word.
+
+DUPLICATE_ROUTES = """\
+databases:
+  sender: {dialect: postgresql, connection: "Driver=x;Server=db1"}
+  receiver: {dialect: postgresql, connection: "${RECEIVER_ODBC}"}
+forwarders:
+  - {name: sender, database: sender, queue: sfbridge.forward}
+routes:
+  - {match: "Samples.Receiver*", database: receiver}
+routes:
+  - {match: "*", database: sender}
+"""
+
+
+def test_a_duplicated_top_level_key_is_an_error_naming_the_key_and_both_lines(
+    tmp_path: Path,
+) -> None:
+    path = _write(tmp_path, DUPLICATE_ROUTES)
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, ENV)
+    [problem] = caught.value.problems
+    assert problem.path == f"{path}:8:1"
+    assert problem.message == (
+        "duplicate key 'routes' (first given on line 6); YAML would keep only the last one "
+        "and silently drop the others, so merge them into one or delete the extra"
+    )
+    assert str(caught.value) == f"{problem.path}: {problem.message}"
+
+
+def test_a_duplicated_key_inside_a_database_entry_is_an_error_with_its_key_path(
+    tmp_path: Path,
+) -> None:
+    text = (
+        "databases:\n"
+        "  sender:\n"
+        "    dialect: postgresql\n"
+        '    connection: "Driver=x;Server=db1"\n'
+        "    dialect: sqlite\n"
+        "forwarders:\n"
+        "  - {name: sender, database: sender, queue: sfbridge.forward}\n"
+        "routes:\n"
+        '  - {match: "*", database: sender}\n'
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_config(_write(tmp_path, text), ENV)
+    [problem] = caught.value.problems
+    assert problem.path.endswith(":5:5")
+    assert problem.message.startswith(
+        "duplicate key 'databases.sender.dialect' (first given on line 3)"
+    )
+
+
+def test_a_duplicated_key_inside_a_forwarder_entry_is_an_error_with_its_key_path(
+    tmp_path: Path,
+) -> None:
+    text = (
+        "databases:\n"
+        '  sender: {dialect: postgresql, connection: "Driver=x;Server=db1"}\n'
+        "forwarders:\n"
+        "  - name: sender\n"
+        "    database: sender\n"
+        "    queue: sfbridge.forward\n"
+        "    queue: other.forward\n"
+        "routes:\n"
+        '  - {match: "*", database: sender}\n'
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_config(_write(tmp_path, text), ENV)
+    [problem] = caught.value.problems
+    assert problem.path.endswith(":7:5")
+    assert problem.message.startswith("duplicate key 'forwarders[0].queue' (first given on line 6)")
+
+
+def test_a_duplicated_name_that_is_not_an_identifier_is_quoted_in_the_key_path(
+    tmp_path: Path,
+) -> None:
+    text = (
+        "databases:\n"
+        "  edge.db: {dialect: sqlite, path: a.db}\n"
+        "  edge.db: {dialect: sqlite, path: b.db}\n"
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_config(_write(tmp_path, text), ENV)
+    [problem] = caught.value.problems
+    assert problem.path.endswith(":3:3")
+    assert problem.message.startswith("duplicate key 'databases[\"edge.db\"]' (first given")
+
+
+def test_every_duplicated_key_is_reported_in_file_order(tmp_path: Path) -> None:
+    text = (
+        "databases:\n"  # 1
+        "  sender:\n"  # 2
+        "    dialect: postgresql\n"  # 3
+        '    connection: "Driver=x;Server=db1"\n'  # 4
+        '    connection: "Driver=x;Server=db2"\n'  # 5
+        "forwarders:\n"  # 6
+        "  - {name: sender, database: sender, queue: a, name: again}\n"  # 7
+        "routes:\n"  # 8
+        '  - {match: "*", database: sender}\n'  # 9
+        "routes: []\n"  # 10
+        "routes: []\n"  # 11
+    )
+    path = _write(tmp_path, text)
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, ENV)
+    located = [(problem.path, problem.message.split(";")[0]) for problem in caught.value.problems]
+    assert located == [
+        (f"{path}:5:5", "duplicate key 'databases.sender.connection' (first given on line 4)"),
+        (f"{path}:7:48", "duplicate key 'forwarders[0].name' (first given on line 7)"),
+        (f"{path}:10:1", "duplicate key 'routes' (first given on line 8)"),
+        (f"{path}:11:1", "duplicate key 'routes' (first given on line 8)"),
+    ]
+
+
+def test_a_duplicated_key_error_does_not_quote_the_values_that_may_hold_a_password(
+    tmp_path: Path,
+) -> None:
+    text = (
+        "databases:\n"
+        f'  sender: {{dialect: postgresql, connection: "Uid=sa;PWD={PASSWORD}",\n'
+        f'           connection: "Uid=sa;PWD={PASSWORD}x"}}\n'
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_config(_write(tmp_path, text), ENV)
+    assert "duplicate key 'databases.sender.connection'" in str(caught.value)
+    assert PASSWORD not in str(caught.value)
+    assert all(PASSWORD not in repr(p) for p in caught.value.problems)
+
+
+def test_the_same_key_in_different_mappings_is_not_a_duplicate(tmp_path: Path) -> None:
+    # Every database entry has a `dialect`, every route a `match` and a `database`.
+    config, _ = load_config(_write(tmp_path, yaml.safe_dump(minimal(), sort_keys=False)), ENV)
+    assert list(config.databases) == ["sender", "receiver", "edge"]
+
+
+def test_a_duplicate_in_an_anchored_mapping_is_named_where_the_anchor_is_written(
+    tmp_path: Path,
+) -> None:
+    text = "databases:\n  sender: &pg {dialect: postgresql, dialect: sqlite}\n  receiver: *pg\n"
+    with pytest.raises(ConfigError) as caught:
+        load_config(_write(tmp_path, text), ENV)
+    [problem] = caught.value.problems
+    assert problem.path.endswith(":2:37")
+    assert problem.message.startswith("duplicate key 'databases.sender.dialect' (first given")
+
+
+def test_a_key_that_overrides_a_yaml_merge_key_is_not_a_duplicate(tmp_path: Path) -> None:
+    text = (
+        "databases:\n"
+        '  sender: &pg {dialect: postgresql, connection: "Driver=x;Server=db1"}\n'
+        "  receiver:\n"
+        "    <<: *pg\n"
+        '    connection: "Driver=x;Server=db2"\n'
+        "forwarders:\n"
+        "  - {name: sender, database: sender, queue: sfbridge.forward}\n"
+        "routes:\n"
+        '  - {match: "*", database: receiver}\n'
+    )
+    config, _ = load_config(_write(tmp_path, text), ENV)
+    assert config.databases["receiver"].connection == "Driver=x;Server=db2"
+    assert config.databases["receiver"].dialect == "postgresql"
+
+
+def test_yaml_tags_that_construct_python_objects_are_still_refused(tmp_path: Path) -> None:
+    text = "databases: !!python/object/apply:os.getcwd []\n"
+    with pytest.raises(ConfigError) as caught:
+        load_config(_write(tmp_path, text), ENV)
+    [problem] = caught.value.problems
+    assert problem.path == f"{tmp_path / 'bridge.yaml'}:1:12"
+    assert "could not determine a constructor" in problem.message
+
+
 # --------------------------------------------------------------------------------------------
 # The example files in config/
 # --------------------------------------------------------------------------------------------
