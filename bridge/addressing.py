@@ -14,6 +14,7 @@ by hand cannot slip past the rules that a parsed one has to obey.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -66,13 +67,25 @@ def _check_table(table: str, address: object) -> None:
     # surface later as a confusing database error far away from the address that caused it.
     if not table.strip():
         raise AddressError(f"empty table name in address {address!r}")
-    _check_no_nul(table, "table", address)
+    _check_characters(table, "table", address)
 
 
-def _check_no_nul(name: str, what: str, address: object) -> None:
+# A lone UTF-16 surrogate: .NET strings may hold one, and JSON carries it as `\ud800`, but
+# UTF-8 cannot encode it, so no database can store it in a name.
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+
+def _check_characters(name: str, what: str, address: object) -> None:
     # No SQL engine accepts NUL in an identifier, and drivers tend to truncate at it silently.
     if "\x00" in name:
         raise AddressError(f"{what} name {name!r} contains a NUL character in address {address!r}")
+    surrogate = _SURROGATE.search(name)
+    if surrogate:
+        # repr() escapes the surrogate, so the message itself can be logged and stored.
+        raise AddressError(
+            f"{what} name {name!r} contains an unpaired surrogate "
+            f"(\\u{ord(surrogate.group()):04x}), which no database can store (address {address!r})"
+        )
 
 
 # --------------------------------------------------------------------------------------------
@@ -139,7 +152,7 @@ class PostgreSqlGrammar:
                 f"transport allows at most {PG_MAX_TABLE_BYTES} (address {source!r})"
             )
         if address.schema:
-            _check_no_nul(address.schema, "schema", source)
+            _check_characters(address.schema, "schema", source)
             size = len(address.schema.encode("utf-8"))
             if size > PG_MAX_IDENTIFIER_BYTES:
                 raise AddressError(
@@ -269,9 +282,9 @@ class SqlServerGrammar:
                 f"grammar cannot express (address {source!r})"
             )
         if address.schema:
-            _check_no_nul(address.schema, "schema", source)
+            _check_characters(address.schema, "schema", source)
         if address.catalog:
-            _check_no_nul(address.catalog, "catalog", source)
+            _check_characters(address.catalog, "catalog", source)
 
     @staticmethod
     def _read_part(rest: str, start: int, text: str, index: int) -> tuple[str | None, int]:

@@ -615,6 +615,85 @@ def test_sqlite_accepts_what_sqlserver_renders() -> None:
 
 
 # --------------------------------------------------------------------------------------------
+# Unpaired surrogates: a .NET string may hold one (JSON `\ud800` decodes to it), but no
+# database can store it, and UTF-8 cannot even encode it.
+# --------------------------------------------------------------------------------------------
+
+SURROGATE_ADDRESSES: list[tuple[AddressGrammar, str, str, str]] = [
+    (POSTGRESQL, "Recei\ud800ver", "table", "Recei\ud800ver"),
+    (POSTGRESQL, '"public"."Recei\udfffver"', "table", "Recei\udfffver"),
+    (POSTGRESQL, "s\udc00.Receiver", "schema", "s\udc00"),
+    (POSTGRESQL, '"s\ud800"."Receiver"', "schema", "s\ud800"),
+    (SQLSERVER, "Recei\ud800ver", "table", "Recei\ud800ver"),
+    (SQLSERVER, "Receiver@[s\ud800]", "schema", "s\ud800"),
+    (SQLSERVER, "Receiver@dbo@c\udfff", "catalog", "c\udfff"),
+    (SQLITE, "Recei\ud800ver", "table", "Recei\ud800ver"),
+    (SQLITE, "Recei\ud800ver@[dbo]", "table", "Recei\ud800ver"),
+]
+
+
+@pytest.mark.parametrize(
+    ("grammar", "text", "what", "name"),
+    SURROGATE_ADDRESSES,
+    ids=[f"{grammar.dialect}:{what}:{text!r}" for grammar, text, what, _ in SURROGATE_ADDRESSES],
+)
+def test_an_unpaired_surrogate_in_any_part_is_an_address_error_naming_the_part(
+    grammar: AddressGrammar, text: str, what: str, name: str
+) -> None:
+    with pytest.raises(AddressError) as info:
+        grammar.parse(text)
+    message = str(info.value)
+    surrogate = next(char for char in name if "\ud800" <= char <= "\udfff")
+    escaped = repr(surrogate)[1:-1]  # \ud800, as Python and JSON write it
+    assert (
+        f"{what} name {name!r} contains an unpaired surrogate ({escaped}), "
+        "which no database can store"
+    ) in message
+    assert repr(text) in message
+
+
+def test_the_surrogate_message_can_be_written_to_a_utf8_log() -> None:
+    with pytest.raises(AddressError) as info:
+        POSTGRESQL.parse("Recei\ud800ver")
+    assert str(info.value) == (
+        "table name 'Recei\\ud800ver' contains an unpaired surrogate (\\ud800), which no "
+        "database can store (address 'Recei\\ud800ver')"
+    )
+    str(info.value).encode("utf-8")
+
+
+SURROGATE_HAND_BUILT: list[tuple[AddressGrammar, QueueAddress]] = [
+    (POSTGRESQL, QA("t\ud800")),
+    (POSTGRESQL, QA("t", "s\ud800")),
+    (SQLSERVER, QA("t\ud800")),
+    (SQLSERVER, QA("t", "s\ud800")),
+    (SQLSERVER, QA("t", "s", "c\ud800")),
+    (SQLITE, QA("t\ud800")),
+]
+
+
+@pytest.mark.parametrize(
+    ("grammar", "address"),
+    SURROGATE_HAND_BUILT,
+    ids=[f"{grammar.dialect}:{address}" for grammar, address in SURROGATE_HAND_BUILT],
+)
+def test_every_grammar_refuses_to_render_or_resolve_an_address_with_a_surrogate(
+    grammar: AddressGrammar, address: QueueAddress
+) -> None:
+    for operation in (grammar.render, grammar.qualified_name):
+        with pytest.raises(AddressError, match="unpaired surrogate"):
+            operation(address)
+    with pytest.raises(AddressError, match="unpaired surrogate"):
+        grammar.resolve(address, None, None)
+
+
+@pytest.mark.parametrize("grammar", [POSTGRESQL, SQLSERVER, SQLITE], ids=lambda g: g.dialect)
+def test_characters_beyond_the_basic_plane_are_not_surrogates(grammar: AddressGrammar) -> None:
+    # json.loads joins an escaped pair (\ud83c\udf89) into the one character it encodes.
+    assert grammar.parse("Party\U0001f389").table == "Party\U0001f389"
+
+
+# --------------------------------------------------------------------------------------------
 # Round trips: parse(render(resolve(x))) == resolve(x)
 # --------------------------------------------------------------------------------------------
 

@@ -217,6 +217,34 @@ def test_a_destination_the_target_cannot_express_is_rejected_as_unroutable() -> 
     assert decision.reason_code == "unroutable"
 
 
+# A .NET string may hold an unpaired surrogate, which JSON carries as `\ud800` and json.loads
+# turns into a str that UTF-8 cannot encode; no database can store it as a table name.
+
+
+@pytest.mark.parametrize("table", ["Receiver\\ud800", "Edge\\udc00Queue"])
+@pytest.mark.parametrize(
+    "source",
+    [
+        SENDER,
+        DatabaseConfig("mssql", "sqlserver", connection="Driver=w"),
+        DatabaseConfig("store", "sqlite", path="/var/lib/sfbridge/store.db"),
+    ],
+    ids=lambda db: db.dialect,
+)
+def test_a_destination_with_an_unpaired_surrogate_is_unroutable_with_a_reason_not_poison(
+    source: DatabaseConfig, table: str
+) -> None:
+    text = '{"' + DESTINATION_HEADER + '": "' + table + '"}'  # JSON escape, as .NET writes it
+    router = Router(source, ROUTES, {**DATABASES, source.name: source})
+    decision = classify(_message(text), router)
+    assert isinstance(decision, Reject)
+    assert decision.reason_code == "unroutable"
+    assert f"table name '{table}' contains an unpaired surrogate" in decision.reason
+    assert "which no database can store" in decision.reason
+    assert DESTINATION_HEADER in decision.reason
+    decision.reason.encode("utf-8")  # it goes into a header of the error queue row
+
+
 # --------------------------------------------------------------------------------------------
 # Deliver
 # --------------------------------------------------------------------------------------------
