@@ -85,7 +85,12 @@ Decision = Poison | Expired | Reject | Deliver | Publish
 
 
 def classify(message: ClaimedMessage, router: Router) -> Decision:
-    """What to do with one claimed message."""
+    """What to do with one claimed message.
+
+    A non-blank destination is routed; otherwise a non-blank event type makes it a publish (an
+    endpoint that writes both headers leaves the destination empty when publishing). A routing
+    header that is there but empty is rejected saying so, not as missing.
+    """
     try:
         headers = parse_headers(message.headers_text)
     except PoisonHeaders as error:
@@ -93,26 +98,49 @@ def classify(message: ClaimedMessage, router: Router) -> Decision:
     if message.expired:
         return Expired()
     destination_header = headers.get(DESTINATION_HEADER)
-    if not destination_header:
-        event_type = headers.get(EVENT_TYPE_HEADER)
-        if event_type:
-            try:
-                topics = topics_for(event_type, headers.get(ENCLOSED_TYPES_HEADER))
-            except TypeNameError as error:
-                return Reject(
-                    headers,
-                    "bad-event-type",
-                    f"'{EVENT_TYPE_HEADER}' is not a .NET type name ({error}); the publishing "
-                    "endpoint must set it to the event's assembly-qualified type name",
-                )
-            return Publish(headers, event_type, tuple(topics))
+    if destination_header is not None and destination_header.strip():
+        return _route(message, headers, destination_header, router)
+    event_type = headers.get(EVENT_TYPE_HEADER)
+    if event_type is not None and event_type.strip():
+        try:
+            topics = topics_for(event_type, headers.get(ENCLOSED_TYPES_HEADER))
+        except TypeNameError as error:
+            return Reject(
+                headers,
+                "bad-event-type",
+                f"'{EVENT_TYPE_HEADER}' is not a .NET type name ({error}); the publishing "
+                "endpoint must set it to the event's assembly-qualified type name",
+            )
+        return Publish(headers, event_type, tuple(topics))
+    if destination_header is not None:
         return Reject(
             headers,
-            "no-routing-header",
-            f"the message has neither a '{DESTINATION_HEADER}' nor a '{EVENT_TYPE_HEADER}' "
-            "header; the sending endpoint must set the destination queue's address (or, for "
-            "a published event, its type)",
+            "unroutable",
+            f"the '{DESTINATION_HEADER}' header is present but empty"
+            f"{_whitespace(destination_header)}; the sending endpoint must set it to the "
+            "address of the destination queue (or, to publish an event, leave it out and set "
+            f"'{EVENT_TYPE_HEADER}' to the event's type)",
         )
+    if event_type is not None:
+        return Reject(
+            headers,
+            "bad-event-type",
+            f"the '{EVENT_TYPE_HEADER}' header is present but empty{_whitespace(event_type)}; "
+            "the publishing endpoint must set it to the event's assembly-qualified type name "
+            f"(or, to send to one queue, leave it out and set '{DESTINATION_HEADER}')",
+        )
+    return Reject(
+        headers,
+        "no-routing-header",
+        f"the message has neither a '{DESTINATION_HEADER}' nor a '{EVENT_TYPE_HEADER}' "
+        "header; the sending endpoint must set the destination queue's address (or, for "
+        "a published event, its type)",
+    )
+
+
+def _route(
+    message: ClaimedMessage, headers: Headers, destination_header: str, router: Router
+) -> Reject | Deliver:
     decision = router.route(destination_header, headers.get(ADDRESS_DATABASE_HEADER))
     if isinstance(decision, Unroutable):
         return Reject(headers, "unroutable", decision.reason)
@@ -123,3 +151,8 @@ def classify(message: ClaimedMessage, router: Router) -> Decision:
         headers_text=serialize_headers(outgoing),
         message_id=headers.get(MESSAGE_ID_HEADER) or str(message.row_id),
     )
+
+
+def _whitespace(blank: str) -> str:
+    """For a blank header value: what it holds, since whitespace is invisible in a log."""
+    return f" (only whitespace: {blank!r})" if blank else ""

@@ -115,6 +115,8 @@ def test_expiry_comes_before_routing_problems() -> None:
     assert isinstance(_classify({DESTINATION_HEADER: "Nowhere"}, expired=True), Expired)
     assert isinstance(_classify({EVENT_TYPE_HEADER: "Samples.Event"}, expired=True), Expired)
     assert isinstance(_classify({DESTINATION_HEADER: '"bad'}, expired=True), Expired)
+    assert isinstance(_classify({DESTINATION_HEADER: ""}, expired=True), Expired)
+    assert isinstance(_classify({EVENT_TYPE_HEADER: ""}, expired=True), Expired)
 
 
 def test_the_expired_flag_decides_not_the_expires_time() -> None:
@@ -143,7 +145,7 @@ def test_the_expired_flag_decides_not_the_expires_time() -> None:
         {},
         {"NServiceBus.MessageId": "m-1"},
         {DESTINATION_HEADER: None},
-        {DESTINATION_HEADER: ""},
+        {DESTINATION_HEADER: None, EVENT_TYPE_HEADER: None},
         {"$.Store-And-Forward.Destination": "Receiver"},
     ],
 )
@@ -151,7 +153,45 @@ def test_a_message_without_a_routing_header_is_rejected(headers: Any) -> None:
     decision = _classify(headers)
     assert isinstance(decision, Reject)
     assert decision.reason_code == "no-routing-header"
-    assert DESTINATION_HEADER in decision.reason
+    assert decision.reason.startswith(
+        f"the message has neither a '{DESTINATION_HEADER}' nor a '{EVENT_TYPE_HEADER}' header"
+    )
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {DESTINATION_HEADER: ""},
+        {DESTINATION_HEADER: "", EVENT_TYPE_HEADER: None},
+        {DESTINATION_HEADER: "", EVENT_TYPE_HEADER: ""},
+        {DESTINATION_HEADER: "", EVENT_TYPE_HEADER: " "},
+    ],
+)
+def test_an_empty_destination_header_is_unroutable_with_a_reason_saying_it_is_empty(
+    headers: dict[str, str | None],
+) -> None:
+    decision = _classify(headers)
+    assert isinstance(decision, Reject)
+    assert decision.reason_code == "unroutable"
+    assert decision.reason == (
+        f"the '{DESTINATION_HEADER}' header is present but empty; the sending endpoint must "
+        "set it to the address of the destination queue (or, to publish an event, leave it "
+        f"out and set '{EVENT_TYPE_HEADER}' to the event's type)"
+    )
+    assert decision.headers == headers
+
+
+@pytest.mark.parametrize("blank", [" ", "\t", " \r\n "])
+def test_a_blank_destination_header_is_unroutable_and_the_reason_shows_the_whitespace(
+    blank: str,
+) -> None:
+    decision = _classify({DESTINATION_HEADER: blank})
+    assert isinstance(decision, Reject)
+    assert decision.reason_code == "unroutable"
+    assert decision.reason.startswith(
+        f"the '{DESTINATION_HEADER}' header is present but empty (only whitespace: {blank!r}); "
+        "the sending endpoint must set it"
+    )
 
 
 def test_a_rejected_message_carries_its_parsed_headers() -> None:
@@ -161,7 +201,8 @@ def test_a_rejected_message_carries_its_parsed_headers() -> None:
     assert decision.headers == headers
 
 
-@pytest.mark.parametrize("destination", [None, ""])
+# An endpoint that writes both routing headers leaves the destination empty when publishing.
+@pytest.mark.parametrize("destination", [None, "", "  "])
 def test_a_message_with_only_an_event_type_is_a_publish_of_its_type_hierarchy(
     destination: str | None,
 ) -> None:
@@ -185,10 +226,29 @@ def test_an_event_type_that_is_not_a_type_name_is_rejected() -> None:
     assert EVENT_TYPE_HEADER in decision.reason
 
 
-def test_an_empty_event_type_is_no_routing_header() -> None:
-    decision = _classify({EVENT_TYPE_HEADER: ""})
+@pytest.mark.parametrize(
+    "headers", [{EVENT_TYPE_HEADER: ""}, {EVENT_TYPE_HEADER: "", DESTINATION_HEADER: None}]
+)
+def test_an_empty_event_type_header_is_a_bad_event_type_with_a_reason_saying_it_is_empty(
+    headers: dict[str, str | None],
+) -> None:
+    decision = _classify(headers)
     assert isinstance(decision, Reject)
-    assert decision.reason_code == "no-routing-header"
+    assert decision.reason_code == "bad-event-type"
+    assert decision.reason == (
+        f"the '{EVENT_TYPE_HEADER}' header is present but empty; the publishing endpoint must "
+        "set it to the event's assembly-qualified type name (or, to send to one queue, leave "
+        f"it out and set '{DESTINATION_HEADER}')"
+    )
+
+
+def test_a_blank_event_type_header_is_a_bad_event_type_showing_the_whitespace() -> None:
+    decision = _classify({EVENT_TYPE_HEADER: " \t"})
+    assert isinstance(decision, Reject)
+    assert decision.reason_code == "bad-event-type"
+    assert decision.reason.startswith(
+        f"the '{EVENT_TYPE_HEADER}' header is present but empty (only whitespace: ' \\t'); "
+    )
 
 
 def test_a_destination_header_wins_over_an_event_type_header() -> None:
