@@ -10,14 +10,13 @@ from bridge.addressing import QueueAddress
 from bridge.classify import Deliver, Publish
 from bridge.config.model import BridgeConfig, ForwarderConfig, SubscriptionTableConfig
 from bridge.connections import Connections
-from bridge.daemon import ledger_databases
 from bridge.dialects import Dialect, dialect_for
-from bridge.dialects.base import LEDGER_TABLE
 from bridge.drivers import Connection, DatabaseError
-from bridge.forwarding import forwarder_tables
+from bridge.ledger import ledger_address, ledger_databases
 from bridge.multicast import NoSubscribers, fan_out
 from bridge.routing import Router
 from bridge.subscriptions import SubscriberDirectory
+from bridge.tables import forwarder_tables
 
 
 @dataclass(frozen=True)
@@ -53,19 +52,23 @@ def run_checks(config: BridgeConfig) -> list[Finding]:
             dialect = dialect_for(config.databases[forwarder.database].dialect)
             connection = connections.get(forwarder.database)
             label = f"forwarder '{forwarder.name}'"
-            findings.extend(_check_queue(connection, dialect, tables.queue, f"{label} queue"))
             findings.extend(
-                _check_queue(connection, dialect, tables.error_queue, f"{label} error queue")
+                _check_queue(config, connection, dialect, tables.queue, f"{label} queue")
             )
             findings.extend(
-                _check_exists(connection, dialect, tables.retry, f"{label} retry storage")
+                _check_queue(
+                    config, connection, dialect, tables.error_queue, f"{label} error queue"
+                )
             )
-            findings.extend(
-                _check_exists(connection, dialect, tables.counters, f"{label} counters")
-            )
-            findings.extend(
-                _check_exists(connection, dialect, tables.event_types, f"{label} event types")
-            )
+            for address, what in (
+                (tables.retry, "retry storage"),
+                (tables.counters, "counters"),
+                (tables.event_types, "event types"),
+                (tables.destination_states, "destination states"),
+            ):
+                findings.extend(
+                    _check_exists(config, connection, dialect, address, f"{label} {what}")
+                )
         for table in config.subscription_tables:
             if table.database in reachable:
                 findings.extend(_check_subscription_table(config, connections, table))
@@ -75,12 +78,14 @@ def run_checks(config: BridgeConfig) -> list[Finding]:
         for name in ledger_databases(config):
             if name not in reachable:
                 continue
-            target = config.databases[name]
-            dialect = dialect_for(target.dialect)
-            ledger = dialect.bridge_table(LEDGER_TABLE, target.schema)
+            dialect = dialect_for(config.databases[name].dialect)
             findings.extend(
                 _check_exists(
-                    connections.get(name), dialect, ledger, f"database '{name}' dedup ledger"
+                    config,
+                    connections.get(name),
+                    dialect,
+                    ledger_address(config, name),
+                    f"database '{name}' dedup ledger",
                 )
             )
     finally:
@@ -98,22 +103,72 @@ def _columns(connection: Connection, dialect: Dialect, address: QueueAddress) ->
 
 
 def _check_exists(
-    connection: Connection, dialect: Dialect, address: QueueAddress, subject: str
+    config: BridgeConfig,
+    connection: Connection,
+    dialect: Dialect,
+    address: QueueAddress,
+    subject: str,
 ) -> Iterator[Finding]:
     rendered = dialect.grammar.render(address)
     if _columns(connection, dialect, address):
         yield Finding(True, subject, f"{rendered} exists")
-    else:
-        yield Finding(False, subject, f"{rendered} is missing; run 'sfbridge install'")
+        return
+    yield _missing_owned_table(config, connection, dialect, address, subject)
+
+
+def _missing_owned_table(
+    config: BridgeConfig,
+    connection: Connection,
+    dialect: Dialect,
+    address: QueueAddress,
+    subject: str,
+) -> Finding:
+    """A table the bridge owns is missing: fine when the daemon will create it, else say who
+    must."""
+    rendered = dialect.grammar.render(address)
+    if not config.install.at_runtime:
+        return Finding(
+            False,
+            subject,
+            f"{rendered} is missing and install.at_runtime is false: run 'sfbridge install' "
+            "(or have a DBA run 'sfbridge install --print-sql')",
+        )
+    schema = address.schema or ""
+    try:
+        rows = connection.query(dialect.sql("can_create_tables", queue=address), (schema,))
+        connection.commit()
+        may_create = bool(rows and rows[0][0])
+    except DatabaseError as error:
+        connection.rollback()
+        return Finding(False, subject, f"{rendered} is missing ({error.detail})")
+    if not may_create:
+        return Finding(
+            False,
+            subject,
+            f"{rendered} is missing and the bridge's login may not create tables in schema "
+            f"{schema!r}: have a DBA create it with the DDL from 'sfbridge install "
+            "--print-sql', or grant the login CREATE; until then its messages wait in retry "
+            "storage",
+        )
+    return Finding(
+        True,
+        subject,
+        f"{rendered} is missing; the daemon creates it when it first needs it "
+        "(or run 'sfbridge install' now)",
+    )
 
 
 def _check_queue(
-    connection: Connection, dialect: Dialect, address: QueueAddress, subject: str
+    config: BridgeConfig,
+    connection: Connection,
+    dialect: Dialect,
+    address: QueueAddress,
+    subject: str,
 ) -> Iterator[Finding]:
     rendered = dialect.grammar.render(address)
     columns = _columns(connection, dialect, address)
     if not columns:
-        yield Finding(False, subject, f"{rendered} is missing; run 'sfbridge install'")
+        yield _missing_owned_table(config, connection, dialect, address, subject)
         return
     missing = sorted(dialect.queue_columns - set(columns))
     if missing:

@@ -103,7 +103,7 @@ def _install(config: BridgeConfig, args: argparse.Namespace) -> int:
     from bridge.install import install_plan, render_plan, run_install
 
     if args.print_sql:
-        print(render_plan(install_plan(config)))
+        print(render_plan(config, install_plan(config)))
         return EXIT_OK
     for step in run_install(config):
         print(f"ok  database '{step.database}': {step.description}")
@@ -135,9 +135,10 @@ def _check(config: BridgeConfig, args: argparse.Namespace) -> int:
 def _status(config: BridgeConfig, args: argparse.Namespace) -> int:
     from bridge.status import collect_status, render_json, render_text
 
-    statuses = collect_status(config)
-    print(render_json(statuses) if args.json else render_text(statuses))
-    return EXIT_UNAVAILABLE if any("error" in status for status in statuses) else EXIT_OK
+    status = collect_status(config)
+    print(render_json(status) if args.json else render_text(status))
+    unavailable = any("error" in forwarder for forwarder in status["forwarders"])
+    return EXIT_UNAVAILABLE if unavailable else EXIT_OK
 
 
 def _send(config: BridgeConfig, args: argparse.Namespace) -> int:

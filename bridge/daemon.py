@@ -1,10 +1,14 @@
 """The daemon: worker threads per forwarder, scheduled upkeep, signals, systemd.
 
 Each worker loops peek -> receive batches until the queue looks empty -> sleep the peek
-interval, like the transport's own receive loop (seed 000). Worker 0 of each forwarder also
-forwards due retries. SIGTERM / SIGINT let every worker finish the batch it holds (each batch
-is one source transaction, so stopping between batches loses nothing) and exit 0. SIGHUP
-reloads the configuration, keeping the old one if the new one is invalid.
+interval, like the NServiceBus transport's own receive loop. Every worker also forwards due
+retries, one retry batch in turn with one queue batch while both have work, so a backlog
+that built up during an outage drains at full speed without holding up new messages.
+Scheduled jobs probe destination databases in trouble (one probe per database per interval,
+so no worker waits on a dead database), publish their states for `status`, and clean up
+ledgers. SIGTERM / SIGINT let every worker finish the batch it holds (each batch is one
+source transaction, so stopping between batches loses nothing) and exit 0. SIGHUP reloads
+the configuration, keeping the old one if the new one is invalid.
 """
 
 from __future__ import annotations
@@ -15,21 +19,27 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from types import FrameType
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from bridge.config.model import BridgeConfig, ForwarderConfig
 from bridge.connections import Connections
-from bridge.dialects import dialect_for
-from bridge.dialects.base import LEDGER_TABLE
-from bridge.drivers import DatabaseError, DatabaseUnavailable, QueueNotFound
-from bridge.forwarding import BatchForwarder, forwarder_tables, outage_hold_seconds
-from bridge.install import install_plan
+from bridge.destination_states import StatePublisher
+from bridge.drivers import DatabaseError, DatabaseUnavailable, PermissionDenied, QueueNotFound
+from bridge.forwarding import BatchForwarder, BatchReport, probe_interval
+from bridge.ledger import (
+    RUNTIME_DDL_OFF_ADVICE,
+    cannot_create_advice,
+    cleanup_ledgers,
+    ensure_ledger,
+    ledger_problem,
+)
 from bridge.notify import notify, watchdog_interval
 from bridge.observability import report_exception
-from bridge.outages import OutageMemory
+from bridge.outages import OutageTracker
+from bridge.tables import BridgeTableMissing, forwarder_tables, owned_table
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +58,7 @@ class Worker(threading.Thread):
         forwarder: ForwarderConfig,
         index: int,
         stop: threading.Event,
-        outages: OutageMemory,
+        outages: OutageTracker,
     ) -> None:
         super().__init__(name=f"{forwarder.name}-{index}", daemon=True)
         self.config = config
@@ -66,7 +76,9 @@ class Worker(threading.Thread):
             self.config, self.forwarder, connections, slot=self.index, outages=self._outages
         )
         peek_sql = batches.dialect.sql("peek", queue=batches.tables.queue)
+        batch_size = self.forwarder.batch_size
         next_retry_poll = 0.0
+        retry_backlog = queue_backlog = False
         source_down_since: float | None = None
         backoff = 0.5
         next_missing_table_log = 0.0
@@ -74,12 +86,16 @@ class Worker(threading.Thread):
             while not self.stop.is_set():
                 self.last_progress = time.monotonic()
                 try:
-                    if self.index == 0 and time.monotonic() >= next_retry_poll:
-                        self._drain(batches, "retry")
-                        next_retry_poll = time.monotonic() + self.forwarder.peek_interval
-                    source = connections.get(self.forwarder.database)
-                    estimate = source.query(peek_sql)[0][0] or 0
-                    source.commit()
+                    if retry_backlog or time.monotonic() >= next_retry_poll:
+                        retry_backlog = self._forward(batches, "retry").claimed >= batch_size
+                        if not retry_backlog:
+                            next_retry_poll = time.monotonic() + self.forwarder.peek_interval
+                    estimate = 1
+                    if not queue_backlog:
+                        source = connections.get(self.forwarder.database)
+                        with owned_table("forwarding queue", batches.tables.queue_canonical):
+                            estimate = source.query(peek_sql)[0][0] or 0
+                        source.commit()
                     if source_down_since is not None:
                         log.warning(
                             "forwarder '%s': database '%s' is reachable again after %.0f s",
@@ -88,9 +104,10 @@ class Worker(threading.Thread):
                             time.monotonic() - source_down_since,
                         )
                         source_down_since, backoff = None, 0.5
-                    if estimate > 0:
-                        self._drain(batches, "queue")
-                    else:
+                    queue_backlog = (
+                        estimate > 0 and self._forward(batches, "queue").claimed >= batch_size
+                    )
+                    if not (retry_backlog or queue_backlog):
                         self.stop.wait(self.forwarder.peek_interval)
                 except DatabaseUnavailable as error:
                     connections.discard(self.forwarder.database)
@@ -104,13 +121,23 @@ class Worker(threading.Thread):
                     self.stop.wait(backoff)
                     backoff = min(backoff * 2, MAX_SOURCE_BACKOFF)
                 except QueueNotFound as error:
+                    connections.discard(self.forwarder.database)
+                    if isinstance(error, BridgeTableMissing) and error.description:
+                        try:
+                            batches.heal_forwarding_tables(error)
+                            continue
+                        except BridgeTableMissing as unhealed:
+                            error = unhealed
+                        except DatabaseError as failure:
+                            error = failure  # type: ignore[assignment]
                     # A deployment problem, not an outage: say what to do, once a minute.
                     if time.monotonic() >= next_missing_table_log:
+                        advice = "" if ";" in str(error) else "; run 'sfbridge install'"
                         log.error(
-                            "forwarder '%s': %s; run 'sfbridge install' (or create the table) "
-                            "- retrying every %.0f s",
+                            "forwarder '%s': %s%s - retrying every %.0f s",
                             self.forwarder.name,
                             error,
+                            advice,
                             MISSING_TABLE_RETRY,
                         )
                         next_missing_table_log = time.monotonic() + 60
@@ -125,52 +152,49 @@ class Worker(threading.Thread):
         finally:
             connections.close()
 
-    def _drain(self, batches: BatchForwarder, source: str) -> None:
-        """Forward batches until one comes back short of a full batch, or we are stopping."""
-        while not self.stop.is_set():
-            report = batches.forward_batch("retry" if source == "retry" else "queue")
-            self.last_progress = time.monotonic()
-            with self._lock:
-                self.totals.update(report.counts)
-            if report.claimed < self.forwarder.batch_size:
-                return
+    def _forward(self, batches: BatchForwarder, source: str) -> BatchReport:
+        report = batches.forward_batch("retry" if source == "retry" else "queue")
+        self.last_progress = time.monotonic()
+        with self._lock:
+            self.totals.update(report.counts)
+        return report
 
     def snapshot(self) -> Counter[str]:
         with self._lock:
             return Counter(self.totals)
 
 
-def ledger_databases(config: BridgeConfig) -> list[str]:
-    """Databases that hold a dedup ledger (those `install` creates one in)."""
-    return sorted(
-        {step.database for step in install_plan(config) if step.description == "dedup ledger"}
-    )
+def probe_databases(config: BridgeConfig, tracker: OutageTracker) -> None:
+    """Look at each database in trouble whose probe is due; record what is found.
 
-
-def cleanup_ledgers(config: BridgeConfig) -> int:
-    """Delete ledger rows older than the retention. Returns rows deleted; logs failures."""
-    cutoff = datetime.now(UTC).replace(tzinfo=None) - timedelta(seconds=config.ledger.retention)
+    A probe connects and makes sure the ledger is there (creating it when allowed), which is
+    what delivery needs of a destination database. Never raises.
+    """
+    due = tracker.due_for_probe()
+    if not due:
+        return
     connections = Connections(config.databases)
-    deleted = 0
     try:
-        for database in ledger_databases(config):
-            target = config.databases[database]
-            dialect = dialect_for(target.dialect)
-            ledger = dialect.bridge_table(LEDGER_TABLE, target.schema)
+        for database in due:
             try:
                 connection = connections.get(database)
-                connection.begin()
-                deleted += connection.execute(
-                    dialect.sql("ledger_cleanup", ledger=ledger),
-                    (dialect.encode_timestamp(cutoff),),
+                ensure_ledger(connection, config, database, create=config.install.at_runtime)
+                tracker.record_up(database)
+            except BridgeTableMissing:
+                tracker.record_trouble(
+                    database, "not-ready", ledger_problem(config, database, RUNTIME_DDL_OFF_ADVICE)
                 )
-                connection.commit()
+            except PermissionDenied as error:
+                connections.discard(database)
+                advice = cannot_create_advice(error.detail)
+                tracker.record_trouble(
+                    database, "not-ready", ledger_problem(config, database, advice)
+                )
             except DatabaseError as error:
                 connections.discard(database)
-                log.warning("ledger cleanup skipped for database '%s': %s", database, error)
+                tracker.record_trouble(database, "unreachable", str(error))
     finally:
         connections.close()
-    return deleted
 
 
 class Daemon:
@@ -242,7 +266,8 @@ class Daemon:
         """Start workers and scheduled jobs in background threads; returns at once."""
         self._worker_stop = threading.Event()
         self._workers = []
-        outages = OutageMemory(outage_hold_seconds(self.config))
+        outages = OutageTracker(probe_interval(self.config), external_probe=True)
+        publisher = StatePublisher(self.config, outages)
         for forwarder in self.config.forwarders:
             dialect = self.config.databases[forwarder.database].dialect
             # SQLite serialises writers: a second worker would only wait for the first.
@@ -272,6 +297,17 @@ class Daemon:
                 coalesce=True,
                 next_run_time=datetime.now(UTC),
             )
+        self._scheduler.add_job(
+            probe_databases,
+            "interval",
+            args=[self.config, outages],
+            seconds=min(1.0, outages.probe_interval),
+            max_instances=1,
+            coalesce=True,
+        )
+        self._scheduler.add_job(
+            publisher.publish, "interval", seconds=2, max_instances=1, coalesce=True
+        )
         self._scheduler.add_job(
             self._log_progress, "interval", seconds=60, max_instances=1, coalesce=True
         )

@@ -22,6 +22,7 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait
 
 from bridge.addressing import QueueAddress
 from bridge.classify import ClaimedMessage, Deliver
+from bridge.config.model import BridgeConfig
 from bridge.connections import Connections
 from bridge.dialects import Dialect
 from bridge.drivers import (
@@ -29,11 +30,20 @@ from bridge.drivers import (
     ConnectionLost,
     DatabaseError,
     DatabaseUnavailable,
+    PermissionDenied,
     QueueNotFound,
     TransientDatabaseError,
 )
-from bridge.outages import OutageMemory
+from bridge.ledger import (
+    LEDGER_DESCRIPTION,
+    RUNTIME_DDL_OFF_ADVICE,
+    cannot_create_advice,
+    ensure_ledger,
+    ledger_key,
+)
+from bridge.outages import OutageTracker
 from bridge.routing import Destination, nearest_table
+from bridge.tables import BridgeTableMissing, owned_table
 
 log = logging.getLogger(__name__)
 
@@ -52,11 +62,16 @@ class Duplicate:
 
 @dataclass(frozen=True)
 class Failed:
-    """Not delivered. `retryable` False sends it to the error queue without further attempts."""
+    """Not delivered. `retryable` False sends it to the error queue without further attempts.
+
+    `outage`: the whole database failed (unreachable, or lacking a bridge table it may not
+    create), not this message; with `retries.during_outage: wait` that spends no attempt.
+    """
 
     error: str
     retryable: bool = True
     missing_queue: bool = False
+    outage: bool = False
 
 
 DeliveryResult = Delivered | Duplicate | Failed
@@ -116,7 +131,10 @@ def _deliver_batched(
     results: dict[int, DeliveryResult] = {}
     to_send = list(range(len(items)))
     if ledger is not None:
-        keys = [(decision.message_id, decision.destination.canonical) for _, decision in items]
+        keys = [
+            (ledger_key(decision.message_id), decision.destination.canonical)
+            for _, decision in items
+        ]
         recorded = _record_in_ledger(connection, dialect, ledger, list(dict.fromkeys(keys)))
         to_send = []
         for position, key in enumerate(keys):
@@ -164,11 +182,12 @@ def _record_in_ledger(
     for start in range(0, len(keys), ROWS_PER_STATEMENT):
         chunk = keys[start : start + ROWS_PER_STATEMENT]
         try:
-            rows = connection.query(
-                dialect.sql("ledger_record_many", rows=len(chunk), ledger=ledger),
-                [value for key in chunk for value in key],
-            )
-        except (DatabaseUnavailable, TransientDatabaseError):
+            with owned_table(LEDGER_DESCRIPTION, dialect.grammar.render(ledger)):
+                rows = connection.query(
+                    dialect.sql("ledger_record_many", rows=len(chunk), ledger=ledger),
+                    [value for key in chunk for value in key],
+                )
+        except (DatabaseUnavailable, TransientDatabaseError, BridgeTableMissing):
             raise
         except (DatabaseError, ValueError, TypeError):
             raise NotIsolated() from None
@@ -183,10 +202,11 @@ def _deliver_one_by_one(
     for position, (message, decision) in enumerate(items):
         try:
             if ledger is not None:
-                recorded = connection.execute(
-                    dialect.sql("ledger_record", ledger=ledger),
-                    (decision.message_id, decision.destination.canonical),
-                )
+                with owned_table(LEDGER_DESCRIPTION, dialect.grammar.render(ledger)):
+                    recorded = connection.execute(
+                        dialect.sql("ledger_record", ledger=ledger),
+                        (ledger_key(decision.message_id), decision.destination.canonical),
+                    )
                 if recorded == 0:
                     results[position] = Duplicate()
                     continue
@@ -201,7 +221,7 @@ def _deliver_one_by_one(
                     message.body,
                 ),
             )
-        except (DatabaseUnavailable, TransientDatabaseError):
+        except (DatabaseUnavailable, TransientDatabaseError, BridgeTableMissing):
             raise
         except DatabaseError as error:
             raise ItemWriteError(position, error) from None
@@ -214,11 +234,16 @@ def _deliver_one_by_one(
 
 @dataclass(frozen=True)
 class Target:
-    """A destination database as delivery needs it."""
+    """A destination database as delivery needs it.
+
+    `create_ledger`: create the ledger when it is missing (`install.at_runtime`).
+    """
 
     name: str
     dialect: Dialect
     ledger: QueueAddress
+    config: BridgeConfig
+    create_ledger: bool
 
 
 class RemoteDelivery:
@@ -229,7 +254,7 @@ class RemoteDelivery:
         target: Target,
         connections: Connections,
         immediate_attempts: int,
-        outages: OutageMemory,
+        outages: OutageTracker,
     ) -> None:
         self._target = target
         self._connections = connections
@@ -238,12 +263,14 @@ class RemoteDelivery:
 
     def deliver(self, items: Sequence[Item]) -> list[DeliveryResult]:
         """Deliver `items`; every item gets a result, database errors never escape."""
-        known_down = self._outages.known_down(self._target.name)
-        if known_down is not None:
-            return [Failed(known_down)] * len(items)
+        name = self._target.name
+        trouble = self._outages.trouble(name)
+        if trouble is not None:
+            return [Failed(trouble.last_error or "unavailable", outage=True)] * len(items)
         results: dict[int, DeliveryResult] = {}
         pending = list(range(len(items)))
-        # Each round either commits or settles at least one item, so this terminates.
+        healed = False
+        # Each round commits, settles at least one item, or heals the ledger once.
         while pending:
             try:
                 committed = self._deliver_round([items[i] for i in pending])
@@ -252,17 +279,59 @@ class RemoteDelivery:
                     results[pending[offset]] = settled.result
                 pending = [p for i, p in enumerate(pending) if i not in settled.offsets]
                 continue
-            except DatabaseError as error:
-                if isinstance(error, DatabaseUnavailable):
-                    self._outages.record_down(self._target.name, str(error))
+            except BridgeTableMissing as missing:
+                try:
+                    problem = missing.detail if healed else self._heal(missing)
+                except DatabaseError as error:
+                    self._fail(pending, results, error)
+                    break
+                if problem is None:
+                    healed = True
+                    continue
+                self._outages.record_trouble(name, "not-ready", problem)
                 for position in pending:
-                    results[position] = Failed(str(error))
+                    results[position] = Failed(problem, outage=True)
                 break
-            self._outages.record_up(self._target.name)
+            except DatabaseError as error:
+                self._fail(pending, results, error)
+                break
+            self._outages.record_up(name)
             for offset, result in committed.items():
                 results[pending[offset]] = result
             break
         return [results[i] for i in range(len(items))]
+
+    def _fail(
+        self, pending: list[int], results: dict[int, DeliveryResult], error: DatabaseError
+    ) -> None:
+        outage = isinstance(error, DatabaseUnavailable)
+        if outage:
+            self._outages.record_trouble(self._target.name, "unreachable", str(error))
+        for position in pending:
+            results[position] = Failed(str(error), outage=outage)
+
+    def _heal(self, missing: BridgeTableMissing) -> str | None:
+        """Create the missing ledger; None when done, else why it cannot be (for people).
+
+        Raises DatabaseUnavailable when the database goes away meanwhile.
+        """
+        log.warning("database '%s': %s; creating it", self._target.name, missing.detail)
+        target = self._target
+        if not target.create_ledger:
+            return missing.with_advice(RUNTIME_DDL_OFF_ADVICE).detail
+        try:
+            connection = self._connections.get(target.name)
+            ensure_ledger(connection, target.config, target.name, create=True)
+            return None
+        except PermissionDenied as error:
+            self._connections.discard(target.name)
+            return missing.with_advice(cannot_create_advice(error.detail)).detail
+        except DatabaseUnavailable:
+            self._connections.discard(target.name)
+            raise
+        except DatabaseError as error:
+            self._connections.discard(target.name)
+            return f"{missing.detail}; creating it failed: {error.detail}"
 
     def _deliver_round(self, items: Sequence[Item]) -> dict[int, DeliveryResult]:
         retrying = Retrying(
@@ -305,6 +374,9 @@ class RemoteDelivery:
                 raise self._missing_queue(connection, items, failure.position) from None
             failed = Failed(str(failure.error), retryable=failure.retryable)
             raise _Settled([failure.position], failed) from None
+        except BridgeTableMissing:
+            connection.rollback()
+            raise
         except DatabaseError:
             self._connections.discard(self._target.name)
             raise

@@ -15,12 +15,13 @@ One call of `forward_batch` is one source transaction:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Literal
 
 from bridge.classify import (
@@ -49,11 +50,11 @@ from bridge.deliver import (
     missing_queue_failure,
 )
 from bridge.dialects import Dialect, dialect_for
-from bridge.dialects.base import LEDGER_TABLE
-from bridge.drivers import Connection, DatabaseError, QueueNotFound
+from bridge.drivers import Connection, DatabaseError, PermissionDenied, QueueNotFound
 from bridge.headers import serialize_headers
+from bridge.ledger import RUNTIME_DDL_OFF_ADVICE, cannot_create_advice, ledger_address
 from bridge.multicast import Fanout, NoSubscribers, SubscribersUnknown, fan_out
-from bridge.outages import OutageMemory
+from bridge.outages import OutageTracker
 from bridge.routing import Router
 from bridge.settle import (
     DELIVERED,
@@ -65,7 +66,15 @@ from bridge.settle import (
     Settlement,
 )
 from bridge.subscriptions import SubscriberDirectory
-from bridge.tables import ForwarderTables, forwarder_tables
+from bridge.tables import (
+    BridgeTableMissing,
+    ForwarderTables,
+    create_tables,
+    forwarder_table_steps,
+    forwarder_tables,
+    owned_table,
+    upgrade_retry_table,
+)
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +115,7 @@ class BatchForwarder:
         connections: Connections,
         *,
         slot: int = 0,
-        outages: OutageMemory | None = None,
+        outages: OutageTracker | None = None,
     ) -> None:
         self.config = config
         self.forwarder = forwarder
@@ -118,19 +127,38 @@ class BatchForwarder:
         self.router = Router(source_database, config.routes, config.databases)
         self.subscribers = SubscriberDirectory(config, forwarder.database)
         self._remote: dict[str, RemoteDelivery] = {}
-        # A daemon shares one memory across its workers; standalone use gets its own.
-        self._outages = outages or OutageMemory(outage_hold_seconds(config))
+        # A daemon shares one tracker (and its prober) across its workers; standalone use gets
+        # its own, where the first attempt after the probe interval is the probe.
+        self._outages = outages or OutageTracker(probe_interval(config))
+        self._retry_table_checked = False
+        self._heal_after_batch: BridgeTableMissing | None = None
 
     # -- the data path -------------------------------------------------------------------
 
     def forward_batch(self, source: Source = "queue") -> BatchReport:
         """Forward one batch from the forwarding queue or from due retries.
 
-        Raises DatabaseError only for failures of the forwarding database itself; the source
-        transaction is then rolled back and every claimed row is back where it was.
+        A missing table the bridge owns in the forwarding database is created (unless
+        `install.at_runtime` is false) and the batch tried once more. Raises DatabaseError
+        only for failures of the forwarding database itself (BridgeTableMissing for a table
+        that could not be created); the source transaction is then rolled back and every
+        claimed row is back where it was.
         """
+        try:
+            report = self._forward_batch_once(source)
+        except BridgeTableMissing as missing:
+            self.heal_forwarding_tables(missing)
+            report = self._forward_batch_once(source)
+        if self._heal_after_batch is not None:
+            noted, self._heal_after_batch = self._heal_after_batch, None
+            self.heal_forwarding_tables(noted)
+        return report
+
+    def _forward_batch_once(self, source: Source) -> BatchReport:
         connection = self.connections.get(self.forwarder.database)
         try:
+            if source == "retry" and not self._retry_table_checked:
+                self._upgrade_retry_table(connection)
             connection.begin()
             claimed = self._claim(connection, source)
             report = BatchReport(claimed=len(claimed))
@@ -143,12 +171,50 @@ class BatchForwarder:
                 report.counts = self._settle(connection, claimed, outcomes, results)
             connection.commit()
             return report
+        except BridgeTableMissing:
+            connection.rollback()
+            raise
         except DatabaseError:
             self.connections.discard(self.forwarder.database)
             raise
         except BaseException:
             connection.rollback()
             raise
+
+    def heal_forwarding_tables(self, missing: BridgeTableMissing) -> None:
+        """Create the forwarder's missing tables in its database, or raise BridgeTableMissing
+        saying why that is not done (runtime creation off, no permission)."""
+        database = self.forwarder.database
+        if not self.config.install.at_runtime:
+            raise missing.with_advice(RUNTIME_DDL_OFF_ADVICE) from None
+        connection = self.connections.get(database)
+        steps = forwarder_table_steps(self.config, self.forwarder)
+        try:
+            created = create_tables(connection, self.dialect, steps, only_missing=True)
+        except PermissionDenied as error:
+            raise missing.with_advice(cannot_create_advice(error.detail)) from None
+        for step in created:
+            log.warning(
+                "forwarder '%s': created %s in database '%s' (it was missing)",
+                self.forwarder.name,
+                step.description,
+                database,
+            )
+        self._retry_table_checked = False
+
+    def _upgrade_retry_table(self, connection: Connection) -> None:
+        """Retry storage made by an earlier sfbridge lacks `destination_database`: add it."""
+        try:
+            if upgrade_retry_table(
+                connection, self.dialect, self.tables.retry, allowed=self.config.install.at_runtime
+            ):
+                log.warning(
+                    "forwarder '%s': added column destination_database to retry storage",
+                    self.forwarder.name,
+                )
+        except QueueNotFound:
+            connection.rollback()  # no retry storage yet: the claim heals it
+        self._retry_table_checked = True
 
     def _classify(self, message: ClaimedMessage) -> Decision:
         try:
@@ -166,15 +232,26 @@ class BatchForwarder:
         if source == "queue":
             statement = dialect.sql("receive_batch", queue=self.tables.queue)
             parameters: tuple[object, ...] = (self.forwarder.batch_size,)
+            table = ("forwarding queue", self.tables.queue_canonical)
         else:
             statement = dialect.sql("retry_claim_due", retry=self.tables.retry)
+            now = _utcnow()
+            policy = self.config.retries
+            waiting = self._outages.waiting_databases() if policy.during_outage == "wait" else []
             parameters = (
                 self.forwarder.name,
-                dialect.encode_timestamp(_utcnow()),
+                dialect.encode_timestamp(now),
+                # Messages for these databases stay in retry storage while they are down,
+                # unless they waited too long or expired meanwhile.
+                "|" + "|".join(waiting) + "|" if waiting else "",
+                dialect.encode_timestamp(now - timedelta(seconds=policy.max_wait)),
                 self.forwarder.batch_size,
             )
+            table = ("retry storage", dialect.grammar.render(self.tables.retry))
         messages = []
-        for row in connection.query(statement, parameters):
+        with owned_table(*table):
+            rows = connection.query(statement, parameters)
+        for row in rows:
             retried = len(row) > 6
             messages.append(
                 ClaimedMessage(
@@ -228,18 +305,34 @@ class BatchForwarder:
             for copy in (outcome.copies if isinstance(outcome, Fanout) else ())
             for listed in copy.subscribers
         ]
-        connection.execute(
-            self.dialect.sql("event_type_seen", event_types=self.tables.event_types),
-            (
-                self.forwarder.name,
-                publish.topics[0],
-                self.dialect.encode_timestamp(_utcnow()),
-                json.dumps(
-                    {"topics": list(publish.topics), "subscribers": subscribers},
-                    ensure_ascii=False,
-                ),
-            ),
-        )
+        # What status shows must never hold up delivery: a value the table cannot hold (an
+        # event type of kilobytes) or a missing table only costs this row, in a savepoint.
+        statements = self.dialect.statements
+        connection.execute(statements["savepoint"])
+        try:
+            with owned_table("event types", self.dialect.grammar.render(self.tables.event_types)):
+                connection.execute(
+                    self.dialect.sql("event_type_seen", event_types=self.tables.event_types),
+                    (
+                        self.forwarder.name,
+                        event_type_key(publish.topics[0]),
+                        self.dialect.encode_timestamp(_utcnow()),
+                        json.dumps(
+                            {"topics": list(publish.topics), "subscribers": subscribers},
+                            ensure_ascii=False,
+                        ),
+                    ),
+                )
+        except BridgeTableMissing as missing:
+            connection.execute(statements["rollback_to_savepoint"])
+            self._heal_after_batch = missing
+            return
+        except (DatabaseError, ValueError) as error:
+            connection.execute(statements["rollback_to_savepoint"])
+            log.warning("event type %.200s not recorded for status: %s", publish.topics[0], error)
+            return
+        if statements["release_savepoint"]:
+            connection.execute(statements["release_savepoint"])
 
     def _deliver(
         self,
@@ -329,12 +422,12 @@ class BatchForwarder:
     def _remote_delivery(self, database: str) -> RemoteDelivery:
         delivery = self._remote.get(database)
         if delivery is None:
-            target_config = self.config.databases[database]
-            dialect = dialect_for(target_config.dialect)
             target = Target(
                 name=database,
-                dialect=dialect,
-                ledger=dialect.bridge_table(LEDGER_TABLE, target_config.schema),
+                dialect=dialect_for(self.config.databases[database].dialect),
+                ledger=ledger_address(self.config, database),
+                config=self.config,
+                create_ledger=self.config.install.at_runtime,
             )
             delivery = RemoteDelivery(
                 target, self.connections, self.config.retries.immediate_attempts, self._outages
@@ -426,6 +519,7 @@ class BatchForwarder:
                 stored_headers_text,
                 deliver.destination.canonical,
                 result,
+                destination_database=deliver.destination.database,
             )
 
     def _settle_no_subscribers(
@@ -442,9 +536,29 @@ class BatchForwarder:
             settlement.count(NO_SUBSCRIBERS)
 
 
-def outage_hold_seconds(config: BridgeConfig) -> float:
-    """How long one failed connection counts as proof that a database is down."""
+def probe_interval(config: BridgeConfig) -> float:
+    """How often a database in trouble is looked at again.
+
+    Once per retry delay when outages wait (`retries.during_outage: wait`); with `count`, at
+    most every 5 s, so that a database that is back is used again soon.
+    """
+    if config.retries.during_outage == "wait":
+        return config.retries.delay
     return min(config.retries.delay, 5.0)
+
+
+# The event types table keys on the type name; a longer name is stored shortened, with a
+# digest, so that it fits every dialect's key (SQL Server: 600 characters).
+MAX_EVENT_TYPE_KEY = 400
+
+
+def event_type_key(event_type: str) -> str:
+    """`event_type` as the event types table stores it: whole when short enough, else its first
+    300 characters, an ellipsis and a digest of the whole."""
+    if len(event_type.encode("utf-8", "surrogatepass")) <= MAX_EVENT_TYPE_KEY:
+        return event_type
+    digest = hashlib.sha256(event_type.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return f"{event_type[:300]}... (sha256 {digest})"
 
 
 def _as_bytes(value: object) -> bytes | None:

@@ -1,45 +1,171 @@
-"""Which destination databases are known to be down right now.
+"""Which destination databases are in trouble right now, and when to look at them again.
 
-When a destination cannot be reached, every worker and every batch would otherwise open a
-connection to it and wait for the failure, up to `connect_timeout` each time. That wastes
-time, load on the network, and (for a SQLite forwarding database) time spent holding its write
-lock. One failed connection is proof enough for a short while: until then, messages for that
-database fail at once with the same error and go to retry storage.
+An outage is a state of a database, not a failure of each message. When a destination cannot
+be reached (or lacks a bridge table that the bridge may not create), the first failure puts
+the database in trouble; from then on its messages fail at once with that error, without
+every worker and batch waiting out a connect timeout, until a probe finds it usable again.
+
+Who probes: in the daemon, one scheduled job (`external_probe`), once per probe interval, so
+no worker ever blocks on a dead database; standalone (tests, one-off drains), the first
+delivery attempt after the interval is the probe, and only one caller gets to make it.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+from typing import Literal
+
+log = logging.getLogger(__name__)
+
+State = Literal["up", "unreachable", "not-ready"]
+TroubleKind = Literal["unreachable", "not-ready"]
+
+# While a database stays in trouble, say so again this often (the first time is at once).
+REMINDER_SECONDS = 600.0
 
 
-class OutageMemory:
-    """Shared by all workers of a daemon; thread-safe."""
+@dataclass(frozen=True)
+class DatabaseState:
+    """What the bridge last saw of one destination database. Times are naive UTC."""
 
-    def __init__(self, hold_seconds: float) -> None:
-        self._hold = hold_seconds
-        self._down: dict[str, tuple[float, str]] = {}
-        self._lock = threading.Lock()
+    database: str
+    state: State
+    since: datetime
+    last_error: str | None = None
+    next_probe_at: datetime | None = None
 
     @property
-    def hold_seconds(self) -> float:
-        return self._hold
+    def in_trouble(self) -> bool:
+        return self.state != "up"
 
-    def known_down(self, database: str) -> str | None:
-        """The error that showed `database` down, if that was less than `hold_seconds` ago."""
-        with self._lock:
-            entry = self._down.get(database)
-            if entry is None:
-                return None
-            until, error = entry
-            if time.monotonic() >= until:
-                return None
-            return error
 
-    def record_down(self, database: str, error: str) -> None:
+class OutageTracker:
+    """Shared by all workers of a daemon; thread-safe."""
+
+    def __init__(self, probe_interval: float, *, external_probe: bool = False) -> None:
+        self._interval = probe_interval
+        self._external = external_probe
+        self._states: dict[str, DatabaseState] = {}
+        self._next_probe: dict[str, float] = {}  # monotonic
+        self._next_reminder: dict[str, float] = {}
+        self._lock = threading.Lock()
+        self.version = 0  # grows with every change of state, for whoever publishes them
+
+    @property
+    def probe_interval(self) -> float:
+        return self._interval
+
+    def trouble(self, database: str) -> DatabaseState | None:
+        """The database's trouble, or None when the caller should go ahead and try.
+
+        Without an external prober, a caller arriving after the probe interval is let through
+        as the probe (the others keep getting the trouble until it reports back).
+        """
         with self._lock:
-            self._down[database] = (time.monotonic() + self._hold, error)
+            state = self._states.get(database)
+            if state is None or not state.in_trouble:
+                return None
+            if not self._external and time.monotonic() >= self._next_probe[database]:
+                self._schedule_probe(database)
+                return None
+            return state
+
+    def record_trouble(self, database: str, kind: TroubleKind, error: str) -> None:
+        """`database` failed as a whole (unreachable, or not ready for the bridge)."""
+        with self._lock:
+            before = self._states.get(database)
+            now = time.monotonic()
+            if before is None or before.state != kind:
+                since = _utcnow()
+                self._say_trouble(database, kind, error, since=None)
+                self._next_reminder[database] = now + REMINDER_SECONDS
+            else:
+                since = before.since
+                if now >= self._next_reminder.get(database, 0.0):
+                    self._say_trouble(database, kind, error, since=since)
+                    self._next_reminder[database] = now + REMINDER_SECONDS
+            self._states[database] = DatabaseState(database, kind, since, error)
+            self._schedule_probe(database)
+            self.version += 1
 
     def record_up(self, database: str) -> None:
         with self._lock:
-            self._down.pop(database, None)
+            before = self._states.get(database)
+            if before is not None and not before.in_trouble:
+                return
+            if before is not None:
+                log.warning(
+                    "database '%s' is usable again after %s; delivering what waited for it",
+                    database,
+                    _duration(_utcnow() - before.since),
+                )
+            self._states[database] = DatabaseState(database, "up", _utcnow())
+            self._next_probe.pop(database, None)
+            self.version += 1
+
+    def waiting_databases(self) -> list[str]:
+        """Databases in trouble whose messages should stay in retry storage for now."""
+        with self._lock:
+            now = time.monotonic()
+            return sorted(
+                name
+                for name, state in self._states.items()
+                if state.in_trouble and (self._external or now < self._next_probe[name])
+            )
+
+    def due_for_probe(self) -> list[str]:
+        """For the external prober: databases to probe now; each is scheduled again at once."""
+        with self._lock:
+            now = time.monotonic()
+            due = [
+                name
+                for name, state in self._states.items()
+                if state.in_trouble and now >= self._next_probe[name]
+            ]
+            for name in due:
+                self._schedule_probe(name)
+            return due
+
+    def states(self) -> list[DatabaseState]:
+        with self._lock:
+            return [self._states[name] for name in sorted(self._states)]
+
+    def _schedule_probe(self, database: str) -> None:
+        # Caller holds the lock.
+        self._next_probe[database] = time.monotonic() + self._interval
+        state = self._states.get(database)
+        if state is not None and state.in_trouble:
+            next_at = _utcnow() + timedelta(seconds=self._interval)
+            self._states[database] = replace(state, next_probe_at=next_at)
+
+    def _say_trouble(
+        self, database: str, kind: TroubleKind, error: str, *, since: datetime | None
+    ) -> None:
+        what = "cannot be reached" if kind == "unreachable" else "is not ready for the bridge"
+        still = f" (still, for {_duration(_utcnow() - since)})" if since else ""
+        log.error(
+            "database '%s' %s%s: %s; its messages wait in retry storage and it is probed "
+            "every %s",
+            database,
+            what,
+            still,
+            error,
+            _duration(timedelta(seconds=self._interval)),
+        )
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+def _duration(delta: timedelta) -> str:
+    seconds = delta.total_seconds()
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"

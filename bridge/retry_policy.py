@@ -31,6 +31,11 @@ def gives_up_after(attempts_made: int, policy: RetryConfig) -> bool:
     return attempts_made >= policy.max_attempts
 
 
+def waited_too_long(first_failure_at: datetime, now: datetime, policy: RetryConfig) -> bool:
+    """True when a message waiting out an outage has waited `max_wait` or longer."""
+    return (now - first_failure_at).total_seconds() >= policy.max_wait
+
+
 def next_attempt_at(now: datetime, attempts_made: int, policy: RetryConfig) -> datetime:
     """The moment the next attempt is due."""
     return now + timedelta(seconds=delay_before_attempt(attempts_made, policy))

@@ -10,12 +10,13 @@ from datetime import datetime
 
 from bridge.classify import ClaimedMessage
 from bridge.config.model import ForwarderConfig, RetryConfig
+from bridge.config.schema import format_duration
 from bridge.deliver import Failed
 from bridge.dialects import Dialect
 from bridge.drivers import Connection
 from bridge.headers import Headers, serialize_headers, with_failure_headers
-from bridge.retry_policy import gives_up_after, next_attempt_at
-from bridge.tables import ForwarderTables
+from bridge.retry_policy import gives_up_after, next_attempt_at, waited_too_long
+from bridge.tables import ForwarderTables, owned_table
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,7 @@ class Settlement:
         # with a backlog of thousands must not flood the journal.
         self._retried: Counter[tuple[str, str, str]] = Counter()
         self._given_up: Counter[tuple[str, str]] = Counter()
+        self._waiting: Counter[str] = Counter()
 
     def count(self, counter: str) -> None:
         self.counts[counter] += 1
@@ -84,59 +86,88 @@ class Settlement:
         stored_headers_text: str,
         destination: str,
         failure: Failed,
+        destination_database: str | None = None,
     ) -> None:
         """Store for a later attempt, or give up to the error queue after the last one.
 
         `stored_headers_text` is what retry storage keeps and routes again later; `headers`
         what the error queue gets (with the failure headers) when this was the last attempt.
+        With `retries.during_outage: wait` an outage spends no attempt; the message waits,
+        up to `retries.max_wait` from its first failure.
         """
-        attempts = message.attempts + 1
         policy = self._policy
-        give_up = (
+        waits_out_outage = failure.outage and policy.during_outage == "wait"
+        attempts = message.attempts + (0 if waits_out_outage else 1)
+        first_failure_at = message.first_failure_at or self._now
+        if waits_out_outage and waited_too_long(first_failure_at, self._now, policy):
+            reason = (
+                f"waited {format_duration((self._now - first_failure_at).total_seconds())} for "
+                f"database '{destination_database}' (retries.max_wait is "
+                f"{format_duration(policy.max_wait)}); last error: {failure.error}"
+            )
+            self._give_up(message, headers, destination, "outage-too-long", reason, attempts)
+            return
+        give_up = not waits_out_outage and (
             gives_up_after(attempts, policy)
             or not failure.retryable
             or (failure.missing_queue and policy.missing_queue == "error")
         )
         if give_up:
-            self._dead_letter_with_reason(
-                message,
-                headers,
-                "missing-queue" if failure.missing_queue else "delivery-failed",
-                failure.error,
-                "SFBridge.DeliveryFailed",
-                attempts=attempts,
-            )
-            self._given_up[(destination, failure.error)] += 1
-            self.count(ERRORS)
+            code = "missing-queue" if failure.missing_queue else "delivery-failed"
+            self._give_up(message, headers, destination, code, failure.error, attempts)
             return
-        due = next_attempt_at(self._now, attempts, policy)
+        due = next_attempt_at(self._now, max(attempts, 1), policy)
         dialect = self._dialect
-        self._connection.execute(
-            dialect.sql("retry_store", retry=self._tables.retry),
-            (
-                dialect.encode_id(message.row_id),
-                self._forwarder.name,
-                destination,
-                dialect.encode_timestamp(message.expires),
-                stored_headers_text,
-                message.body,
-                attempts,
-                dialect.encode_timestamp(message.first_failure_at or self._now),
-                dialect.encode_timestamp(due),
-                failure.error,
-            ),
-        )
-        self._retried[(destination, failure.error, due.strftime("%H:%M:%S"))] += 1
+        with owned_table("retry storage", dialect.grammar.render(self._tables.retry)):
+            self._connection.execute(
+                dialect.sql("retry_store", retry=self._tables.retry),
+                (
+                    dialect.encode_id(message.row_id),
+                    self._forwarder.name,
+                    destination,
+                    destination_database,
+                    dialect.encode_timestamp(message.expires),
+                    stored_headers_text,
+                    message.body,
+                    attempts,
+                    dialect.encode_timestamp(first_failure_at),
+                    dialect.encode_timestamp(due),
+                    failure.error,
+                ),
+            )
+        if waits_out_outage:
+            self._waiting[destination_database or destination] += 1
+        else:
+            self._retried[(destination, failure.error, due.strftime("%H:%M:%S"))] += 1
         self.count(RETRIES)
+
+    def _give_up(
+        self,
+        message: ClaimedMessage,
+        headers: Headers,
+        destination: str,
+        code: str,
+        reason: str,
+        attempts: int,
+    ) -> None:
+        self._dead_letter_with_reason(
+            message, headers, code, reason, "SFBridge.DeliveryFailed", attempts=attempts
+        )
+        self._given_up[(destination, reason)] += 1
+        self.count(ERRORS)
 
     def finish(self) -> Counter[str]:
         """Add the counts to the counters table and log the batch's failures, grouped."""
         statement = self._dialect.sql("counters_add", counters=self._tables.counters)
-        for name in sorted(self.counts):
-            if self.counts[name]:
-                self._connection.execute(
-                    statement, (self._forwarder.name, name, self._slot, self.counts[name])
-                )
+        with owned_table("counters", self._dialect.grammar.render(self._tables.counters)):
+            for name in sorted(self.counts):
+                if self.counts[name]:
+                    self._connection.execute(
+                        statement, (self._forwarder.name, name, self._slot, self.counts[name])
+                    )
+        for database, count in self._waiting.items():
+            # The outage itself is logged once, when it starts (bridge.outages).
+            log.info("%d message(s) wait in retry storage for database '%s'", count, database)
         for (destination, error, due), count in self._retried.items():
             log.warning(
                 "%d message(s) to %s not delivered: %s; next attempt at %s UTC",
@@ -155,12 +186,14 @@ class Settlement:
         return self.counts
 
     def _dead_letter(self, message: ClaimedMessage, headers_text: str) -> None:
-        self._dialect.write_queue(
-            self._connection,
-            "dead_letter",
-            self._tables.error_queue,
-            (self._dialect.encode_id(message.row_id), headers_text, message.body),
-        )
+        error_queue = self._tables.error_queue
+        with owned_table("error queue", self._dialect.grammar.render(error_queue)):
+            self._dialect.write_queue(
+                self._connection,
+                "dead_letter",
+                error_queue,
+                (self._dialect.encode_id(message.row_id), headers_text, message.body),
+            )
 
     def _dead_letter_with_reason(
         self,

@@ -1,4 +1,5 @@
-"""`sfbridge status`: per forwarder, what is queued, waiting for retry, in error, and counters."""
+"""`sfbridge status`: per forwarder, what is queued, waiting for retry, in error, and counters;
+per destination database, whether the daemon sees it up, since when, and what waits for it."""
 
 from __future__ import annotations
 
@@ -8,22 +9,90 @@ from typing import Any
 
 from bridge.config.model import BridgeConfig
 from bridge.connections import Connections
+from bridge.destination_states import read_states
 from bridge.dialects import dialect_for
-from bridge.drivers import DatabaseError
-from bridge.forwarding import forwarder_tables
+from bridge.drivers import DatabaseError, QueueNotFound
 from bridge.headers import TIME_SENT_HEADER, PoisonHeaders, parse_headers, parse_wire_date
+from bridge.tables import forwarder_tables
+
+# Destination states older than this were written by a daemon that is probably not running.
+STALE_STATE_SECONDS = 120.0
 
 
-def collect_status(config: BridgeConfig) -> list[dict[str, Any]]:
-    """One dict per forwarder; a database that cannot be read gives an `error` entry instead."""
+def collect_status(config: BridgeConfig) -> dict[str, list[dict[str, Any]]]:
+    """`forwarders`: one dict per forwarder (a database that cannot be read gives an `error`
+    entry instead); `destinations`: one dict per destination database the daemon has seen or
+    that messages wait for."""
     connections = Connections(config.databases)
     try:
-        return [
+        forwarders = [
             _forwarder_status(config, name, connections)
             for name in (forwarder.name for forwarder in config.forwarders)
         ]
+        return {"forwarders": forwarders, "destinations": _destinations(config, connections)}
     finally:
         connections.close()
+
+
+def _destinations(config: BridgeConfig, connections: Connections) -> list[dict[str, Any]]:
+    """Merge what every forwarding database holds: the newest state row per destination, and
+    the number of messages waiting for it in each retry storage."""
+    states: dict[str, dict[str, Any]] = {}
+    waiting: dict[str, int] = {}
+    next_attempt: dict[str, Any] = {}
+    done: set[str] = set()
+    for forwarder in config.forwarders:
+        if forwarder.database in done:
+            continue
+        done.add(forwarder.database)
+        dialect = dialect_for(config.databases[forwarder.database].dialect)
+        tables = forwarder_tables(config, forwarder)
+        try:
+            connection = connections.get(forwarder.database)
+            connection.begin()
+            try:
+                rows = read_states(connection, dialect, tables.destination_states)
+            except QueueNotFound:
+                connection.rollback()
+                connection.begin()
+                rows = []
+            for read in rows:
+                known = states.get(read["database"])
+                if known is None or read["updated_at"] > known["updated_at"]:
+                    states[read["database"]] = read
+            for name, count, due in connection.query(
+                dialect.sql("retry_waiting", retry=tables.retry)
+            ):
+                waiting[name] = waiting.get(name, 0) + int(count)
+                due_at = dialect.decode_timestamp(due)
+                if due_at and (name not in next_attempt or due_at < next_attempt[name]):
+                    next_attempt[name] = due_at
+            connection.commit()
+        except DatabaseError:
+            connections.discard(forwarder.database)
+    now = datetime.now(UTC).replace(tzinfo=None)
+    result = []
+    for name in sorted(set(states) | set(waiting)):
+        state = states.get(name)
+        entry: dict[str, Any] = {"database": name, "waiting": waiting.get(name, 0)}
+        if state is None:
+            entry["state"] = "unknown"
+        else:
+            row = state
+            age = (now - row["updated_at"]).total_seconds()
+            entry.update(
+                state=row["state"],
+                since=_iso(row["since"]),
+                last_error=row["last_error"],
+                next_probe_at=_iso(row["next_probe_at"]),
+                seen_seconds_ago=round(max(age, 0.0), 1),
+                stale=age > STALE_STATE_SECONDS,
+                reported_by=row["reported_by"],
+            )
+        if name in next_attempt:
+            entry["next_attempt_at"] = _iso(next_attempt[name])
+        result.append(entry)
+    return result
 
 
 def _forwarder_status(config: BridgeConfig, name: str, connections: Connections) -> dict[str, Any]:
@@ -98,12 +167,40 @@ def _iso(moment: datetime | None) -> str | None:
     return moment.replace(tzinfo=UTC).isoformat(timespec="seconds") if moment else None
 
 
-def render_json(statuses: list[dict[str, Any]]) -> str:
-    return json.dumps({"forwarders": statuses}, indent=2)
+def render_json(status: dict[str, list[dict[str, Any]]]) -> str:
+    return json.dumps(status, indent=2)
 
 
-def render_text(statuses: list[dict[str, Any]]) -> str:
-    """A short table per forwarder, for people."""
+def render_text(status: dict[str, list[dict[str, Any]]]) -> str:
+    """A short table per forwarder, then one line or two per destination, for people."""
+    lines = _render_forwarders(status["forwarders"])
+    if status["destinations"]:
+        lines.append("destination databases (as the daemon last saw them):")
+    for destination in status["destinations"]:
+        lines.extend(_render_destination(destination))
+    return "\n".join(lines)
+
+
+def _render_destination(entry: dict[str, Any]) -> list[str]:
+    name, state = entry["database"], entry["state"]
+    waiting = f"{entry['waiting']} waiting"
+    if state == "unknown":
+        return [f"  {name:<12} {waiting}; no daemon has reported on it"]
+    since = entry["since"]
+    seen = f"seen {_human(entry['seen_seconds_ago'])} ago by {entry['reported_by']}"
+    if entry["stale"]:
+        seen += " - stale: is the daemon running?"
+    if state == "up":
+        return [f"  {name:<12} up since {since}; {waiting} ({seen})"]
+    label = "DOWN" if state == "unreachable" else "NOT READY"
+    return [
+        f"  {name:<12} {label} since {since}; {waiting}; next probe {entry['next_probe_at']} "
+        f"({seen})",
+        f"               last error: {entry['last_error']}",
+    ]
+
+
+def _render_forwarders(statuses: list[dict[str, Any]]) -> list[str]:
     lines: list[str] = []
     for status in statuses:
         lines.append(
@@ -140,7 +237,7 @@ def render_text(statuses: list[dict[str, Any]]) -> str:
                     f"    {subscriber['address']} from {subscriber['source']} -> "
                     f"{subscriber['destination']}"
                 )
-    return "\n".join(lines)
+    return lines
 
 
 def _human(seconds: float) -> str:

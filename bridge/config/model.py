@@ -9,6 +9,7 @@ from typing import Literal
 Dialect = Literal["postgresql", "sqlite", "sqlserver"]
 Backoff = Literal["constant", "linear", "exponential"]
 MissingQueuePolicy = Literal["retry", "error"]
+OutagePolicy = Literal["count", "wait"]
 NoSubscribersPolicy = Literal["drop", "error"]
 
 
@@ -61,6 +62,16 @@ class RetryConfig:
     max_delay: float = 3600.0
     immediate_attempts: int = 3
     missing_queue: MissingQueuePolicy = "retry"
+    # `wait`: a whole-database outage spends no attempts; its messages wait up to `max_wait`.
+    during_outage: OutagePolicy = "count"
+    max_wait: float = 7 * 24 * 3600.0
+
+
+@dataclass(frozen=True)
+class InstallConfig:
+    """`at_runtime`: the daemon creates the bridge's own tables when it finds them missing."""
+
+    at_runtime: bool = True
 
 
 @dataclass(frozen=True)
@@ -112,6 +123,7 @@ class BridgeConfig:
     forwarders: tuple[ForwarderConfig, ...]
     routes: tuple[RouteConfig, ...]
     retries: RetryConfig = field(default_factory=RetryConfig)
+    install: InstallConfig = field(default_factory=InstallConfig)
     ledger: LedgerConfig = field(default_factory=LedgerConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     sentry: SentryConfig = field(default_factory=SentryConfig)

@@ -20,6 +20,7 @@ from typing import Any, Final, Literal
 from bridge.config.model import (
     DatabaseConfig,
     ForwarderConfig,
+    InstallConfig,
     LedgerConfig,
     LoggingConfig,
     PublishConfig,
@@ -473,6 +474,53 @@ RETRIES = Section(
             default="retry",
             choices=("retry", "error"),
         ),
+        Key(
+            "during_outage",
+            "choice",
+            "When a whole destination database is unreachable (cannot connect, does not exist, "
+            "shutting down) or lacks a bridge table it cannot create: `count` spends an attempt "
+            "each time as for any failure; `wait` spends none: one worker probes the database "
+            "once per `delay` and its messages wait in retry storage until it is back, up to "
+            "`max_wait`. Failures of one message (a rejected row, a missing queue in a reachable "
+            "database) count in both.",
+            example="wait",
+            default="count",
+            choices=("count", "wait"),
+        ),
+        Key(
+            "max_wait",
+            "duration",
+            "With `during_outage: wait`, how long a message may wait from its first failure "
+            "before it goes to the error queue (reason `outage-too-long`); must be at least "
+            "`delay`. Expired messages are dropped while they wait, as always.",
+            example="7d",
+            default=7 * 24 * 3600.0,
+            **_POSITIVE,
+        ),
+    ),
+)
+
+INSTALL = Section(
+    name="install",
+    shape="mapping",
+    model=InstallConfig,
+    description=(
+        "Creating the bridge's own tables (forwarding and error queues, retry storage, counters, "
+        "event types and destination states in forwarding databases; the dedup ledger in "
+        "destination databases). `sfbridge install` creates them all; `install --print-sql` "
+        "prints the DDL for a DBA."
+    ),
+    keys=(
+        Key(
+            "at_runtime",
+            "boolean",
+            "Whether the daemon creates one of those tables when it finds it missing (a "
+            "database dropped and recreated heals without a human). `false` for shops where "
+            "only a DBA runs DDL: a missing table is then reported (log, `status`, `check`) "
+            "and its messages wait in retry storage.",
+            example=True,
+            default=True,
+        ),
     ),
 )
 
@@ -564,6 +612,7 @@ SCHEMA: Final[tuple[Section, ...]] = (
     SUBSCRIPTION_TABLES,
     PUBLISH,
     RETRIES,
+    INSTALL,
     LEDGER,
     LOGGING,
     SENTRY,

@@ -25,6 +25,7 @@ from bridge.config.model import (
     BridgeConfig,
     DatabaseConfig,
     ForwarderConfig,
+    InstallConfig,
     LedgerConfig,
     LoggingConfig,
     PublishConfig,
@@ -821,15 +822,18 @@ class _Validator:
         retries = self.mappings.get(RETRIES.name)
         if retries is None:
             return
-        delay, max_delay = retries.values.get("delay"), retries.values.get("max_delay")
-        if delay is None or max_delay is None or max_delay >= delay:
-            return
-        default = "" if "max_delay" in retries.given else " (the default)"
-        self.error(
-            _join(retries.path, "max_delay"),
-            f"{format_duration(max_delay)}{default} is less than retries.delay "
-            f"{format_duration(delay)}; it must be at least the delay",
-        )
+        delay = retries.values.get("delay")
+        for key in ("max_delay", "max_wait"):
+            value = retries.values.get(key)
+            if delay is None or value is None or value >= delay:
+                continue
+            default = "" if key in retries.given else " (the default)"
+            self.error(
+                _join(retries.path, key),
+                f"{format_duration(value)}{default} is less than retries.delay "
+                f"{format_duration(delay)}; it must be at least the delay",
+            )
+
 
     # -- building ---------------------------------------------------------------------------
 
@@ -844,6 +848,7 @@ class _Validator:
             forwarders=tuple(ForwarderConfig(**e.values) for e in self.forwarders if e),
             routes=tuple(RouteConfig(**e.values) for e in self.routes if e),
             retries=RetryConfig(**mappings["retries"]),
+            install=InstallConfig(**mappings["install"]),
             ledger=LedgerConfig(**mappings["ledger"]),
             logging=LoggingConfig(**mappings["logging"]),
             sentry=SentryConfig(**mappings["sentry"]),

@@ -56,6 +56,13 @@ STATEMENT_NAMES = frozenset(
         "release_savepoint",
         "table_columns",
         "table_indexes",
+        "table_probe",
+        "can_create_tables",
+        "retry_add_destination_database",
+        "retry_waiting",
+        "create_destination_states_table",
+        "destination_state_save",
+        "destination_states_read",
     }
 )
 
@@ -66,6 +73,7 @@ RETRY_TABLE = "sfbridge_retry"
 LEDGER_TABLE = "sfbridge_ledger"
 COUNTERS_TABLE = "sfbridge_counters"
 EVENT_TYPES_TABLE = "sfbridge_event_types"
+DESTINATION_STATES_TABLE = "sfbridge_destination_states"
 
 
 class QueueShapes(Protocol):

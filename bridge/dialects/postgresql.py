@@ -34,6 +34,7 @@ STATEMENTS: dict[str, str] = {
             id uuid NOT NULL,
             forwarder varchar(200) NOT NULL,
             destination text NOT NULL,
+            destination_database varchar(200),
             expires timestamp,
             headers text NOT NULL,
             body bytea,
@@ -72,13 +73,18 @@ STATEMENTS: dict[str, str] = {
     "send": "INSERT INTO {queue} (id, expires, headers, body) VALUES (?, ?, ?, ?)",
     "dead_letter": "INSERT INTO {queue} (id, expires, headers, body) VALUES (?, NULL, ?, ?)",
     "retry_store": """
-        INSERT INTO {retry} (id, forwarder, destination, expires, headers, body, attempts,
-                             first_failure_at, next_attempt_at, last_error)
-        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+        INSERT INTO {retry} (id, forwarder, destination, destination_database, expires, headers,
+                             body, attempts, first_failure_at, next_attempt_at, last_error)
+        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+    # Parameters: forwarder, due by, the databases waiting out an outage as '|a|b|' (their
+    # messages stay put unless they waited past the give-up time or expired), give up by, limit.
     "retry_claim_due": f"""
         DELETE FROM {{retry}} AS r
         WHERE r.seq = ANY(ARRAY(
             SELECT seq FROM {{retry}} WHERE forwarder = ? AND next_attempt_at <= ?
+              AND (destination_database IS NULL
+                   OR strpos(?, '|' || destination_database || '|') = 0
+                   OR first_failure_at <= ? OR expires <= {_NOW})
             ORDER BY next_attempt_at, seq LIMIT ? FOR UPDATE SKIP LOCKED))
         RETURNING r.id, {_EXPIRED.format(alias="r.")}, r.expires, r.headers, r.body, r.seq,
                   r.attempts, r.first_failure_at, r.last_error""",
@@ -122,6 +128,36 @@ STATEMENTS: dict[str, str] = {
     "counters_read": """
         SELECT counter, sum(value) FROM {counters} WHERE forwarder = ?
         GROUP BY counter ORDER BY counter""",
+    "retry_add_destination_database": """
+        ALTER TABLE {retry} ADD COLUMN IF NOT EXISTS destination_database varchar(200)""",
+    "retry_waiting": """
+        SELECT destination_database, count(*), min(next_attempt_at) FROM {retry}
+        WHERE destination_database IS NOT NULL GROUP BY destination_database""",
+    "create_destination_states_table": """
+        CREATE TABLE IF NOT EXISTS {destination_states} (
+            destination_database varchar(200) NOT NULL PRIMARY KEY,
+            state varchar(20) NOT NULL,
+            since timestamp NOT NULL,
+            last_error text,
+            next_probe_at timestamp,
+            updated_at timestamp NOT NULL,
+            reported_by varchar(200) NOT NULL
+        )""",
+    "destination_state_save": """
+        INSERT INTO {destination_states} AS d (destination_database, state, since, last_error,
+                                               next_probe_at, updated_at, reported_by)
+        VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (destination_database) DO UPDATE SET
+            state = EXCLUDED.state, since = EXCLUDED.since, last_error = EXCLUDED.last_error,
+            next_probe_at = EXCLUDED.next_probe_at, updated_at = EXCLUDED.updated_at,
+            reported_by = EXCLUDED.reported_by""",
+    "destination_states_read": """
+        SELECT destination_database, state, since, last_error, next_probe_at, updated_at,
+               reported_by
+        FROM {destination_states} ORDER BY destination_database""",
+    "table_probe": "SELECT 1 FROM {table} WHERE 1 = 0",
+    # Whether this login may create tables in the schema (PostgreSQL 15: only the owner may
+    # create in `public` unless granted).
+    "can_create_tables": "SELECT has_schema_privilege(?, 'CREATE')",
     "savepoint": "SAVEPOINT sfbridge_local",
     "rollback_to_savepoint": "ROLLBACK TO SAVEPOINT sfbridge_local",
     "release_savepoint": "RELEASE SAVEPOINT sfbridge_local",

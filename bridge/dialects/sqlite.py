@@ -39,6 +39,7 @@ STATEMENTS: dict[str, str] = {
             id TEXT NOT NULL,
             forwarder TEXT NOT NULL,
             destination TEXT NOT NULL,
+            destination_database TEXT,
             expires TEXT,
             headers TEXT NOT NULL,
             body BLOB,
@@ -75,12 +76,16 @@ STATEMENTS: dict[str, str] = {
     "dead_letter": """
         INSERT INTO {queue} (Id, Recoverable, Expires, Headers, Body) VALUES (?, 1, NULL, ?, ?)""",
     "retry_store": """
-        INSERT INTO {retry} (id, forwarder, destination, expires, headers, body, attempts,
-                             first_failure_at, next_attempt_at, last_error)
-        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+        INSERT INTO {retry} (id, forwarder, destination, destination_database, expires, headers,
+                             body, attempts, first_failure_at, next_attempt_at, last_error)
+        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+    # Parameters as in PostgreSQL's: forwarder, due by, '|waiting|databases|', give up by, limit.
     "retry_claim_due": f"""
         DELETE FROM {{retry}} WHERE seq IN (
             SELECT seq FROM {{retry}} WHERE forwarder = ? AND next_attempt_at <= ?
+              AND (destination_database IS NULL
+                   OR instr(?, '|' || destination_database || '|') = 0
+                   OR first_failure_at <= ? OR expires <= {_NOW})
             ORDER BY next_attempt_at, seq LIMIT ?)
         RETURNING id, {_EXPIRED.replace("Expires", "expires")}, expires, headers, body, seq,
                   attempts, first_failure_at, last_error""",
@@ -123,6 +128,35 @@ STATEMENTS: dict[str, str] = {
     "counters_read": """
         SELECT counter, sum(value) FROM {counters} WHERE forwarder = ?
         GROUP BY counter ORDER BY counter""",
+    # No ADD COLUMN IF NOT EXISTS in SQLite: run only after `table_columns` shows it missing.
+    "retry_add_destination_database": "ALTER TABLE {retry} ADD COLUMN destination_database TEXT",
+    "retry_waiting": """
+        SELECT destination_database, count(*), min(next_attempt_at) FROM {retry}
+        WHERE destination_database IS NOT NULL GROUP BY destination_database""",
+    "create_destination_states_table": """
+        CREATE TABLE IF NOT EXISTS {destination_states} (
+            destination_database TEXT NOT NULL PRIMARY KEY,
+            state TEXT NOT NULL,
+            since TEXT NOT NULL,
+            last_error TEXT,
+            next_probe_at TEXT,
+            updated_at TEXT NOT NULL,
+            reported_by TEXT NOT NULL
+        )""",
+    "destination_state_save": """
+        INSERT INTO {destination_states} (destination_database, state, since, last_error,
+                                          next_probe_at, updated_at, reported_by)
+        VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (destination_database) DO UPDATE SET
+            state = excluded.state, since = excluded.since, last_error = excluded.last_error,
+            next_probe_at = excluded.next_probe_at, updated_at = excluded.updated_at,
+            reported_by = excluded.reported_by""",
+    "destination_states_read": """
+        SELECT destination_database, state, since, last_error, next_probe_at, updated_at,
+               reported_by
+        FROM {destination_states} ORDER BY destination_database""",
+    "table_probe": "SELECT 1 FROM {table} WHERE 1 = 0",
+    # Whoever may write the file may create tables; the schema parameter is unused.
+    "can_create_tables": "SELECT coalesce(?1, '') = coalesce(?1, '')",
     "savepoint": "SAVEPOINT sfbridge_local",
     "rollback_to_savepoint": "ROLLBACK TO SAVEPOINT sfbridge_local",
     "release_savepoint": "RELEASE SAVEPOINT sfbridge_local",

@@ -96,6 +96,7 @@ _RETRY_DDL = """
         id uniqueidentifier NOT NULL,
         forwarder nvarchar(200) NOT NULL,
         destination nvarchar(1000) NOT NULL,
+        destination_database nvarchar(200) NULL,
         expires datetime2,
         headers nvarchar(max) NOT NULL,
         body varbinary(max),
@@ -126,6 +127,17 @@ _COUNTERS_DDL = """
         PRIMARY KEY (forwarder, counter, slot)
     )"""
 
+_DESTINATION_STATES_DDL = """
+    CREATE TABLE {destination_states} (
+        destination_database nvarchar(200) NOT NULL PRIMARY KEY,
+        state nvarchar(20) NOT NULL,
+        since datetime2 NOT NULL,
+        last_error nvarchar(max) NULL,
+        next_probe_at datetime2 NULL,
+        updated_at datetime2 NOT NULL,
+        reported_by nvarchar(200) NOT NULL
+    )"""
+
 _EVENT_TYPES_DDL = """
     CREATE TABLE {event_types} (
         forwarder nvarchar(200) NOT NULL,
@@ -151,6 +163,9 @@ STATEMENTS: dict[str, str] = {
     "create_ledger_table": _create_if_missing("ledger", _LEDGER_DDL),
     "create_counters_table": _create_if_missing("counters", _COUNTERS_DDL),
     "create_event_types_table": _create_if_missing("event_types", _EVENT_TYPES_DDL),
+    "create_destination_states_table": _create_if_missing(
+        "destination_states", _DESTINATION_STATES_DDL
+    ),
     # The transport's peek (6.2+): rows other receivers hold are skipped, not waited for.
     "peek": """
         SELECT COALESCE(MAX(RowVersion) - MIN(RowVersion) + 1, 0)
@@ -174,15 +189,22 @@ STATEMENTS: dict[str, str] = {
         INSERT INTO {{queue}} (Id, Recoverable, Expires, Headers, Body)
         VALUES (?, 1, NULL, {_HEADERS}, {_BODY})""",
     "retry_store": f"""
-        INSERT INTO {{retry}} (id, forwarder, destination, expires, headers, body, attempts,
-                             first_failure_at, next_attempt_at, last_error)
-        VALUES (?, ?, ?, ?, {_HEADERS}, {_BODY}, ?, ?, ?, {_HEADERS})""",
-    # TOP must come first, the caller binds (forwarder, now, limit): hence the variables.
+        INSERT INTO {{retry}} (id, forwarder, destination, destination_database, expires,
+                             headers, body, attempts, first_failure_at, next_attempt_at,
+                             last_error)
+        VALUES (?, ?, ?, ?, ?, {_HEADERS}, {_BODY}, ?, ?, ?, {_HEADERS})""",
+    # TOP must come first, the caller binds (forwarder, due by, '|waiting|databases|', give up
+    # by, limit): hence the variables. Messages for a database waiting out an outage stay put
+    # unless they waited past the give-up time or expired.
     "retry_claim_due": f"""
-        DECLARE @forwarder nvarchar(200) = ?, @due_by datetime2 = ?, @limit int = ?;
+        DECLARE @forwarder nvarchar(200) = ?, @due_by datetime2 = ?, @waiting nvarchar(max) = ?,
+                @give_up_by datetime2 = ?, @limit int = ?;
         WITH due AS (
             SELECT TOP (@limit) * FROM {{retry}} WITH (UPDLOCK, READPAST, ROWLOCK)
             WHERE forwarder = @forwarder AND next_attempt_at <= @due_by
+              AND (destination_database IS NULL
+                   OR CHARINDEX(N'|' + destination_database + N'|', @waiting) = 0
+                   OR first_failure_at <= @give_up_by OR expires <= SYSUTCDATETIME())
             ORDER BY next_attempt_at, seq)
         DELETE FROM due
         OUTPUT deleted.id, {_EXPIRED_RETRY}, deleted.expires, deleted.headers, deleted.body,
@@ -241,6 +263,34 @@ STATEMENTS: dict[str, str] = {
         ORDER BY event_type""",
     # SQL Server has no RELEASE SAVEPOINT: a savepoint lives until the transaction ends, and
     # ROLLBACK TRANSACTION goes back to the latest one of that name.
+    "retry_add_destination_database": """
+        IF COL_LENGTH({retry_literal}, 'destination_database') IS NULL
+            ALTER TABLE {retry} ADD destination_database nvarchar(200) NULL""",
+    "retry_waiting": """
+        SELECT destination_database, COUNT(*), MIN(next_attempt_at) FROM {retry}
+        WHERE destination_database IS NOT NULL GROUP BY destination_database""",
+    "destination_state_save": """
+        DECLARE @database nvarchar(200) = ?, @state nvarchar(20) = ?, @since datetime2 = ?,
+                @last_error nvarchar(max) = ?, @next_probe_at datetime2 = ?,
+                @updated_at datetime2 = ?, @reported_by nvarchar(200) = ?;
+        UPDATE {destination_states} WITH (UPDLOCK, HOLDLOCK)
+        SET state = @state, since = @since, last_error = @last_error,
+            next_probe_at = @next_probe_at, updated_at = @updated_at, reported_by = @reported_by
+        WHERE destination_database = @database;
+        IF @@ROWCOUNT = 0
+            INSERT INTO {destination_states} (destination_database, state, since, last_error,
+                                              next_probe_at, updated_at, reported_by)
+            VALUES (@database, @state, @since, @last_error, @next_probe_at, @updated_at,
+                    @reported_by)""",
+    "destination_states_read": """
+        SELECT destination_database, state, since, last_error, next_probe_at, updated_at,
+               reported_by
+        FROM {destination_states} ORDER BY destination_database""",
+    "table_probe": "SELECT 1 FROM {table} WHERE 1 = 0",
+    # CREATE TABLE in the database and ALTER on the schema, as CREATE TABLE needs.
+    "can_create_tables": """
+        SELECT CASE WHEN HAS_PERMS_BY_NAME(NULL, NULL, 'CREATE TABLE') = 1
+                     AND HAS_PERMS_BY_NAME(?, 'SCHEMA', 'ALTER') = 1 THEN 1 ELSE 0 END""",
     "savepoint": "SAVE TRANSACTION sfbridge_local",
     "rollback_to_savepoint": "ROLLBACK TRANSACTION sfbridge_local",
     "release_savepoint": "",

@@ -5,24 +5,28 @@ types, never a driver exception or a SQLSTATE.
 """
 
 from bridge.drivers.base import (
+    AlreadyExists,
     Connection,
     ConnectionFailed,
     ConnectionLost,
     DatabaseError,
     DatabaseUnavailable,
     DuplicateKey,
+    PermissionDenied,
     QueueNotFound,
     TransientDatabaseError,
 )
 from bridge.drivers.factory import connect
 
 __all__ = [
+    "AlreadyExists",
     "Connection",
     "ConnectionFailed",
     "ConnectionLost",
     "DatabaseError",
     "DatabaseUnavailable",
     "DuplicateKey",
+    "PermissionDenied",
     "QueueNotFound",
     "TransientDatabaseError",
     "connect",

@@ -47,6 +47,14 @@ class DuplicateKey(DatabaseError):
     """A unique key or primary key was violated."""
 
 
+class AlreadyExists(DatabaseError):
+    """CREATE found the table, index or schema already there (a racing creator made it)."""
+
+
+class PermissionDenied(DatabaseError):
+    """The login may not do this (e.g. create a table): a DBA's decision, not an outage."""
+
+
 class Connection(Protocol):
     """One open connection with one transaction at a time.
 

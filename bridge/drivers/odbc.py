@@ -12,10 +12,12 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from bridge.drivers.base import (
+    AlreadyExists,
     ConnectionFailed,
     ConnectionLost,
     DatabaseError,
     DuplicateKey,
+    PermissionDenied,
     QueueNotFound,
     Row,
     TransientDatabaseError,
@@ -59,6 +61,9 @@ _CONNECT_FAILED_STATES = {"08001", "08004", "28000", "28P01", "IM002", "IM003", 
 _TRANSIENT_STATES = {"40001", "40P01", "55P03", "57014"}
 _MISSING_TABLE_STATES = {"42P01", "42S02"}
 _DUPLICATE_STATES = {"23505"}
+# 42P07 duplicate table (and index), 42P06 duplicate schema, 42710 duplicate object.
+_ALREADY_EXISTS_STATES = {"42P07", "42P06", "42710"}
+_PERMISSION_DENIED_STATES = {"42501"}
 
 # SQL Server error numbers, where they say more than the SQLSTATE (23000 is every integrity
 # violation; FreeTDS reports many errors as 42000). 911: database (catalog) does not exist;
@@ -66,6 +71,12 @@ _DUPLICATE_STATES = {"23505"}
 _SQLSERVER_MISSING_TABLE = {208, 911}
 _SQLSERVER_DUPLICATE = {2601, 2627}
 _SQLSERVER_TRANSIENT = {1205, 1222, 40197, 40501, 40613}
+# 2714: there is already an object named ...; 1913: an index with that name exists;
+# 2759: CREATE SCHEMA failed because the schema exists.
+_SQLSERVER_ALREADY_EXISTS = {2714, 1913, 2759}
+# 262: permission denied in database (CREATE TABLE); 2760: schema missing or no permission;
+# 1088: cannot find the object or no permission (CREATE INDEX); 229/230: object permission.
+_SQLSERVER_PERMISSION_DENIED = {262, 2760, 1088, 229, 230}
 _NATIVE_ERROR = re.compile(r"\((-?\d+)\)\s*\(SQL\w+\)")
 
 _PAIR = re.compile(r"\s*([^=;]+?)\s*=\s*(\{(?:[^}]|\}\})*\}|[^;]*)\s*(?:;|$)")
@@ -144,6 +155,10 @@ def _classify(
         return QueueNotFound(database, text)
     if native in _SQLSERVER_DUPLICATE or state in _DUPLICATE_STATES:
         return DuplicateKey(database, text)
+    if native in _SQLSERVER_ALREADY_EXISTS or state in _ALREADY_EXISTS_STATES:
+        return AlreadyExists(database, text)
+    if native in _SQLSERVER_PERMISSION_DENIED or state in _PERMISSION_DENIED_STATES:
+        return PermissionDenied(database, text)
     if native in _SQLSERVER_TRANSIENT or state in _TRANSIENT_STATES:
         return TransientDatabaseError(database, text)
     if state in _CONNECTION_LOST_STATES or ("connection" in message.lower() and "lost" in message):

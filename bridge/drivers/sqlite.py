@@ -12,9 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from bridge.drivers.base import (
+    AlreadyExists,
     ConnectionFailed,
     DatabaseError,
     DuplicateKey,
+    PermissionDenied,
     QueueNotFound,
     Row,
     TransientDatabaseError,
@@ -28,6 +30,12 @@ def _translate(database: str, error: sqlite3.Error) -> DatabaseError:
     lowered = text.lower()
     if "no such table" in lowered:
         return QueueNotFound(database, text)
+    if "already exists" in lowered:
+        return AlreadyExists(database, text)
+    if "readonly database" in lowered or (isinstance(error, sqlite3.OperationalError) and (
+        "permission denied" in lowered or "authorization denied" in lowered
+    )):
+        return PermissionDenied(database, text)
     if "unique constraint" in lowered or isinstance(error, sqlite3.IntegrityError):
         return (
             DuplicateKey(database, text) if "unique" in lowered else DatabaseError(database, text)

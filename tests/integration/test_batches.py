@@ -15,6 +15,7 @@ from support import (
     pg_connect,
     pg_count,
     pg_create_queue,
+    pg_nsb_receive_all,
     pg_nsb_send,
     pg_rows,
     sfbridge,
@@ -100,16 +101,44 @@ def test_two_copies_of_one_message_in_one_batch_are_delivered_once(pg_pair: dict
 def test_a_message_the_server_rejects_is_isolated_from_the_rest_of_its_batch(
     pg_pair: dict[str, Any],
 ) -> None:
-    # A message id longer than the ledger column: the multi-row statement fails as a whole,
-    # and the bridge must find the culprit instead of failing (or retrying) everyone.
-    rejected = nsb_message_headers('"Good"', **{"NServiceBus.MessageId": "x" * 500})
+    # The receiver's DBA refuses some rows (a check constraint): the multi-row statement fails
+    # as a whole, and the bridge must find the culprit instead of failing (or retrying) everyone.
+    with pg_connect(pg_pair["receiver"]) as connection:
+        connection.execute(
+            'ALTER TABLE "public"."Good" ADD CONSTRAINT no_bad_bodies '
+            "CHECK (body IS NULL OR body <> 'bad'::bytea)"
+        )
+        connection.commit()
+    rejected = nsb_message_headers('"Good"')
     fine = [(nsb_message_headers('"Good"'), b"ok") for _ in range(6)]
     send_all(pg_pair["sender"], [*fine[:3], (rejected, b"bad"), *fine[3:]])
     report = pg_pair["forwarder"].forward_batch()
     assert report.counts == Counter({"delivered": 6, "retries-scheduled": 1})
     assert pg_count(pg_pair["receiver"], '"public"."Good"') == 6
     [(last_error,)] = pg_rows(pg_pair["sender"], 'SELECT last_error FROM "public"."sfbridge_retry"')
-    assert "too long" in last_error
+    assert "no_bad_bodies" in last_error
+
+
+def test_a_message_id_longer_than_the_ledger_column_is_delivered_once(
+    pg_pair: dict[str, Any],
+) -> None:
+    # NServiceBus lets an endpoint choose any message id; the ledger keeps a digest of long ones.
+    long_id = "order/" + "x" * 500
+    other_long_id = "order/" + "x" * 499 + "y"  # same first 200 characters
+    messages = [
+        (nsb_message_headers('"Good"', **{"NServiceBus.MessageId": long_id}), b"one"),
+        (nsb_message_headers('"Good"', **{"NServiceBus.MessageId": other_long_id}), b"two"),
+        (nsb_message_headers('"Good"', **{"NServiceBus.MessageId": "nul\u0000id"}), b"three"),
+    ]
+    send_all(pg_pair["sender"], messages)
+    assert pg_pair["forwarder"].forward_batch().counts == Counter({"delivered": 3})
+    # The same ids again (a redelivery after a crash between commits) are duplicates.
+    send_all(pg_pair["sender"], messages)
+    assert pg_pair["forwarder"].forward_batch().counts == Counter({"duplicates-skipped": 3})
+    received = pg_nsb_receive_all(pg_pair["receiver"], '"public"."Good"')
+    assert sorted(m["headers"]["NServiceBus.MessageId"] for m in received) == sorted(
+        [long_id, other_long_id, "nul\x00id"]
+    )
 
 
 def test_sqlite_destination_batches_deduplicate_and_isolate_missing_queues(tmp_path: Path) -> None:

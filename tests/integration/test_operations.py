@@ -30,7 +30,7 @@ from support import (
 )
 
 from bridge.config import load_config
-from bridge.daemon import cleanup_ledgers
+from bridge.ledger import cleanup_ledgers
 
 pytestmark = pytest.mark.integration
 

@@ -22,7 +22,16 @@ from bridge.dialects.base import (
 )
 
 DIALECT_NAMES = ["postgresql", "sqlite"]
-TABLE_PLACEHOLDERS = {"queue", "retry", "ledger", "counters", "subscriptions", "event_types"}
+TABLE_PLACEHOLDERS = {
+    "queue",
+    "retry",
+    "ledger",
+    "counters",
+    "subscriptions",
+    "event_types",
+    "destination_states",
+    "table",
+}
 
 HOSTILE_NAMES = [
     'x"; DROP TABLE y --',

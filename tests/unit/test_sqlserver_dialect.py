@@ -35,10 +35,19 @@ from bridge.dialects.sqlserver import (
     inspect_queue_table,
 )
 from bridge.drivers import DatabaseError, QueueNotFound
-from bridge.install import split_statements
 from bridge.routing import route_destination
+from bridge.tables import split_statements
 
-TABLE_PLACEHOLDERS = {"queue", "retry", "ledger", "counters", "subscriptions", "event_types"}
+TABLE_PLACEHOLDERS = {
+    "queue",
+    "retry",
+    "ledger",
+    "counters",
+    "subscriptions",
+    "event_types",
+    "destination_states",
+    "table",
+}
 PLACEHOLDER_SUFFIXES = ("", "_literal", "_catalog")
 SQL_SERVER_PARAMETER_LIMIT = 2100
 
@@ -475,8 +484,15 @@ PARAMETERS: dict[str, int] = {
     "receive_batch": 1,  # batch size
     "send": 4,  # id, expires, headers, body
     "dead_letter": 3,  # id, headers, body
-    "retry_store": 10,
-    "retry_claim_due": 3,  # forwarder, now, limit
+    "retry_store": 11,
+    # forwarder, due by, '|waiting|databases|', give up by, limit
+    "retry_claim_due": 5,
+    "retry_waiting": 0,
+    "retry_add_destination_database": 0,
+    "destination_state_save": 7,
+    "destination_states_read": 0,
+    "table_probe": 0,
+    "can_create_tables": 1,  # schema
     "retry_summary": 1,
     "ledger_record": 2,  # message id, destination
     "ledger_cleanup": 1,
@@ -566,13 +582,19 @@ def test_the_ledger_inserts_only_new_keys_under_a_key_range_lock() -> None:
 def test_retries_are_claimed_due_first_with_the_callers_parameter_order() -> None:
     sql = _normalised(SQLSERVER.sql("retry_claim_due", retry=QUEUE))
     assert sql.startswith(
-        "DECLARE @forwarder nvarchar(200) = ?, @due_by datetime2 = ?, @limit int = ?; WITH due AS"
+        "DECLARE @forwarder nvarchar(200) = ?, @due_by datetime2 = ?, @waiting nvarchar(max) = ?,"
+        " @give_up_by datetime2 = ?, @limit int = ?; WITH due AS"
     )
     assert (
         "SELECT TOP (@limit) * FROM [dbo].[Samples.Receiver] WITH (UPDLOCK, READPAST, ROWLOCK)"
         in sql
     )
     assert "WHERE forwarder = @forwarder AND next_attempt_at <= @due_by" in sql
+    # Messages for databases waiting out an outage stay, unless waited too long or expired.
+    assert (
+        "AND (destination_database IS NULL OR CHARINDEX(N'|' + destination_database + N'|', "
+        "@waiting) = 0 OR first_failure_at <= @give_up_by OR expires <= SYSUTCDATETIME())"
+    ) in sql
     assert "ORDER BY next_attempt_at, seq) DELETE FROM due OUTPUT deleted.id," in sql
     assert sql.endswith(
         "deleted.expires, deleted.headers, deleted.body, deleted.seq, deleted.attempts, "
@@ -915,8 +937,11 @@ TRANSPORT_COLUMNS = {
 
 def _findings(connection: CatalogConnection) -> list[str]:
     from bridge.check import _check_queue
+    from bridge.config.model import BridgeConfig
 
-    return [str(f) for f in _check_queue(connection, SQLSERVER, IN_CATALOG, "queue")]  # type: ignore[arg-type]
+    config = BridgeConfig(databases={}, forwarders=(), routes=())
+    findings = _check_queue(config, connection, SQLSERVER, IN_CATALOG, "queue")  # type: ignore[arg-type]
+    return [str(f) for f in findings]
 
 
 def test_check_passes_a_queue_table_as_the_transport_creates_it() -> None:

@@ -1,0 +1,121 @@
+"""Destination databases as the daemon last saw them, kept where `sfbridge status` can read them.
+
+The daemon's outage tracker lives in its memory; `status` runs in another process. So the
+daemon writes each destination's state (up, unreachable or not ready, since when, last error,
+next probe) into a small table in every forwarding database whenever a state changes, and at
+least every `HEARTBEAT_SECONDS`, so `status` can also tell how fresh the picture is.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from bridge.config.model import BridgeConfig
+from bridge.connections import Connections
+from bridge.dialects import Dialect, dialect_for
+from bridge.drivers import Connection, DatabaseError, QueueNotFound
+from bridge.outages import OutageTracker
+from bridge.tables import create_tables, forwarder_table_steps, forwarder_tables
+
+log = logging.getLogger(__name__)
+
+HEARTBEAT_SECONDS = 30.0
+
+
+def reporter_name() -> str:
+    """Who wrote a state row: host and process id."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class StatePublisher:
+    """Writes the tracker's states into every forwarding database; one per daemon."""
+
+    def __init__(self, config: BridgeConfig, tracker: OutageTracker) -> None:
+        self._config = config
+        self._tracker = tracker
+        self._published_version = -1
+        self._published_at = 0.0
+        self._reporter = reporter_name()
+
+    def publish(self, *, force: bool = False) -> None:
+        """Write the states if they changed (or the heartbeat is due). Never raises."""
+        version = self._tracker.version
+        due = time.monotonic() - self._published_at >= HEARTBEAT_SECONDS
+        if not (force or due or version != self._published_version):
+            return
+        states = self._tracker.states()
+        if not states:
+            return
+        connections = Connections(self._config.databases)
+        all_written = True
+        try:
+            for forwarder in _one_forwarder_per_database(self._config):
+                try:
+                    self._write(connections.get(forwarder.database), forwarder, states)
+                except DatabaseError as error:
+                    all_written = False
+                    connections.discard(forwarder.database)
+                    log.debug("destination states not written to '%s': %s", forwarder, error)
+        finally:
+            connections.close()
+        if all_written:
+            self._published_version, self._published_at = version, time.monotonic()
+
+    def _write(self, connection: Connection, forwarder: Any, states: list[Any]) -> None:
+        dialect = dialect_for(self._config.databases[forwarder.database].dialect)
+        table = forwarder_tables(self._config, forwarder).destination_states
+        statement = dialect.sql("destination_state_save", destination_states=table)
+        now = datetime.now(UTC).replace(tzinfo=None)
+        for attempt in (1, 2):
+            try:
+                connection.begin()
+                for state in states:
+                    connection.execute(
+                        statement,
+                        (
+                            state.database,
+                            state.state,
+                            dialect.encode_timestamp(state.since),
+                            state.last_error,
+                            dialect.encode_timestamp(state.next_probe_at),
+                            dialect.encode_timestamp(now),
+                            self._reporter,
+                        ),
+                    )
+                connection.commit()
+                return
+            except QueueNotFound:
+                connection.rollback()
+                if attempt == 2 or not self._config.install.at_runtime:
+                    raise
+                steps = forwarder_table_steps(self._config, forwarder)
+                create_tables(connection, dialect, steps, only_missing=True)
+
+
+def _one_forwarder_per_database(config: BridgeConfig) -> list[Any]:
+    chosen: dict[str, Any] = {}
+    for forwarder in config.forwarders:
+        chosen.setdefault(forwarder.database, forwarder)
+    return list(chosen.values())
+
+
+def read_states(connection: Connection, dialect: Dialect, table: Any) -> list[dict[str, Any]]:
+    """The rows of the destination states table, as dicts with naive-UTC datetimes."""
+    rows = connection.query(dialect.sql("destination_states_read", destination_states=table))
+    return [
+        {
+            "database": row[0],
+            "state": row[1],
+            "since": dialect.decode_timestamp(row[2]),
+            "last_error": row[3],
+            "next_probe_at": dialect.decode_timestamp(row[4]),
+            "updated_at": dialect.decode_timestamp(row[5]),
+            "reported_by": row[6],
+        }
+        for row in rows
+    ]
