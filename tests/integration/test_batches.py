@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sqlite3
 import uuid
@@ -180,3 +181,64 @@ def test_sqlite_destination_batches_deduplicate_and_isolate_missing_queues(tmp_p
     )
     with sqlite3.connect(central) as connection:
         assert connection.execute('SELECT count(*) FROM "Good"').fetchone()[0] == 2
+
+
+def test_an_event_type_of_kilobytes_does_not_hold_up_its_batch(
+    tmp_path: Path, new_pg_database: Any
+) -> None:
+    # Event types are recorded for `status` when subscribers come from a subscription table;
+    # the table keys on the type name, and PostgreSQL's index rows hold about 2.7 KB.
+    sender, receiver = new_pg_database(), new_pg_database()
+    config_path = write_config(
+        tmp_path / "sfbridge.yaml",
+        {
+            "databases": {
+                "sender": {"dialect": "postgresql", "connection": sender},
+                "receiver": {"dialect": "postgresql", "connection": receiver},
+            },
+            "forwarders": [{"name": "s", "database": "sender", "queue": "forward"}],
+            "routes": [{"match": "*", "database": "receiver"}],
+            "subscription_tables": [{"database": "sender"}],
+        },
+    )
+    assert sfbridge("-c", str(config_path), "install").returncode == 0
+    pg_create_queue(receiver, '"public"."Good"')
+    with pg_connect(sender) as connection:
+        connection.execute(
+            'CREATE TABLE "public"."SubscriptionRouting" (QueueAddress varchar(200) NOT NULL, '
+            "Endpoint varchar(200), Topic varchar(200) NOT NULL, PRIMARY KEY (QueueAddress, Topic))"
+        )
+        connection.commit()
+    # Not compressible below the limit, as a repetitive name would be.
+    noise = "".join(hashlib.sha256(str(n).encode()).hexdigest() for n in range(140))
+    huge = f"Shared.Events.OrderAccepted`1[[Shared.P{noise}, Shared]], Shared"
+    assert len(huge) > 8000
+    event = nsb_message_headers(None, **{"$.store-and-forward.eventtype": huge})
+    fine = [(nsb_message_headers('"Good"'), b"ok") for _ in range(5)]
+    send_all(sender, [*fine[:2], (event, b"event"), *fine[2:]])
+    config, _ = load_config(config_path)
+    connections = Connections(config.databases)
+    try:
+        report = BatchForwarder(config, config.forwarders[0], connections).forward_batch()
+    finally:
+        connections.close()
+    assert report.counts == Counter({"delivered": 5, "published-without-subscribers": 1})
+    assert pg_count(receiver, '"public"."Good"') == 5
+    [(recorded,)] = pg_rows(sender, 'SELECT event_type FROM "public"."sfbridge_event_types"')
+    assert recorded.startswith("Shared.Events.OrderAccepted`1[[") and "(sha256 " in recorded
+    assert len(recorded) < 400
+
+    # Recording is isolated in a savepoint: with its table gone, the batch still goes through,
+    # and the table is created again afterwards.
+    with pg_connect(sender) as connection:
+        connection.execute('DROP TABLE "public"."sfbridge_event_types"')
+        connection.commit()
+    event = nsb_message_headers(None, **{"$.store-and-forward.eventtype": "Shared.Other, Shared"})
+    send_all(sender, [(event, b"event"), (nsb_message_headers('"Good"'), b"ok")])
+    connections = Connections(config.databases)
+    try:
+        report = BatchForwarder(config, config.forwarders[0], connections).forward_batch()
+    finally:
+        connections.close()
+    assert report.counts == Counter({"delivered": 1, "published-without-subscribers": 1})
+    assert pg_count(sender, '"public"."sfbridge_event_types"') == 0

@@ -18,6 +18,7 @@ from support import (
     pg_create_queue,
     pg_nsb_receive_all,
     pg_nsb_send,
+    pg_rows,
     sfbridge,
     wait_until,
     write_config,
@@ -159,3 +160,130 @@ def test_a_dropped_destination_connection_is_retried_at_once_without_costing_an_
     assert pg_count(receiver, RECEIVER) == 20
     assert "transient error on database 'receiver'; retrying at once" in caplog.text
     connections.close()
+
+
+@pytest.mark.parametrize("during_outage", ["wait", "count"])
+def test_an_outage_longer_than_the_retry_patience_spends_no_attempts_when_told_to_wait(
+    tmp_path: Path, new_pg_database: Any, private_postgres: Any, during_outage: str
+) -> None:
+    # Patience: 2 attempts 1 s apart. The outage lasts several times that.
+    sender = new_pg_database()
+    import pyodbc
+
+    with pyodbc.connect(private_postgres.connection_string(), autocommit=True) as admin:
+        admin.execute("CREATE DATABASE receiver")
+    receiver = private_postgres.connection_string("receiver")
+    setup = make_setup(tmp_path, sender, receiver)
+    config = load_config_yaml(setup["config"])
+    config["retries"] = {"delay": "1s", "max_attempts": 2, "during_outage": during_outage}
+    write_config(setup["config"], config)
+
+    with DaemonProcess(setup["config"], tmp_path / "daemon.log") as daemon:
+        private_postgres.kill()
+        ids = send(sender, 100)
+        time.sleep(8)
+        if during_outage == "count":
+            # The literal policy: every message spent its attempts and was given up on.
+            wait_until(lambda: pg_count(sender, '"public"."error"') == 100, 30, "error queue")
+            private_postgres.start()
+            assert daemon.stop() == 0, daemon.output()
+            return
+        assert pg_count(sender, '"public"."error"') == 0
+        assert pg_rows(sender, 'SELECT count(*), max(attempts) FROM "public"."sfbridge_retry"') == [
+            (100, 0)
+        ]
+        [entry] = json.loads(sfbridge("-c", str(setup["config"]), "status", "--json").stdout)[
+            "destinations"
+        ]
+        assert entry["database"] == "receiver" and entry["state"] == "unreachable"
+        assert entry["waiting"] == 100 and entry["next_probe_at"] and entry["since"]
+        assert "cannot connect" in entry["last_error"]
+        private_postgres.start()
+        wait_until(lambda: pg_count(receiver, RECEIVER) == 100, 60, "delivery after the outage")
+        assert daemon.stop() == 0, daemon.output()
+    received = Counter(
+        m["headers"]["NServiceBus.MessageId"] for m in pg_nsb_receive_all(receiver, RECEIVER)
+    )
+    assert set(received) == ids and max(received.values()) == 1
+    assert pg_count(sender, '"public"."sfbridge_retry"') == 0
+    # Said once when it began and once when it ended, not per batch or per probe.
+    log = daemon.output()
+    assert log.count("cannot be reached") == 1, log
+    assert log.count("is usable again") == 1, log
+
+
+def test_waiting_out_an_outage_ends_at_max_wait_and_expired_messages_are_dropped_meanwhile(
+    tmp_path: Path, new_pg_database: Any, private_postgres: Any
+) -> None:
+    sender = new_pg_database()
+    import pyodbc
+
+    with pyodbc.connect(private_postgres.connection_string(), autocommit=True) as admin:
+        admin.execute("CREATE DATABASE receiver")
+    setup = make_setup(tmp_path, sender, private_postgres.connection_string("receiver"))
+    config = load_config_yaml(setup["config"])
+    config["retries"] = {"delay": "1s", "during_outage": "wait", "max_wait": "4s"}
+    write_config(setup["config"], config)
+
+    with DaemonProcess(setup["config"], tmp_path / "daemon.log") as daemon:
+        private_postgres.kill()
+        waiting = send(sender, 5)
+        with pg_connect(sender) as connection:
+            pg_nsb_send(connection, FORWARD, nsb_message_headers(RECEIVER), b"soon", 2000)
+            connection.commit()
+        wait_until(lambda: pg_count(sender, '"public"."error"') == 5, 30, "max_wait to pass")
+        wait_until(
+            lambda: pg_count(sender, '"public"."sfbridge_retry"') == 0, 10, "the expired one"
+        )
+        assert daemon.stop() == 0, daemon.output()
+    rows = pg_rows(sender, 'SELECT headers FROM "public"."error"')
+    failed = [json.loads(headers) for (headers,) in rows]
+    assert {h["NServiceBus.MessageId"] for h in failed} == waiting
+    for headers in failed:
+        assert headers["$.sfbridge.failure-reason"] == "outage-too-long"
+        assert "retries.max_wait is 4s" in headers["NServiceBus.ExceptionInfo.Message"]
+        assert "database 'receiver'" in headers["NServiceBus.ExceptionInfo.Message"]
+    counters = json.loads(sfbridge("-c", str(setup["config"]), "status", "--json").stdout)
+    assert counters["forwarders"][0]["counters"]["expired-dropped"] == 1
+
+
+def test_a_retry_backlog_does_not_hold_up_new_messages(
+    tmp_path: Path, new_pg_database: Any
+) -> None:
+    # What a database that comes back after a long outage finds: thousands of messages due in
+    # retry storage, and new ones arriving. One worker must take turns between the two.
+    sender, receiver = new_pg_database(), new_pg_database()
+    setup = make_setup(tmp_path, sender, receiver)
+    config = load_config_yaml(setup["config"])
+    config["forwarders"][0].update(concurrency=1, batch_size=100)
+    write_config(setup["config"], config)
+    backlog = set()
+    with pg_connect(sender) as connection:
+        for _ in range(2000):
+            headers = nsb_message_headers(RECEIVER)
+            backlog.add(headers["NServiceBus.MessageId"])
+            connection.execute(
+                'INSERT INTO "public"."sfbridge_retry" (id, forwarder, destination, '
+                "destination_database, expires, headers, body, attempts, first_failure_at, "
+                "next_attempt_at, last_error) VALUES (gen_random_uuid(), 'sender', ?, "
+                "'receiver', NULL, ?, 'x', 3, now() - interval '1 hour', "
+                "now() - interval '1 minute', 'it was down')",
+                RECEIVER,
+                json.dumps(headers),
+            )
+        connection.commit()
+    new = send(sender, 50)
+    with DaemonProcess(setup["config"], tmp_path / "daemon.log") as daemon:
+        wait_until(lambda: pg_count(receiver, RECEIVER) == 2050, 60, "everything delivered")
+        assert daemon.stop() == 0, daemon.output()
+    order = [m["headers"]["NServiceBus.MessageId"] for m in pg_nsb_receive_all(receiver, RECEIVER)]
+    assert len(order) == len(set(order)) == 2050
+    positions = [index for index, message_id in enumerate(order) if message_id in new]
+    # Oldest first within the backlog; new messages within the first few batches, not last.
+    assert max(positions) < 400, positions
+
+
+def load_config_yaml(path: Path) -> dict[str, Any]:
+    import yaml
+
+    return yaml.safe_load(path.read_text())  # type: ignore[no-any-return]

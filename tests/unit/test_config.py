@@ -1808,3 +1808,31 @@ def test_sqlserver_queue_addresses_are_parsed_in_the_sqlserver_grammar(
     problem = the_error(raw, {**ENV, "SQLSERVER_PASSWORD": PASSWORD})
     assert problem.startswith("forwarders[0].queue: invalid sqlserver queue address: ")
     assert message in problem
+
+
+def test_outages_count_by_default_and_can_wait_up_to_max_wait() -> None:
+    assert build(minimal()).retries.during_outage == "count"
+    raw = with_(minimal(), "retries", {"during_outage": "wait", "max_wait": "2d"})
+    retries = build(raw).retries
+    assert (retries.during_outage, retries.max_wait) == ("wait", 2 * 86400.0)
+
+
+def test_max_wait_shorter_than_the_delay_is_an_error_with_its_key_path() -> None:
+    raw = with_(minimal(), "retries", {"delay": "1m", "during_outage": "wait", "max_wait": "30s"})
+    assert the_error(raw) == (
+        "retries.max_wait: 30s is less than retries.delay 1m; it must be at least the delay"
+    )
+
+
+def test_during_outage_takes_count_or_wait() -> None:
+    assert the_error(with_(minimal(), "retries.during_outage", "pause")).startswith(
+        "retries.during_outage: "
+    )
+
+
+def test_runtime_table_creation_is_on_unless_turned_off() -> None:
+    assert build(minimal()).install.at_runtime is True
+    assert build(with_(minimal(), "install", {"at_runtime": False})).install.at_runtime is False
+    assert the_error(with_(minimal(), "install", {"at_runtim": False})).startswith(
+        "install.at_runtim: unknown key"
+    )

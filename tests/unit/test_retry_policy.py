@@ -234,3 +234,16 @@ def test_total_patience_matches_the_delays_the_policy_schedules() -> None:
     ]
     assert len(waits) == policy.max_attempts - 1
     assert total_patience(policy) == sum(waits)
+
+
+def test_a_message_waiting_out_an_outage_waits_until_max_wait_from_its_first_failure() -> None:
+    from datetime import datetime, timedelta
+
+    from bridge.retry_policy import waited_too_long
+
+    policy = RetryConfig(during_outage="wait", max_wait=3600.0)
+    first = datetime(2026, 11, 23, 12, 0, 0)
+    assert not waited_too_long(first, first, policy)
+    assert not waited_too_long(first, first + timedelta(seconds=3599.9), policy)
+    assert waited_too_long(first, first + timedelta(seconds=3600), policy)
+    assert waited_too_long(first, first + timedelta(days=3), policy)
