@@ -7,13 +7,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from bridge.addressing import QueueAddress
-from bridge.classify import Deliver, Publish
 from bridge.config.model import BridgeConfig, ForwarderConfig, SubscriptionTableConfig
 from bridge.connections import Connections
 from bridge.dialects import Dialect, dialect_for
 from bridge.drivers import Connection, DatabaseError
 from bridge.ledger import ledger_address, ledger_databases
-from bridge.multicast import NoSubscribers, fan_out
+from bridge.messages import Deliver, NoSubscribers, Publish
+from bridge.multicast import fan_out
 from bridge.routing import Router
 from bridge.subscriptions import SubscriberDirectory
 from bridge.tables import forwarder_tables

@@ -6,10 +6,6 @@ the error queue as it is, even when expired), then expiry, then routing.
 
 from __future__ import annotations
 
-import uuid
-from dataclasses import dataclass
-from datetime import datetime
-
 from bridge.headers import (
     ADDRESS_DATABASE_HEADER,
     DESTINATION_HEADER,
@@ -22,66 +18,9 @@ from bridge.headers import (
     serialize_headers,
     without_routing_headers,
 )
-from bridge.routing import Destination, Router, Unroutable
+from bridge.messages import ClaimedMessage, Decision, Deliver, Expired, Poison, Publish, Reject
+from bridge.routing import Router, Unroutable
 from bridge.typenames import TypeNameError, topics_for
-
-
-@dataclass(frozen=True)
-class ClaimedMessage:
-    """A row taken (deleted, uncommitted) from the forwarding queue or from retry storage."""
-
-    row_id: uuid.UUID
-    expired: bool
-    expires: datetime | None
-    headers_text: str | None
-    body: bytes | None
-    order: int
-    attempts: int = 0
-    first_failure_at: datetime | None = None
-    last_error: str | None = None
-
-
-@dataclass(frozen=True)
-class Poison:
-    """Headers cannot be parsed: to the error queue exactly as received."""
-
-    reason: str
-
-
-@dataclass(frozen=True)
-class Expired:
-    """`Expires` is in the past: dropped and counted."""
-
-
-@dataclass(frozen=True)
-class Reject:
-    """Cannot be forwarded and retrying will not help: to the error queue with a reason."""
-
-    headers: Headers
-    reason_code: str
-    reason: str
-
-
-@dataclass(frozen=True)
-class Publish:
-    """A published event: to every subscriber of `topics` (the type and its hierarchy)."""
-
-    headers: Headers
-    event_type: str
-    topics: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Deliver:
-    """Insert `headers_text` + body into `destination`, deduplicated by `message_id`."""
-
-    headers: Headers
-    destination: Destination
-    headers_text: str
-    message_id: str
-
-
-Decision = Poison | Expired | Reject | Deliver | Publish
 
 
 def classify(message: ClaimedMessage, router: Router) -> Decision:

@@ -39,6 +39,7 @@ from bridge.ledger import (
 from bridge.notify import notify, watchdog_interval
 from bridge.observability import report_exception
 from bridge.outages import OutageTracker
+from bridge.queue_writes import QueueWriter
 from bridge.tables import BridgeTableMissing, forwarder_tables, owned_table
 
 log = logging.getLogger(__name__)
@@ -59,6 +60,7 @@ class Worker(threading.Thread):
         index: int,
         stop: threading.Event,
         outages: OutageTracker,
+        writer: QueueWriter,
     ) -> None:
         super().__init__(name=f"{forwarder.name}-{index}", daemon=True)
         self.config = config
@@ -68,12 +70,18 @@ class Worker(threading.Thread):
         self.totals: Counter[str] = Counter()
         self.last_progress = time.monotonic()
         self._outages = outages
+        self._writer = writer
         self._lock = threading.Lock()
 
     def run(self) -> None:
         connections = Connections(self.config.databases)
         batches = BatchForwarder(
-            self.config, self.forwarder, connections, slot=self.index, outages=self._outages
+            self.config,
+            self.forwarder,
+            connections,
+            slot=self.index,
+            outages=self._outages,
+            writer=self._writer,
         )
         peek_sql = batches.dialect.sql("peek", queue=batches.tables.queue)
         batch_size = self.forwarder.batch_size
@@ -268,6 +276,8 @@ class Daemon:
         self._workers = []
         outages = OutageTracker(probe_interval(self.config), external_probe=True)
         publisher = StatePublisher(self.config, outages)
+        # Queue table shapes (SQL Server's optional Recoverable column) are learnt once.
+        writer = QueueWriter()
         for forwarder in self.config.forwarders:
             dialect = self.config.databases[forwarder.database].dialect
             # SQLite serialises writers: a second worker would only wait for the first.
@@ -282,7 +292,7 @@ class Daemon:
             )
             for index in range(count):
                 self._workers.append(
-                    Worker(self.config, forwarder, index, self._worker_stop, outages)
+                    Worker(self.config, forwarder, index, self._worker_stop, outages, writer)
                 )
         for worker in self._workers:
             worker.start()

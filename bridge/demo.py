@@ -29,10 +29,10 @@ from bridge.config.model import (
 from bridge.daemon import Daemon
 from bridge.dialects import dialect_for
 from bridge.drivers import connect
-from bridge.forwarding import forwarder_tables
 from bridge.headers import MESSAGE_ID_HEADER, parse_headers
 from bridge.install import run_install
 from bridge.send import send_test_messages
+from bridge.tables import forwarder_tables
 
 RECEIVER_QUEUE = "Samples.StoreAndForward.Receiver"
 FORWARDING_QUEUE = "Samples.StoreAndForward.Sender.Forward"

@@ -9,14 +9,22 @@ destination), so each subscriber gets the event exactly once, whatever happens t
 A copy that cannot be delivered now becomes a unicast message to its subscriber
 (`copy_as_unicast`): it waits in retry storage and, if it never gets through, lands in the
 error queue alone, while the copies that were delivered stay delivered.
+
+`PublishedEvents` is the data path's side of it: it looks the subscribers up, fans the event
+out into one `Unit` per copy, and records what `status` shows per event type.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
-from bridge.classify import Deliver, Publish, Reject
+from bridge.dialects import Dialect
+from bridge.drivers import Connection, DatabaseError
 from bridge.headers import (
     ADDRESS_DATABASE_HEADER,
     DESTINATION_HEADER,
@@ -26,8 +34,20 @@ from bridge.headers import (
     serialize_headers,
     without_routing_headers,
 )
+from bridge.messages import (
+    ClaimedMessage,
+    Deliver,
+    NoSubscribers,
+    Publish,
+    Reject,
+    SubscribersUnknown,
+    Unit,
+)
 from bridge.routing import Destination, Router, Unroutable
-from bridge.subscriptions import Subscriber
+from bridge.subscriptions import Subscriber, SubscriberDirectory
+from bridge.tables import BridgeTableMissing, ForwarderTables, owned_table
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -46,19 +66,6 @@ class Copy:
 class Fanout:
     publish: Publish
     copies: tuple[Copy, ...]
-
-
-@dataclass(frozen=True)
-class NoSubscribers:
-    publish: Publish
-
-
-@dataclass(frozen=True)
-class SubscribersUnknown:
-    """A subscription table could not be read: the event waits whole, as a retry."""
-
-    publish: Publish
-    error: str
 
 
 def fan_out(
@@ -119,3 +126,107 @@ def copy_as_unicast(headers: Headers, subscriber: Subscriber, forwarding_databas
 
 def _reason(routed: Destination | Unroutable) -> str:
     return routed.reason if isinstance(routed, Unroutable) else ""
+
+
+# The event types table keys on the type name; a longer name is stored shortened, with a
+# digest, so that it fits every dialect's key (SQL Server: 600 characters).
+MAX_EVENT_TYPE_KEY = 400
+
+
+def event_type_key(event_type: str) -> str:
+    """`event_type` as the event types table stores it: whole when short enough, else its first
+    300 characters, an ellipsis and a digest of the whole."""
+    if len(event_type.encode("utf-8", "surrogatepass")) <= MAX_EVENT_TYPE_KEY:
+        return event_type
+    digest = hashlib.sha256(event_type.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return f"{event_type[:300]}... (sha256 {digest})"
+
+
+class PublishedEvents:
+    """Turns a claimed published event into units: one per subscriber copy, or one saying why
+    there are none. One per worker (it holds the subscriber cache)."""
+
+    def __init__(
+        self,
+        forwarder: str,
+        dialect: Dialect,
+        tables: ForwarderTables,
+        router: Router,
+        subscribers: SubscriberDirectory,
+    ) -> None:
+        self._forwarder = forwarder
+        self._dialect = dialect
+        self._tables = tables
+        self._router = router
+        self._subscribers = subscribers
+        # Set when the event types table was found missing; the spine heals it after the batch.
+        self.missing_table: BridgeTableMissing | None = None
+
+    def units(
+        self, connection: Connection, message: ClaimedMessage, publish: Publish
+    ) -> list[Unit]:
+        own_headers = message.headers_text or ""
+        try:
+            lookup = self._subscribers.lookup(publish.topics)
+        except DatabaseError as error:
+            unknown = SubscribersUnknown(publish, f"cannot read subscribers: {error}")
+            return [Unit(message, unknown, own_headers)]
+        fanned = fan_out(
+            publish, lookup.subscribers, self._router, fallback_message_id=str(message.row_id)
+        )
+        if lookup.fresh:
+            self._record_event_type(connection, publish, fanned)
+        if isinstance(fanned, NoSubscribers):
+            return [Unit(message, fanned, own_headers)]
+        # A copy that is not delivered now waits alone, as a unicast to its subscriber.
+        return [
+            Unit(message, copy.decision, serialize_headers(copy.decision.headers))
+            for copy in fanned.copies
+        ]
+
+    def _record_event_type(
+        self, connection: Connection, publish: Publish, outcome: Fanout | NoSubscribers
+    ) -> None:
+        """What `status` and `check` show: per event type seen, its subscribers and sources."""
+        subscribers = [
+            {
+                "address": listed.address,
+                "source": listed.source,
+                "destination": (
+                    f"{copy.decision.destination.canonical} in database "
+                    f"'{copy.decision.destination.database}'"
+                    if isinstance(copy.decision, Deliver)
+                    else f"unroutable: {copy.decision.reason}"
+                ),
+            }
+            for copy in (outcome.copies if isinstance(outcome, Fanout) else ())
+            for listed in copy.subscribers
+        ]
+        dialect, table = self._dialect, self._tables.event_types
+        # What status shows must never hold up delivery: a value the table cannot hold or a
+        # missing table only costs this row, in a savepoint.
+        connection.execute(dialect.statements["savepoint"])
+        try:
+            with owned_table("event types", dialect.grammar.render(table)):
+                connection.execute(
+                    dialect.sql("event_type_seen", event_types=table),
+                    (
+                        self._forwarder,
+                        event_type_key(publish.topics[0]),
+                        dialect.encode_timestamp(datetime.now(UTC).replace(tzinfo=None)),
+                        json.dumps(
+                            {"topics": list(publish.topics), "subscribers": subscribers},
+                            ensure_ascii=False,
+                        ),
+                    ),
+                )
+        except BridgeTableMissing as missing:
+            connection.execute(dialect.statements["rollback_to_savepoint"])
+            self.missing_table = missing
+            return
+        except (DatabaseError, ValueError) as error:
+            connection.execute(dialect.statements["rollback_to_savepoint"])
+            log.warning("event type %.200s not recorded for status: %s", publish.topics[0], error)
+            return
+        if dialect.statements["release_savepoint"]:
+            connection.execute(dialect.statements["release_savepoint"])

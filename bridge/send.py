@@ -10,8 +10,9 @@ from datetime import UTC, datetime, timedelta
 from bridge.config.model import BridgeConfig, ForwarderConfig
 from bridge.dialects import dialect_for
 from bridge.drivers import connect
-from bridge.forwarding import forwarder_tables
 from bridge.headers import DESTINATION_HEADER, Headers, serialize_headers, wire_date
+from bridge.queue_writes import QueueWriter
+from bridge.tables import forwarder_tables
 
 
 def test_message_headers(
@@ -55,7 +56,7 @@ def send_test_messages(
     ids: list[str] = []
     try:
         connection.begin()
-        statement = dialect.queue_sql(connection, "send", queue)
+        statement = QueueWriter().sql(connection, dialect, "send", queue)
         rows = []
         for _ in range(count):
             now = datetime.now(UTC)

@@ -1,20 +1,40 @@
-"""Settling a batch: what was not delivered goes to retry storage or the error queue, inside
-the source transaction, so it is recorded exactly when the claimed rows disappear.
+"""Settling a batch: every unit's fate, written into the open source transaction.
+
+A unit's fate follows from its outcome and, for a delivery, its result (`fate_of`, pure):
+counted (delivered, duplicate, expired, published without subscribers), to the error queue as
+it is (poison) or with a reason (rejected, or given up on), or stored in retry storage for a
+later attempt. `Settlement` writes the fates in the source transaction, so they are recorded
+exactly when the claimed rows disappear, and adds to the counters.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
-from bridge.classify import ClaimedMessage
-from bridge.config.model import ForwarderConfig, RetryConfig
+from bridge.config.model import ForwarderConfig, NoSubscribersPolicy, RetryConfig
 from bridge.config.schema import format_duration
-from bridge.deliver import Failed
 from bridge.dialects import Dialect
 from bridge.drivers import Connection
 from bridge.headers import Headers, serialize_headers, with_failure_headers
+from bridge.messages import (
+    ClaimedMessage,
+    Deliver,
+    Delivered,
+    DeliveryResult,
+    Duplicate,
+    Expired,
+    Failed,
+    NoSubscribers,
+    Poison,
+    Reject,
+    SubscribersUnknown,
+    Unit,
+)
+from bridge.queue_writes import QueueWriter
 from bridge.retry_policy import gives_up_after, next_attempt_at, waited_too_long
 from bridge.tables import ForwarderTables, owned_table
 
@@ -29,8 +49,149 @@ ERRORS = "sent-to-error-queue"
 NO_SUBSCRIBERS = "published-without-subscribers"
 
 
+# -- fates ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Count:
+    """Nothing to write but the counter."""
+
+    counter: str
+
+
+@dataclass(frozen=True)
+class DeadLetterAsIs:
+    """Poison: to the error queue exactly as it was, as the transport does."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """To the error queue with the NServiceBus failure headers and a reason to act on."""
+
+    headers: Headers
+    code: str
+    reason: str
+    exception_type: str
+    attempts: int | None
+    destination: str | None = None  # for the grouped log line of messages given up on
+
+
+@dataclass(frozen=True)
+class StoreForRetry:
+    """To retry storage, due again at `due`. `waiting`: it waits out an outage."""
+
+    headers_text: str
+    destination: str
+    destination_database: str | None
+    attempts: int
+    first_failure_at: datetime
+    due: datetime
+    error: str
+    waiting: bool
+
+
+Fate = Count | DeadLetterAsIs | DeadLetter | StoreForRetry
+
+
+def fate_of(
+    unit: Unit,
+    result: DeliveryResult | None,
+    policy: RetryConfig,
+    no_subscribers: NoSubscribersPolicy,
+    now: datetime,
+) -> Fate:
+    """What becomes of one unit, given its delivery result (None unless it was delivered)."""
+    message, outcome = unit.message, unit.outcome
+    if isinstance(outcome, Poison):
+        return DeadLetterAsIs(outcome.reason)
+    if isinstance(outcome, Expired):
+        return Count(EXPIRED)
+    if isinstance(outcome, Reject):
+        return DeadLetter(
+            outcome.headers, outcome.reason_code, outcome.reason, "SFBridge.UnroutableMessage", None
+        )
+    if isinstance(outcome, NoSubscribers):
+        if no_subscribers == "drop":
+            return Count(NO_SUBSCRIBERS)
+        publish = outcome.publish
+        reason = (
+            f"published event {publish.topics[0]!r} has no subscribers (topics looked up: "
+            f"{', '.join(publish.topics)})"
+        )
+        return DeadLetter(
+            publish.headers, "no-subscribers", reason, "SFBridge.UnroutableMessage", None
+        )
+    if isinstance(outcome, SubscribersUnknown):
+        destination = f"subscribers of {outcome.publish.topics[0]}"
+        failure = Failed(outcome.error)
+        return retry_fate(message, outcome.publish.headers, unit, destination, None, failure,
+                          policy, now)  # fmt: skip
+    assert isinstance(outcome, Deliver), outcome
+    if isinstance(result, Delivered):
+        return Count(DELIVERED)
+    if isinstance(result, Duplicate):
+        return Count(DUPLICATES)
+    assert isinstance(result, Failed), result
+    target = outcome.destination
+    return retry_fate(message, outcome.headers, unit, target.canonical, target.database,
+                      result, policy, now)  # fmt: skip
+
+
+def retry_fate(
+    message: ClaimedMessage,
+    headers: Headers,
+    unit: Unit,
+    destination: str,
+    destination_database: str | None,
+    failure: Failed,
+    policy: RetryConfig,
+    now: datetime,
+) -> DeadLetter | StoreForRetry:
+    """A failed delivery: stored for a later attempt, or given up on after the last one.
+
+    With `retries.during_outage: wait` an outage spends no attempt; the message waits, up to
+    `retries.max_wait` from its first failure.
+    """
+    waits = failure.outage and policy.during_outage == "wait"
+    attempts = message.attempts + (0 if waits else 1)
+    first_failure_at = message.first_failure_at or now
+    if waits and waited_too_long(first_failure_at, now, policy):
+        waited = format_duration(round((now - first_failure_at).total_seconds()))
+        reason = (
+            f"waited {waited} for database '{destination_database}' (retries.max_wait is "
+            f"{format_duration(policy.max_wait)}); last error: {failure.error}"
+        )
+        return DeadLetter(
+            headers, "outage-too-long", reason, "SFBridge.DeliveryFailed", attempts, destination
+        )
+    if not waits and (
+        gives_up_after(attempts, policy)
+        or not failure.retryable
+        or (failure.missing_queue and policy.missing_queue == "error")
+    ):
+        code = "missing-queue" if failure.missing_queue else "delivery-failed"
+        return DeadLetter(
+            headers, code, failure.error, "SFBridge.DeliveryFailed", attempts, destination
+        )
+    return StoreForRetry(
+        headers_text=unit.retry_headers_text,
+        destination=destination,
+        destination_database=destination_database,
+        attempts=attempts,
+        first_failure_at=first_failure_at,
+        due=next_attempt_at(now, max(attempts, 1), policy),
+        error=failure.error,
+        waiting=waits,
+    )
+
+
+# -- writing them ----------------------------------------------------------------------------
+
+
 class Settlement:
-    """Writes each claimed message's fate into the open source transaction, and counts it."""
+    """Writes each unit's fate into the open source transaction, and counts it."""
 
     def __init__(
         self,
@@ -38,18 +199,18 @@ class Settlement:
         dialect: Dialect,
         forwarder: ForwarderConfig,
         tables: ForwarderTables,
-        policy: RetryConfig,
         *,
         slot: int,
         now: datetime,
+        writer: QueueWriter,
     ) -> None:
         self._connection = connection
         self._dialect = dialect
         self._forwarder = forwarder
         self._tables = tables
-        self._policy = policy
         self._slot = slot
         self._now = now
+        self._writer = writer
         self.counts: Counter[str] = Counter()
         # One log line per destination and error per batch, not one per message: an outage
         # with a backlog of thousands must not flood the journal.
@@ -57,66 +218,59 @@ class Settlement:
         self._given_up: Counter[tuple[str, str]] = Counter()
         self._waiting: Counter[str] = Counter()
 
-    def count(self, counter: str) -> None:
-        self.counts[counter] += 1
-
-    def dead_letter_as_is(self, message: ClaimedMessage, reason: str) -> None:
-        """Poison: the row goes to the error queue exactly as it was (nsb-wire §7)."""
-        log.error(
-            "message %s in %s cannot be processed (%s); moved to the error queue as is",
-            message.row_id,
-            self._tables.queue_canonical,
-            reason,
-        )
-        self._dead_letter(message, message.headers_text or "")
-        self.count(ERRORS)
-
-    def reject(self, message: ClaimedMessage, headers: Headers, code: str, reason: str) -> None:
-        """To the error queue at once, with the failure headers and a reason to act on."""
-        log.warning("message %s: %s; moved to the error queue", message.row_id, reason)
-        self._dead_letter_with_reason(
-            message, headers, code, reason, "SFBridge.UnroutableMessage", attempts=None
-        )
-        self.count(ERRORS)
-
-    def failed(
+    def settle(
         self,
-        message: ClaimedMessage,
-        headers: Headers,
-        stored_headers_text: str,
-        destination: str,
-        failure: Failed,
-        destination_database: str | None = None,
-    ) -> None:
-        """Store for a later attempt, or give up to the error queue after the last one.
+        units: Sequence[Unit],
+        results: Sequence[DeliveryResult | None],
+        policy: RetryConfig,
+        no_subscribers: NoSubscribersPolicy,
+    ) -> Counter[str]:
+        """Write every unit's fate, add to the counters, log what failed (grouped)."""
+        for unit, result in zip(units, results, strict=True):
+            self.apply(unit, fate_of(unit, result, policy, no_subscribers, self._now))
+        return self.finish()
 
-        `stored_headers_text` is what retry storage keeps and routes again later; `headers`
-        what the error queue gets (with the failure headers) when this was the last attempt.
-        With `retries.during_outage: wait` an outage spends no attempt; the message waits,
-        up to `retries.max_wait` from its first failure.
-        """
-        policy = self._policy
-        waits_out_outage = failure.outage and policy.during_outage == "wait"
-        attempts = message.attempts + (0 if waits_out_outage else 1)
-        first_failure_at = message.first_failure_at or self._now
-        if waits_out_outage and waited_too_long(first_failure_at, self._now, policy):
-            reason = (
-                f"waited {format_duration((self._now - first_failure_at).total_seconds())} for "
-                f"database '{destination_database}' (retries.max_wait is "
-                f"{format_duration(policy.max_wait)}); last error: {failure.error}"
+    def apply(self, unit: Unit, fate: Fate) -> None:
+        message = unit.message
+        if isinstance(fate, Count):
+            self._log_counted(unit, fate)
+            self.counts[fate.counter] += 1
+        elif isinstance(fate, DeadLetterAsIs):
+            log.error(
+                "message %s in %s cannot be processed (%s); moved to the error queue as is",
+                message.row_id,
+                self._tables.queue_canonical,
+                fate.reason,
             )
-            self._give_up(message, headers, destination, "outage-too-long", reason, attempts)
-            return
-        give_up = not waits_out_outage and (
-            gives_up_after(attempts, policy)
-            or not failure.retryable
-            or (failure.missing_queue and policy.missing_queue == "error")
-        )
-        if give_up:
-            code = "missing-queue" if failure.missing_queue else "delivery-failed"
-            self._give_up(message, headers, destination, code, failure.error, attempts)
-            return
-        due = next_attempt_at(self._now, max(attempts, 1), policy)
+            self._dead_letter(message, message.headers_text or "")
+            self.counts[ERRORS] += 1
+        elif isinstance(fate, DeadLetter):
+            if fate.attempts is None:
+                log.warning("message %s: %s; moved to the error queue", message.row_id, fate.reason)
+            else:
+                self._given_up[(fate.destination or "?", fate.reason)] += 1
+            self._dead_letter_with_reason(message, fate)
+            self.counts[ERRORS] += 1
+        else:
+            self._store_for_retry(message, fate)
+            self.counts[RETRIES] += 1
+
+    def _log_counted(self, unit: Unit, fate: Count) -> None:
+        outcome = unit.outcome
+        if fate.counter == DUPLICATES and isinstance(outcome, Deliver):
+            log.info(
+                "message %s was already delivered to %s; not delivering it twice",
+                outcome.message_id,
+                outcome.destination.canonical,
+            )
+        elif fate.counter == NO_SUBSCRIBERS and isinstance(outcome, NoSubscribers):
+            log.info(
+                "message %s: published event %r has no subscribers; dropped",
+                unit.message.row_id,
+                outcome.publish.topics[0],
+            )
+
+    def _store_for_retry(self, message: ClaimedMessage, fate: StoreForRetry) -> None:
         dialect = self._dialect
         with owned_table("retry storage", dialect.grammar.render(self._tables.retry)):
             self._connection.execute(
@@ -124,37 +278,21 @@ class Settlement:
                 (
                     dialect.encode_id(message.row_id),
                     self._forwarder.name,
-                    destination,
-                    destination_database,
+                    fate.destination,
+                    fate.destination_database,
                     dialect.encode_timestamp(message.expires),
-                    stored_headers_text,
+                    fate.headers_text,
                     message.body,
-                    attempts,
-                    dialect.encode_timestamp(first_failure_at),
-                    dialect.encode_timestamp(due),
-                    failure.error,
+                    fate.attempts,
+                    dialect.encode_timestamp(fate.first_failure_at),
+                    dialect.encode_timestamp(fate.due),
+                    fate.error,
                 ),
             )
-        if waits_out_outage:
-            self._waiting[destination_database or destination] += 1
+        if fate.waiting:
+            self._waiting[fate.destination_database or fate.destination] += 1
         else:
-            self._retried[(destination, failure.error, due.strftime("%H:%M:%S"))] += 1
-        self.count(RETRIES)
-
-    def _give_up(
-        self,
-        message: ClaimedMessage,
-        headers: Headers,
-        destination: str,
-        code: str,
-        reason: str,
-        attempts: int,
-    ) -> None:
-        self._dead_letter_with_reason(
-            message, headers, code, reason, "SFBridge.DeliveryFailed", attempts=attempts
-        )
-        self._given_up[(destination, reason)] += 1
-        self.count(ERRORS)
+            self._retried[(fate.destination, fate.error, fate.due.strftime("%H:%M:%S"))] += 1
 
     def finish(self) -> Counter[str]:
         """Add the counts to the counters table and log the batch's failures, grouped."""
@@ -188,30 +326,22 @@ class Settlement:
     def _dead_letter(self, message: ClaimedMessage, headers_text: str) -> None:
         error_queue = self._tables.error_queue
         with owned_table("error queue", self._dialect.grammar.render(error_queue)):
-            self._dialect.write_queue(
+            self._writer.write(
                 self._connection,
+                self._dialect,
                 "dead_letter",
                 error_queue,
                 (self._dialect.encode_id(message.row_id), headers_text, message.body),
             )
 
-    def _dead_letter_with_reason(
-        self,
-        message: ClaimedMessage,
-        headers: Headers,
-        code: str,
-        reason: str,
-        exception_type: str,
-        *,
-        attempts: int | None,
-    ) -> None:
+    def _dead_letter_with_reason(self, message: ClaimedMessage, fate: DeadLetter) -> None:
         failure_headers = with_failure_headers(
-            headers,
+            fate.headers,
             failed_queue=self._tables.queue_canonical,
-            exception_type=exception_type,
-            message=reason,
-            reason=code,
+            exception_type=fate.exception_type,
+            message=fate.reason,
+            reason=fate.code,
             failed_at=self._now,
-            attempts=attempts,
+            attempts=fate.attempts,
         )
         self._dead_letter(message, serialize_headers(failure_headers))

@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from bridge.addressing import AddressGrammar, QueueAddress, grammar_for
-from bridge.drivers.base import Connection, DatabaseError
+from bridge.drivers.base import Connection, DatabaseError, Row
 
 # Every dialect defines exactly these statements (a unit test holds them to it).
 STATEMENT_NAMES = frozenset(
@@ -77,25 +77,25 @@ DESTINATION_STATES_TABLE = "sfbridge_destination_states"
 
 
 class QueueShapes(Protocol):
-    """Statement variants for queue tables whose shape differs from table to table.
+    """Statement variants for queue tables whose shape differs from table to table. Pure.
 
     SQL Server queue tables may lack the legacy `Recoverable` column (the transport tolerates
     its removal since 7.0), and an INSERT must then leave it out. A dialect with such variants
-    sets `Dialect.queue_shapes`; `Dialect.queue_sql` / `write_queue` consult it.
+    sets `Dialect.queue_shapes`; the data path's `QueueWriter` runs the lookup once per table,
+    remembers the answer and asks again when a write shows it is stale.
     """
 
-    def statements_for(self, connection: Connection, queue: QueueAddress) -> Mapping[str, str]:
-        """Statements replacing the dialect's own when writing into `queue` (maybe none).
-
-        May query `connection` the first time a table is seen; the answer is remembered.
-        """
+    def lookup(self, queue: QueueAddress) -> tuple[str, tuple[Any, ...]]:
+        """A query (SQL and parameters) whose rows tell the shape of the table `queue`."""
         ...
 
-    def forget_if_stale(
-        self, connection: Connection, queue: QueueAddress, error: DatabaseError
-    ) -> bool:
-        """True when `error` shows that the remembered shape of `queue` is out of date; the
-        shape is then forgotten, so the next `statements_for` looks again."""
+    def variants(self, rows: Sequence[Row]) -> Mapping[str, str] | None:
+        """Statements replacing the dialect's own for a table whose lookup returned `rows`
+        (maybe none); None when there is no such table (nothing to remember)."""
+        ...
+
+    def is_stale(self, error: DatabaseError) -> bool:
+        """True when `error`, raised by a write, shows that a remembered shape is out of date."""
         ...
 
 
@@ -119,10 +119,10 @@ class Dialect:
     `check`, as are `queue_indexed_columns` (each must lead some index). `encode_*` /
     `decode_*` turn Python values into what the driver binds and back.
 
-    Optional hooks (None / empty where a dialect needs none): `queue_shapes` picks statement
-    variants per queue table (see `QueueShapes`); `session_setup` statements run once on every
-    new connection; `inspect_queue_table` adds `check` findings of the dialect's own (SQL
-    Server: what the transport itself warns about at startup).
+    Optional hooks (None / empty where a dialect needs none): `queue_shapes` says which
+    statement variants a queue table takes (see `QueueShapes`); `session_setup` statements run
+    once on every new connection; `inspect_queue_table` adds `check` findings of the dialect's
+    own (SQL Server: what the transport itself warns about at startup).
     """
 
     name: str
@@ -152,44 +152,16 @@ class Dialect:
         """
         return self._render(self.statements, name, rows, tables)
 
-    def queue_sql(
-        self, connection: Connection, name: str, queue: QueueAddress, rows: int | None = None
-    ) -> str:
-        """`sql(name, rows, queue=queue)` in the variant that the existing table `queue` takes.
-
-        For writing into queue tables the bridge did not create (`send`, `send_many`,
-        `dead_letter`). Without `queue_shapes` it is `sql`; with them it may query
-        `connection` once per table.
-        """
-        statements = self.statements
-        if self.queue_shapes is not None:
-            overrides = self.queue_shapes.statements_for(connection, queue)
-            if overrides:
-                statements = {**self.statements, **overrides}
-        return self._render(statements, name, rows, {"queue": queue})
-
-    def write_queue(
+    def sql_with(
         self,
-        connection: Connection,
+        overrides: Mapping[str, str],
         name: str,
-        queue: QueueAddress,
-        params: Sequence[Any],
         rows: int | None = None,
-    ) -> int:
-        """Execute `queue_sql(name)` with `params`; returns the row count.
-
-        When the statement fails because the table changed shape since it was looked at
-        (SQL Server: `Recoverable` added or dropped), the shape is looked up again and the
-        statement tried once more in the same transaction, as the transport does. Raises the
-        DatabaseError family.
-        """
-        try:
-            return connection.execute(self.queue_sql(connection, name, queue, rows), params)
-        except DatabaseError as error:
-            shapes = self.queue_shapes
-            if shapes is None or not shapes.forget_if_stale(connection, queue, error):
-                raise
-        return connection.execute(self.queue_sql(connection, name, queue, rows), params)
+        **tables: QueueAddress,
+    ) -> str:
+        """`sql(name, rows, **tables)` with some statements replaced (see `QueueShapes`)."""
+        statements = {**self.statements, **overrides} if overrides else self.statements
+        return self._render(statements, name, rows, tables)
 
     def _render(
         self,

@@ -69,7 +69,8 @@ STATEMENTS: dict[str, str] = {
         DELETE FROM {{queue}} AS q
         WHERE q.seq = ANY(ARRAY(
             SELECT seq FROM {{queue}} ORDER BY seq LIMIT ? FOR UPDATE SKIP LOCKED))
-        RETURNING q.id, {_EXPIRED.format(alias="q.")}, q.expires, q.headers, q.body, q.seq""",
+        RETURNING q.id, {_EXPIRED.format(alias="q.")} AS expired, q.expires, q.headers, q.body,
+                  q.seq""",
     "send": "INSERT INTO {queue} (id, expires, headers, body) VALUES (?, ?, ?, ?)",
     "dead_letter": "INSERT INTO {queue} (id, expires, headers, body) VALUES (?, NULL, ?, ?)",
     "retry_store": """
@@ -86,8 +87,8 @@ STATEMENTS: dict[str, str] = {
                    OR strpos(?, '|' || destination_database || '|') = 0
                    OR first_failure_at <= ? OR expires <= {_NOW})
             ORDER BY next_attempt_at, seq LIMIT ? FOR UPDATE SKIP LOCKED))
-        RETURNING r.id, {_EXPIRED.format(alias="r.")}, r.expires, r.headers, r.body, r.seq,
-                  r.attempts, r.first_failure_at, r.last_error""",
+        RETURNING r.id, {_EXPIRED.format(alias="r.")} AS expired, r.expires, r.headers, r.body,
+                  r.seq, r.attempts, r.first_failure_at, r.last_error""",
     "retry_summary": """
         SELECT destination, count(*), min(first_failure_at), min(next_attempt_at),
                max(attempts), (array_agg(last_error ORDER BY seq DESC))[1]

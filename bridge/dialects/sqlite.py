@@ -70,7 +70,7 @@ STATEMENTS: dict[str, str] = {
     "receive_batch": f"""
         DELETE FROM {{queue}} WHERE RowVersion IN (
             SELECT RowVersion FROM {{queue}} ORDER BY RowVersion LIMIT ?)
-        RETURNING Id, {_EXPIRED}, Expires, Headers, Body, RowVersion""",
+        RETURNING Id, {_EXPIRED} AS expired, Expires, Headers, Body, RowVersion AS seq""",
     "send": """
         INSERT INTO {queue} (Id, Recoverable, Expires, Headers, Body) VALUES (?, 1, ?, ?, ?)""",
     "dead_letter": """
@@ -87,8 +87,8 @@ STATEMENTS: dict[str, str] = {
                    OR instr(?, '|' || destination_database || '|') = 0
                    OR first_failure_at <= ? OR expires <= {_NOW})
             ORDER BY next_attempt_at, seq LIMIT ?)
-        RETURNING id, {_EXPIRED.replace("Expires", "expires")}, expires, headers, body, seq,
-                  attempts, first_failure_at, last_error""",
+        RETURNING id, {_EXPIRED.replace("Expires", "expires")} AS expired, expires, headers, body,
+                  seq, attempts, first_failure_at, last_error""",
     "retry_summary": """
         SELECT destination, count(*), min(first_failure_at), min(next_attempt_at),
                max(attempts),

@@ -24,7 +24,6 @@
 
 from __future__ import annotations
 
-import threading
 import uuid
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -33,7 +32,7 @@ from typing import Any
 from bridge.addressing import SQLSERVER as GRAMMAR
 from bridge.addressing import QueueAddress
 from bridge.dialects.base import Dialect
-from bridge.drivers.base import Connection, DatabaseError
+from bridge.drivers.base import Connection, DatabaseError, Row
 
 _HEADERS = "CAST(? AS nvarchar(max))"
 _BODY = "CAST(? AS varbinary(max))"
@@ -176,8 +175,8 @@ STATEMENTS: dict[str, str] = {
             SELECT TOP (?) * FROM {{queue}} WITH (UPDLOCK, READPAST, ROWLOCK)
             ORDER BY RowVersion)
         DELETE FROM message
-        OUTPUT deleted.Id, {_EXPIRED_QUEUE}, deleted.Expires, deleted.Headers,
-               deleted.Body, deleted.RowVersion""",
+        OUTPUT deleted.Id, {_EXPIRED_QUEUE} AS expired, deleted.Expires, deleted.Headers,
+               deleted.Body, deleted.RowVersion AS seq""",
     # The transport's send with Recoverable = 1; tables without that column get the variants
     # in WITHOUT_RECOVERABLE. CorrelationId and ReplyToAddress stay NULL, as since 7.0.
     "send": f"""
@@ -207,8 +206,9 @@ STATEMENTS: dict[str, str] = {
                    OR first_failure_at <= @give_up_by OR expires <= SYSUTCDATETIME())
             ORDER BY next_attempt_at, seq)
         DELETE FROM due
-        OUTPUT deleted.id, {_EXPIRED_RETRY}, deleted.expires, deleted.headers, deleted.body,
-               deleted.seq, deleted.attempts, deleted.first_failure_at, deleted.last_error""",
+        OUTPUT deleted.id, {_EXPIRED_RETRY} AS expired, deleted.expires, deleted.headers,
+               deleted.body, deleted.seq, deleted.attempts, deleted.first_failure_at,
+               deleted.last_error""",
     "retry_summary": """
         SELECT r.destination, COUNT(*), MIN(r.first_failure_at), MIN(r.next_attempt_at),
                MAX(r.attempts),
@@ -374,50 +374,26 @@ def _catalog_prefix(address: QueueAddress) -> str:
 
 
 class RecoverableColumn:
-    """Whether each queue table still has the legacy `Recoverable` column.
+    """Whether a queue table still has the legacy `Recoverable` column: the variants to use.
 
-    Looked up once per table and remembered, as the transport does since 7.0 (nsb-wire §2.1):
-    an endpoint may have dropped the column, and an INSERT naming it would then fail. A send
-    that fails with error 207 or 515 about `Recoverable` means the table changed: the answer is
-    forgotten and the send tried again. Shared by every worker thread.
+    The transport looks this up once per table since 7.0: an endpoint may have dropped the
+    column, and an INSERT naming it would then fail. A send that fails with error 207 or 515
+    about `Recoverable` means the table changed since. Pure: the data path's QueueWriter runs
+    the lookup and remembers the answer.
     """
 
-    def __init__(self) -> None:
-        self._has_column: dict[tuple[str, str], bool] = {}
-        self._lock = threading.Lock()
+    def lookup(self, queue: QueueAddress) -> tuple[str, tuple[Any, ...]]:
+        qualified = GRAMMAR.qualified_name(queue)
+        return RECOVERABLE_LOOKUP.format(catalog=_catalog_prefix(queue)), (qualified, qualified)
 
-    def statements_for(self, connection: Connection, queue: QueueAddress) -> Mapping[str, str]:
-        key = (connection.database, GRAMMAR.qualified_name(queue))
-        with self._lock:
-            has_column = self._has_column.get(key)
-        if has_column is None:
-            qualified = key[1]
-            rows = connection.query(
-                RECOVERABLE_LOOKUP.format(catalog=_catalog_prefix(queue)), (qualified, qualified)
-            )
-            found = int(rows[0][0]) if rows and rows[0][0] is not None else -1
-            if found < 0:
-                # No such table (yet): the INSERT itself reports it, and nothing is remembered.
-                return {}
-            has_column = found > 0
-            with self._lock:
-                self._has_column[key] = has_column
-        return {} if has_column else WITHOUT_RECOVERABLE
+    def variants(self, rows: Sequence[Row]) -> Mapping[str, str] | None:
+        found = int(rows[0][0]) if rows and rows[0][0] is not None else -1
+        if found < 0:
+            return None  # no such table (yet): the INSERT itself reports it
+        return {} if found > 0 else WITHOUT_RECOVERABLE
 
-    def forget_if_stale(
-        self, connection: Connection, queue: QueueAddress, error: DatabaseError
-    ) -> bool:
-        if error.native_error not in _STALE_SHAPE_ERRORS or "recoverable" not in (
-            error.detail.lower()
-        ):
-            return False
-        with self._lock:
-            self._has_column.pop((connection.database, GRAMMAR.qualified_name(queue)), None)
-        return True
-
-    def forget_all(self) -> None:
-        with self._lock:
-            self._has_column.clear()
+    def is_stale(self, error: DatabaseError) -> bool:
+        return error.native_error in _STALE_SHAPE_ERRORS and "recoverable" in error.detail.lower()
 
 
 def inspect_queue_table(

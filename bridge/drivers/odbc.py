@@ -243,6 +243,14 @@ class OdbcConnection:
             raise _translate(self.database, error, sqlserver=self._sqlserver) from None
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+        return self._fetch(sql, params)[1]
+
+    def query_named(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        names, rows = self._fetch(sql, params)
+        return [dict(zip(names, row, strict=True)) for row in rows]
+
+    def _fetch(self, sql: str, params: Sequence[Any]) -> tuple[list[str], list[Row]]:
+        """The column names (lower case) and rows of the statement's result set."""
         try:
             cursor = self._cursor_for(sql)
             cursor.execute(sql, *params)
@@ -250,11 +258,15 @@ class OdbcConnection:
                 while cursor.description is None and cursor.nextset():
                     pass
             # psqlODBC gives no result set at all for a RETURNING that matched zero rows.
-            rows = [] if cursor.description is None else [tuple(r) for r in cursor.fetchall()]
+            if cursor.description is None:
+                names, rows = [], []
+            else:
+                names = [column[0].lower() for column in cursor.description]
+                rows = [tuple(row) for row in cursor.fetchall()]
             if self._sqlserver:
                 while cursor.nextset():
                     pass
-            return rows
+            return names, rows
         except self._pyodbc_error as error:
             raise _translate(self.database, error, sqlserver=self._sqlserver) from None
 

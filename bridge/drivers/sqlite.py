@@ -89,6 +89,12 @@ class SqliteConnection:
         cursor = self._run(sql, params)
         return [tuple(row) for row in cursor.fetchall()]
 
+    def query_named(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        cursor = self._run(sql, params)
+        rows = cursor.fetchall()
+        names = [column[0].lower() for column in cursor.description or ()]
+        return [dict(zip(names, row, strict=True)) for row in rows]
+
     def commit(self) -> None:
         if self._connection.in_transaction:
             self._run("COMMIT")

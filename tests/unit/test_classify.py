@@ -10,17 +10,17 @@ from typing import Any
 import pytest
 
 from bridge.addressing import QueueAddress
-from bridge.classify import (
+from bridge.classify import classify
+from bridge.config.model import DatabaseConfig, RouteConfig
+from bridge.headers import DESTINATION_HEADER, EVENT_TYPE_HEADER, parse_headers
+from bridge.messages import (
     ClaimedMessage,
     Deliver,
     Expired,
     Poison,
     Publish,
     Reject,
-    classify,
 )
-from bridge.config.model import DatabaseConfig, RouteConfig
-from bridge.headers import DESTINATION_HEADER, EVENT_TYPE_HEADER, parse_headers
 from bridge.routing import Destination, Router
 
 SENDER = DatabaseConfig("sender", "postgresql", connection="Driver=x")

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from bridge.classify import Deliver, Publish, Reject
 from bridge.config.model import DatabaseConfig, RouteConfig
 from bridge.headers import EVENT_TYPE_HEADER
+from bridge.messages import Deliver, Publish, Reject
 from bridge.multicast import Fanout, fan_out
 from bridge.routing import Router
 from bridge.subscriptions import Subscriber

@@ -7,8 +7,9 @@ import hashlib
 import pytest
 
 from bridge.config.model import BridgeConfig, DatabaseConfig, ForwarderConfig, RouteConfig
-from bridge.forwarding import event_type_key, probe_interval
+from bridge.forwarding import probe_interval
 from bridge.ledger import ledger_databases, ledger_key
+from bridge.multicast import event_type_key
 
 
 def test_an_ordinary_message_id_is_stored_as_it_is() -> None:

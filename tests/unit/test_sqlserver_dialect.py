@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 import string
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta, timezone
 from functools import cache
 from typing import Any
@@ -22,7 +22,6 @@ import pytest
 from bridge.addressing import SQLSERVER as GRAMMAR
 from bridge.addressing import QueueAddress
 from bridge.config.model import DatabaseConfig, RouteConfig
-from bridge.deliver import ROWS_PER_STATEMENT
 from bridge.dialects import STATEMENT_NAMES, dialect_for
 from bridge.dialects.postgresql import STATEMENTS as PG_STATEMENTS
 from bridge.dialects.sqlserver import (
@@ -35,6 +34,7 @@ from bridge.dialects.sqlserver import (
     inspect_queue_table,
 )
 from bridge.drivers import DatabaseError, QueueNotFound
+from bridge.queue_writes import ROWS_PER_STATEMENT, QueueWriter
 from bridge.routing import route_destination
 from bridge.tables import split_statements
 
@@ -532,8 +532,8 @@ def test_receive_takes_a_batch_in_rowversion_order_skipping_locked_rows() -> Non
         "WITH message AS ( SELECT TOP (?) * FROM [dbo].[Samples.Receiver] "
         "WITH (UPDLOCK, READPAST, ROWLOCK) ORDER BY RowVersion) DELETE FROM message "
         "OUTPUT deleted.Id, CASE WHEN deleted.Expires IS NULL THEN 0 "
-        "WHEN deleted.Expires > GETUTCDATE() THEN 0 ELSE 1 END, deleted.Expires, "
-        "deleted.Headers, deleted.Body, deleted.RowVersion"
+        "WHEN deleted.Expires > GETUTCDATE() THEN 0 ELSE 1 END AS expired, deleted.Expires, "
+        "deleted.Headers, deleted.Body, deleted.RowVersion AS seq"
     )
 
 
@@ -682,18 +682,15 @@ def _error(native: int, text: str) -> DatabaseError:
 
 
 @pytest.fixture
-def recoverable() -> Iterator[RecoverableColumn]:
-    """The dialect's shared cache, emptied before and after each test."""
-    shapes = SQLSERVER.queue_shapes
-    assert isinstance(shapes, RecoverableColumn)
-    shapes.forget_all()
-    yield shapes
-    shapes.forget_all()
+def recoverable() -> QueueWriter:
+    """A queue writer that has seen no table yet (a daemon shares one across its workers)."""
+    assert isinstance(SQLSERVER.queue_shapes, RecoverableColumn)
+    return QueueWriter()
 
 
 def test_a_table_with_recoverable_gets_the_transports_send(recoverable: Any) -> None:
     connection = FakeConnection(answer=1)
-    sql = SQLSERVER.queue_sql(connection, "send", IN_CATALOG)  # type: ignore[arg-type]
+    sql = recoverable.sql(connection, SQLSERVER, "send", IN_CATALOG)  # type: ignore[arg-type]
     assert sql == SQLSERVER.sql("send", queue=IN_CATALOG)
     (lookup, params) = connection.lookups[0]
     assert "FROM [receiver].sys.columns" in lookup
@@ -703,8 +700,8 @@ def test_a_table_with_recoverable_gets_the_transports_send(recoverable: Any) -> 
 def test_a_table_without_recoverable_gets_inserts_without_it(recoverable: Any) -> None:
     connection = FakeConnection(answer=0)
     for name in ("send", "dead_letter"):
-        assert "Recoverable" not in SQLSERVER.queue_sql(connection, name, QUEUE)  # type: ignore[arg-type]
-    many = SQLSERVER.queue_sql(connection, "send_many", QUEUE, rows=2)  # type: ignore[arg-type]
+        assert "Recoverable" not in recoverable.sql(connection, SQLSERVER, name, QUEUE)  # type: ignore[arg-type]
+    many = recoverable.sql(connection, SQLSERVER, "send_many", QUEUE, rows=2)  # type: ignore[arg-type]
     assert many.endswith("(?, ?, CAST(? AS nvarchar(max)), CAST(? AS varbinary(max)))")
     assert "Recoverable" not in many
 
@@ -712,17 +709,18 @@ def test_a_table_without_recoverable_gets_inserts_without_it(recoverable: Any) -
 def test_the_lookup_runs_once_per_table_and_database(recoverable: Any) -> None:
     connection = FakeConnection(answer=1)
     for _ in range(5):
-        SQLSERVER.queue_sql(connection, "send", QUEUE)  # type: ignore[arg-type]
-    SQLSERVER.queue_sql(connection, "send", IN_CATALOG)  # type: ignore[arg-type]
-    SQLSERVER.queue_sql(FakeConnection(database="other"), "send", QUEUE)  # type: ignore[arg-type]
+        recoverable.sql(connection, SQLSERVER, "send", QUEUE)  # type: ignore[arg-type]
+    recoverable.sql(connection, SQLSERVER, "send", IN_CATALOG)  # type: ignore[arg-type]
+    recoverable.sql(FakeConnection(database="other"), SQLSERVER, "send", QUEUE)  # type: ignore[arg-type]
     assert len(connection.lookups) == 2
 
 
 def test_a_missing_table_is_not_remembered(recoverable: Any) -> None:
     connection = FakeConnection(answer=-1)
-    assert SQLSERVER.queue_sql(connection, "send", QUEUE) == SQLSERVER.sql("send", queue=QUEUE)  # type: ignore[arg-type]
+    first = recoverable.sql(connection, SQLSERVER, "send", QUEUE)
+    assert first == SQLSERVER.sql("send", queue=QUEUE)
     connection.answer = 0
-    assert "Recoverable" not in SQLSERVER.queue_sql(connection, "send", QUEUE)  # type: ignore[arg-type]
+    assert "Recoverable" not in recoverable.sql(connection, SQLSERVER, "send", QUEUE)  # type: ignore[arg-type]
     assert len(connection.lookups) == 2
 
 
@@ -741,10 +739,10 @@ def test_a_send_failing_over_recoverable_looks_again_and_retries_once(
     recoverable: Any, native: int, text: str
 ) -> None:
     connection = FakeConnection(answer=1 if native == 207 else 0)
-    SQLSERVER.queue_sql(connection, "send", QUEUE)  # type: ignore[arg-type]
+    recoverable.sql(connection, SQLSERVER, "send", QUEUE)  # type: ignore[arg-type]
     connection.answer = 0 if native == 207 else 1  # the column was dropped / added
     connection.fail = [_error(native, text)]
-    assert SQLSERVER.write_queue(connection, "send", QUEUE, (1, 2, 3, 4)) == 1  # type: ignore[arg-type]
+    assert recoverable.write(connection, SQLSERVER, "send", QUEUE, (1, 2, 3, 4)) == 1  # type: ignore[arg-type]
     assert len(connection.executed) == 2
     assert ("Recoverable" in connection.executed[1]) == (native == 515)
     assert len(connection.lookups) == 2
@@ -763,7 +761,7 @@ def test_other_failures_are_not_retried(recoverable: Any, error: DatabaseError) 
     connection = FakeConnection(answer=1)
     connection.fail = [error]
     with pytest.raises(type(error)):
-        SQLSERVER.write_queue(connection, "send", QUEUE, (1, 2, 3, 4))  # type: ignore[arg-type]
+        recoverable.write(connection, SQLSERVER, "send", QUEUE, (1, 2, 3, 4))  # type: ignore[arg-type]
     assert len(connection.executed) == 1
 
 
@@ -772,16 +770,17 @@ def test_a_second_failure_after_looking_again_is_raised(recoverable: Any) -> Non
     stale = _error(207, "Invalid column name 'Recoverable'. (error 207)")
     connection.fail = [stale, stale]
     with pytest.raises(DatabaseError):
-        SQLSERVER.write_queue(connection, "send", QUEUE, (1, 2, 3, 4))  # type: ignore[arg-type]
+        recoverable.write(connection, SQLSERVER, "send", QUEUE, (1, 2, 3, 4))  # type: ignore[arg-type]
     assert len(connection.executed) == 2
 
 
 def test_the_other_dialects_write_with_their_own_statements() -> None:
+    writer = QueueWriter()
     for name in ("postgresql", "sqlite"):
         dialect = dialect_for(name)
         assert dialect.queue_shapes is None
         connection = FakeConnection()
-        assert dialect.queue_sql(connection, "send", QueueAddress("q")) == dialect.sql(  # type: ignore[arg-type]
+        assert writer.sql(connection, dialect, "send", QueueAddress("q")) == dialect.sql(  # type: ignore[arg-type]
             "send", queue=QueueAddress("q")
         )
         assert connection.lookups == []

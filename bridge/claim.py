@@ -1,0 +1,87 @@
+"""Claiming a batch: the destructive, uncommitted read that starts every source transaction.
+
+Rows are deleted from the forwarding queue (or from retry storage, for due retries) with
+`DELETE ... RETURNING` / `OUTPUT` and row locks that skip what other workers hold, so
+competing workers and daemons never take the same row. Until the source transaction commits
+they are still there for every other reader; a rollback puts them back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from bridge.config.model import ForwarderConfig, RetryConfig
+from bridge.dialects import Dialect
+from bridge.drivers import Connection
+from bridge.messages import ClaimedMessage, Source
+from bridge.tables import ForwarderTables, owned_table
+
+# The columns every claim statement returns, by name; retry storage adds its bookkeeping.
+QUEUE_COLUMNS = ("id", "expired", "expires", "headers", "body", "seq")
+RETRY_COLUMNS = (*QUEUE_COLUMNS, "attempts", "first_failure_at", "last_error")
+
+
+def claim_batch(
+    connection: Connection,
+    dialect: Dialect,
+    tables: ForwarderTables,
+    forwarder: ForwarderConfig,
+    source: Source,
+    *,
+    now: datetime,
+    policy: RetryConfig,
+    waiting_databases: Sequence[str] = (),
+) -> list[ClaimedMessage]:
+    """Delete (uncommitted) up to a batch of rows; returns them in queue order.
+
+    From retry storage only due messages are claimed, and not those for `waiting_databases`
+    (databases waiting out an outage) unless they waited longer than `policy.max_wait` or
+    expired meanwhile. Raises BridgeTableMissing when the table is missing, and the
+    DatabaseError family.
+    """
+    if source == "queue":
+        statement = dialect.sql("receive_batch", queue=tables.queue)
+        parameters: tuple[object, ...] = (forwarder.batch_size,)
+        table = ("forwarding queue", tables.queue_canonical)
+    else:
+        statement = dialect.sql("retry_claim_due", retry=tables.retry)
+        parameters = (
+            forwarder.name,
+            dialect.encode_timestamp(now),
+            "|" + "|".join(waiting_databases) + "|" if waiting_databases else "",
+            dialect.encode_timestamp(now - timedelta(seconds=policy.max_wait)),
+            forwarder.batch_size,
+        )
+        table = ("retry storage", dialect.grammar.render(tables.retry))
+    with owned_table(*table):
+        rows = connection.query_named(statement, parameters)
+    messages = [decode_row(dialect, row) for row in rows]
+    # RETURNING gives no order guarantee; FIFO is restored here.
+    messages.sort(key=lambda message: message.order)
+    return messages
+
+
+def decode_row(dialect: Dialect, row: Mapping[str, Any]) -> ClaimedMessage:
+    """A claimed row, by column name (see QUEUE_COLUMNS and RETRY_COLUMNS)."""
+    retried = "attempts" in row
+    return ClaimedMessage(
+        row_id=dialect.decode_id(row["id"]),
+        expired=bool(row["expired"]),
+        expires=dialect.decode_timestamp(row["expires"]),
+        headers_text=row["headers"],
+        body=_as_bytes(row["body"]),
+        order=int(row["seq"]),
+        attempts=int(row["attempts"]) if retried else 0,
+        first_failure_at=dialect.decode_timestamp(row["first_failure_at"]) if retried else None,
+        last_error=row["last_error"] if retried else None,
+    )
+
+
+def _as_bytes(value: object) -> bytes | None:
+    if value is None or isinstance(value, bytes):
+        return value
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value)
+    raise TypeError(f"unexpected body type {type(value).__name__}")

@@ -1,0 +1,149 @@
+"""What flows along the data path: claimed messages, what is decided for them, and results.
+
+claim -> `ClaimedMessage`; classify -> a `Decision`; published events are expanded into one
+`Unit` per subscriber copy (every other message is one unit); deliver -> a `DeliveryResult`
+per unit that was to be delivered; settle -> each unit's fate, from its outcome and result.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
+
+from bridge.headers import Headers
+from bridge.routing import Destination
+
+Source = Literal["queue", "retry"]
+
+
+@dataclass(frozen=True)
+class ClaimedMessage:
+    """A row taken (deleted, uncommitted) from the forwarding queue or from retry storage.
+
+    `attempts`, `first_failure_at` and `last_error` come from retry storage (zero and None for
+    a message claimed from the queue).
+    """
+
+    row_id: uuid.UUID
+    expired: bool
+    expires: datetime | None
+    headers_text: str | None
+    body: bytes | None
+    order: int
+    attempts: int = 0
+    first_failure_at: datetime | None = None
+    last_error: str | None = None
+
+
+# -- decisions (bridge.classify) --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Poison:
+    """Headers cannot be parsed: to the error queue exactly as received."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class Expired:
+    """`Expires` is in the past: dropped and counted."""
+
+
+@dataclass(frozen=True)
+class Reject:
+    """Cannot be forwarded and retrying will not help: to the error queue with a reason."""
+
+    headers: Headers
+    reason_code: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Publish:
+    """A published event: to every subscriber of `topics` (the type and its hierarchy)."""
+
+    headers: Headers
+    event_type: str
+    topics: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Deliver:
+    """Insert `headers_text` + body into `destination`, deduplicated by `message_id`."""
+
+    headers: Headers
+    destination: Destination
+    headers_text: str
+    message_id: str
+
+
+Decision = Poison | Expired | Reject | Deliver | Publish
+
+
+# -- what a published event becomes (bridge.multicast) ---------------------------------------
+
+
+@dataclass(frozen=True)
+class NoSubscribers:
+    publish: Publish
+
+
+@dataclass(frozen=True)
+class SubscribersUnknown:
+    """A subscription table could not be read: the event waits whole, as a retry."""
+
+    publish: Publish
+    error: str
+
+
+# What settle sees for one unit: every decision but Publish, which has become its copies.
+Outcome = Poison | Expired | Reject | Deliver | NoSubscribers | SubscribersUnknown
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One thing to deliver or settle: a claimed message, or one subscriber's copy of it.
+
+    `retry_headers_text` is what retry storage keeps (and routes again later) if the unit is
+    not delivered now: the message's own headers, or a copy's headers as a unicast to its
+    subscriber.
+    """
+
+    message: ClaimedMessage
+    outcome: Outcome
+    retry_headers_text: str
+
+
+# -- delivery results (bridge.deliver) ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Delivered:
+    pass
+
+
+@dataclass(frozen=True)
+class Duplicate:
+    """The ledger already had this message for this destination: it was delivered before."""
+
+
+@dataclass(frozen=True)
+class Failed:
+    """Not delivered. `retryable` False sends it to the error queue without further attempts.
+
+    `outage`: the whole database failed (unreachable, or lacking a bridge table it may not
+    create), not this message; with `retries.during_outage: wait` that spends no attempt.
+    """
+
+    error: str
+    retryable: bool = True
+    missing_queue: bool = False
+    outage: bool = False
+
+
+DeliveryResult = Delivered | Duplicate | Failed
+# What delivery is handed: the claimed message and where it goes.
+Item = tuple[ClaimedMessage, Deliver]

@@ -1,0 +1,249 @@
+"""Writing messages into queue tables and the dedup ledger, inside the caller's transaction.
+
+`QueueWriter` picks the statement variant each existing queue table takes (see
+`bridge.dialects.base.QueueShapes`); `write_messages` inserts a group of messages, multi-row
+where it can, recording each in the ledger first when there is one.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from bridge.addressing import QueueAddress
+from bridge.dialects import Dialect
+from bridge.drivers import (
+    Connection,
+    DatabaseError,
+    DatabaseUnavailable,
+    QueueNotFound,
+    TransientDatabaseError,
+)
+from bridge.ledger import LEDGER_DESCRIPTION, ledger_key
+from bridge.messages import Delivered, DeliveryResult, Duplicate, Item
+from bridge.tables import BridgeTableMissing, owned_table
+
+# Rows per multi-row statement: well under every driver's parameter limit.
+ROWS_PER_STATEMENT = 100
+
+
+class QueueWriter:
+    """Writes into queue tables the bridge did not create (`send`, `send_many`, `dead_letter`),
+    in the variant each table's shape takes.
+
+    A table's shape is looked up once per database and table and remembered; a write that
+    fails because the shape changed looks again and tries once more in the same transaction,
+    as the transport does. Shared by a daemon's workers; thread-safe.
+    """
+
+    def __init__(self) -> None:
+        self._overrides: dict[tuple[str, str, str], Mapping[str, str]] = {}
+        self._lock = threading.Lock()
+
+    def sql(
+        self,
+        connection: Connection,
+        dialect: Dialect,
+        name: str,
+        queue: QueueAddress,
+        rows: int | None = None,
+    ) -> str:
+        """The statement `name` for `queue` in the variant that table takes (queries `connection`
+        the first time a table is seen where the dialect has variants)."""
+        shapes = dialect.queue_shapes
+        if shapes is None:
+            return dialect.sql(name, rows, queue=queue)
+        key = (dialect.name, connection.database, dialect.grammar.qualified_name(queue))
+        with self._lock:
+            overrides = self._overrides.get(key)
+        if overrides is None:
+            statement, parameters = shapes.lookup(queue)
+            found = shapes.variants(connection.query(statement, parameters))
+            if found is not None:
+                with self._lock:
+                    self._overrides[key] = found
+            overrides = found or {}
+        return dialect.sql_with(overrides, name, rows, queue=queue)
+
+    def write(
+        self,
+        connection: Connection,
+        dialect: Dialect,
+        name: str,
+        queue: QueueAddress,
+        params: Sequence[Any],
+        rows: int | None = None,
+    ) -> int:
+        """Execute the statement `name` into `queue` with `params`; returns the row count.
+
+        Raises the DatabaseError family.
+        """
+        try:
+            return connection.execute(self.sql(connection, dialect, name, queue, rows), params)
+        except DatabaseError as error:
+            shapes = dialect.queue_shapes
+            if shapes is None or not shapes.is_stale(error):
+                raise
+            key = (dialect.name, connection.database, dialect.grammar.qualified_name(queue))
+            with self._lock:
+                self._overrides.pop(key, None)
+        return connection.execute(self.sql(connection, dialect, name, queue, rows), params)
+
+
+class ItemWriteError(Exception):
+    """Writing the item at `position` failed for a reason specific to that item.
+
+    `retryable` is False when the message itself cannot be written (a value the driver
+    cannot bind): trying again would fail the same way.
+    """
+
+    def __init__(self, position: int, error: DatabaseError, *, retryable: bool = True) -> None:
+        super().__init__(str(error))
+        self.position = position
+        self.error = error
+        self.retryable = retryable
+
+
+class NotIsolated(Exception):
+    """A multi-row statement failed and the failing message cannot be told: deliver one by one."""
+
+
+def write_messages(
+    connection: Connection,
+    dialect: Dialect,
+    writer: QueueWriter,
+    items: Sequence[Item],
+    *,
+    ledger: QueueAddress | None,
+    one_by_one: bool = False,
+) -> dict[int, DeliveryResult]:
+    """Insert every item inside the caller's open transaction; the caller commits.
+
+    With a `ledger` address each message is first recorded there; a message already recorded
+    for the same destination (now or earlier in the same batch) is a Duplicate and is not
+    inserted again. Returns results keyed by position in `items`.
+
+    Multi-row statements are used unless `one_by_one`. Raises ItemWriteError for a failure
+    that concerns known items (a missing destination table), NotIsolated when a multi-row
+    statement failed for an unknown item (roll back and call again with `one_by_one`),
+    BridgeTableMissing for a missing ledger, and the DatabaseUnavailable /
+    TransientDatabaseError family as they are. After any of them the transaction must be
+    rolled back.
+    """
+    if one_by_one or len(items) == 1:
+        return _one_by_one(connection, dialect, writer, items, ledger)
+    return _batched(connection, dialect, writer, items, ledger)
+
+
+def _batched(
+    connection: Connection,
+    dialect: Dialect,
+    writer: QueueWriter,
+    items: Sequence[Item],
+    ledger: QueueAddress | None,
+) -> dict[int, DeliveryResult]:
+    results: dict[int, DeliveryResult] = {}
+    to_send = list(range(len(items)))
+    if ledger is not None:
+        keys = [
+            (ledger_key(decision.message_id), decision.destination.canonical)
+            for _, decision in items
+        ]
+        recorded = _record_in_ledger(connection, dialect, ledger, list(dict.fromkeys(keys)))
+        to_send = []
+        for position, key in enumerate(keys):
+            if key in recorded:
+                recorded.discard(key)  # a second copy in the same batch is a duplicate too
+                to_send.append(position)
+            else:
+                results[position] = Duplicate()
+    by_address: dict[QueueAddress, list[int]] = {}
+    for position in to_send:
+        by_address.setdefault(items[position][1].destination.address, []).append(position)
+    for address, positions in by_address.items():
+        for start in range(0, len(positions), ROWS_PER_STATEMENT):
+            chunk = positions[start : start + ROWS_PER_STATEMENT]
+            parameters: list[Any] = []
+            for position in chunk:
+                parameters += _row(dialect, items[position])
+            try:
+                writer.write(connection, dialect, "send_many", address, parameters, len(chunk))
+            except QueueNotFound as error:
+                raise ItemWriteError(chunk[0], error) from None
+            except (DatabaseUnavailable, TransientDatabaseError):
+                raise
+            except (DatabaseError, ValueError, TypeError):
+                raise NotIsolated() from None
+            for position in chunk:
+                results[position] = Delivered()
+    return results
+
+
+def _record_in_ledger(
+    connection: Connection,
+    dialect: Dialect,
+    ledger: QueueAddress,
+    keys: Sequence[tuple[str, str]],
+) -> set[tuple[str, str]]:
+    """Record distinct (ledger key, destination) pairs; returns those that were new."""
+    recorded: set[tuple[str, str]] = set()
+    for start in range(0, len(keys), ROWS_PER_STATEMENT):
+        chunk = keys[start : start + ROWS_PER_STATEMENT]
+        try:
+            with owned_table(LEDGER_DESCRIPTION, dialect.grammar.render(ledger)):
+                rows = connection.query(
+                    dialect.sql("ledger_record_many", rows=len(chunk), ledger=ledger),
+                    [value for key in chunk for value in key],
+                )
+        except (DatabaseUnavailable, TransientDatabaseError, BridgeTableMissing):
+            raise
+        except (DatabaseError, ValueError, TypeError):
+            raise NotIsolated() from None
+        recorded.update((str(row[0]), str(row[1])) for row in rows)
+    return recorded
+
+
+def _one_by_one(
+    connection: Connection,
+    dialect: Dialect,
+    writer: QueueWriter,
+    items: Sequence[Item],
+    ledger: QueueAddress | None,
+) -> dict[int, DeliveryResult]:
+    results: dict[int, DeliveryResult] = {}
+    for position, item in enumerate(items):
+        decision = item[1]
+        try:
+            if ledger is not None:
+                with owned_table(LEDGER_DESCRIPTION, dialect.grammar.render(ledger)):
+                    recorded = connection.execute(
+                        dialect.sql("ledger_record", ledger=ledger),
+                        (ledger_key(decision.message_id), decision.destination.canonical),
+                    )
+                if recorded == 0:
+                    results[position] = Duplicate()
+                    continue
+            address = decision.destination.address
+            writer.write(connection, dialect, "send", address, _row(dialect, item))
+        except (DatabaseUnavailable, TransientDatabaseError, BridgeTableMissing):
+            raise
+        except DatabaseError as error:
+            raise ItemWriteError(position, error) from None
+        except (ValueError, TypeError) as error:  # UnicodeError is a ValueError
+            problem = DatabaseError(connection.database, f"the message cannot be written: {error}")
+            raise ItemWriteError(position, problem, retryable=False) from None
+        results[position] = Delivered()
+    return results
+
+
+def _row(dialect: Dialect, item: Item) -> list[Any]:
+    """The `send` parameters of one message: a new row id, its Expires, headers and body."""
+    message, decision = item
+    return [
+        dialect.encode_id(uuid.uuid4()),
+        dialect.encode_timestamp(message.expires),
+        decision.headers_text,
+        message.body,
+    ]

@@ -1,0 +1,125 @@
+"""Specification of bridge.deliver's pure parts: grouping units per database, and isolating a
+failing message from the rest of its batch. The writes themselves are tested on real
+databases (tests/integration/test_batches.py)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+
+import pytest
+
+from bridge.addressing import QueueAddress
+from bridge.deliver import deliver_units, isolate_failures
+from bridge.drivers import DatabaseError, QueueNotFound
+from bridge.messages import (
+    ClaimedMessage,
+    Deliver,
+    Delivered,
+    DeliveryResult,
+    Expired,
+    Failed,
+    Item,
+    Unit,
+)
+from bridge.queue_writes import ItemWriteError, NotIsolated
+from bridge.routing import Destination
+
+
+def claimed(number: int) -> ClaimedMessage:
+    return ClaimedMessage(uuid.uuid4(), False, None, "{}", b"", number)
+
+
+def deliver(table: str, database: str = "receiver") -> Deliver:
+    destination = Destination(database, QueueAddress(table), table)
+    return Deliver({}, destination, "{}", str(uuid.uuid4()))
+
+
+class FakeDelivery:
+    def __init__(self) -> None:
+        self.calls: list[list[str]] = []
+
+    def deliver(self, items: Sequence[Item]) -> list[DeliveryResult]:
+        self.calls.append([decision.destination.canonical for _, decision in items])
+        return [Delivered()] * len(items)
+
+
+def test_units_are_delivered_grouped_per_database_and_the_rest_get_no_result() -> None:
+    units = [
+        Unit(claimed(1), deliver("a", "receiver"), ""),
+        Unit(claimed(2), Expired(), ""),
+        Unit(claimed(3), deliver("b", "billing"), ""),
+        Unit(claimed(4), deliver("c", "receiver"), ""),
+    ]
+    deliveries = {"receiver": FakeDelivery(), "billing": FakeDelivery()}
+    results = deliver_units(units, deliveries.__getitem__)
+    assert results == [Delivered(), None, Delivered(), Delivered()]
+    assert deliveries["receiver"].calls == [["a", "c"]]
+    assert deliveries["billing"].calls == [["b"]]
+
+
+def items(*tables: str) -> list[Item]:
+    return [(claimed(n), deliver(table)) for n, table in enumerate(tables)]
+
+
+def test_a_clean_attempt_is_taken_as_it_is() -> None:
+    batch = items("a", "b")
+    results = isolate_failures(
+        batch, lambda pending, one_by_one: dict.fromkeys(range(len(pending)), Delivered()), _never
+    )
+    assert results == [Delivered(), Delivered()]
+
+
+def _never(pending: Sequence[Item], failure: ItemWriteError) -> tuple[list[int], Failed]:
+    raise AssertionError("no item failed")
+
+
+def test_a_failure_that_cannot_be_pinned_on_a_message_switches_to_one_row_at_a_time() -> None:
+    batch = items("a", "bad", "c")
+    modes: list[bool] = []
+
+    def attempt(pending: Sequence[Item], one_by_one: bool) -> dict[int, DeliveryResult]:
+        modes.append(one_by_one)
+        if not one_by_one:
+            raise NotIsolated()
+        for offset, (_, decision) in enumerate(pending):
+            if decision.destination.canonical == "bad":
+                raise ItemWriteError(offset, DatabaseError("receiver", "value too long"))
+        return dict.fromkeys(range(len(pending)), Delivered())
+
+    def failure(pending: Sequence[Item], error: ItemWriteError) -> tuple[list[int], Failed]:
+        return [error.position], Failed(str(error.error))
+
+    results = isolate_failures(batch, attempt, failure)
+    assert results == [Delivered(), Failed("database 'receiver': value too long"), Delivered()]
+    assert modes == [False, True, True]
+
+
+def test_an_item_failure_may_settle_several_items_at_once() -> None:
+    batch = items("gone", "a", "gone")
+
+    def attempt(pending: Sequence[Item], one_by_one: bool) -> dict[int, DeliveryResult]:
+        for offset, (_, decision) in enumerate(pending):
+            if decision.destination.canonical == "gone":
+                raise ItemWriteError(offset, QueueNotFound("receiver", "no table"))
+        return dict.fromkeys(range(len(pending)), Delivered())
+
+    def missing(pending: Sequence[Item], error: ItemWriteError) -> tuple[list[int], Failed]:
+        same = [
+            offset
+            for offset, (_, decision) in enumerate(pending)
+            if decision.destination.canonical == "gone"
+        ]
+        return same, Failed("missing", missing_queue=True)
+
+    results = isolate_failures(batch, attempt, missing)
+    assert results[1] == Delivered()
+    assert results[0] == results[2] == Failed("missing", missing_queue=True)
+
+
+def test_other_errors_propagate() -> None:
+    def attempt(pending: Sequence[Item], one_by_one: bool) -> dict[int, DeliveryResult]:
+        raise DatabaseError("receiver", "down")
+
+    with pytest.raises(DatabaseError):
+        isolate_failures(items("a"), attempt, _never)
