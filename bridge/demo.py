@@ -1,4 +1,4 @@
-"""`sfbridge demo`: the store-and-forward sample (seed 004), replayed on SQLite files.
+"""`sfbridge demo`: NServiceBus's store-and-forward sample, replayed on SQLite files.
 
 No server and no config needed. A sender database with its forwarding queue, a receiver
 database with the Receiver endpoint's queue, the real daemon in background threads. The

@@ -1,7 +1,8 @@
 """Message headers: the JSON `Headers` column, routing headers, failure headers. Pure.
 
-The column holds one JSON object of string (or null) values (nsb-wire §6.2). Anything else
-makes the row a poison message, as it does for the transport itself.
+The column holds one JSON object of string (or null) values, as the NServiceBus SQL
+transports write it. Anything else makes the row a poison message, as it does for the
+transport itself.
 """
 
 from __future__ import annotations
@@ -84,7 +85,7 @@ def without_routing_headers(headers: Mapping[str, str | None]) -> Headers:
 
 
 def wire_date(moment: datetime) -> str:
-    """NServiceBus wire date: `yyyy-MM-dd HH:mm:ss:ffffff Z` in UTC (nsb-wire §6.3)."""
+    """NServiceBus wire date: `yyyy-MM-dd HH:mm:ss:ffffff Z` in UTC (its DateTimeOffsetHelper)."""
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S:%f") + " Z"

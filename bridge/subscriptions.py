@@ -1,5 +1,5 @@
 """Who subscribes to a published event: the YAML `subscriptions` and NServiceBus's own
-`SubscriptionRouting` tables (nsb-wire §4).
+`SubscriptionRouting` tables (the SQL transports' native publish/subscribe).
 
 Table lookups are cached per set of topics for `publish.cache` seconds (NServiceBus caches for
 5 s), so a busy stream of events does not hammer the table; a subscription added to a table is

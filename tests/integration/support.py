@@ -1,6 +1,6 @@
 """Test support: NServiceBus's own wire statements, config files, and the daemon as a process.
 
-The statements here are written from the transport facts (nsb-wire §1.2, §2.1, §2.2), on
+The statements here are written from the transports' table shapes and statements, on
 purpose independently of bridge/dialects: a test that reads and writes queues with the
 bridge's own SQL could not catch a wire incompatibility.
 """
@@ -77,7 +77,7 @@ def pg_nsb_send(
     body: bytes | None,
     ttbr_ms: int | None = None,
 ) -> None:
-    """Send exactly as the PostgreSQL transport does (nsb-wire §2.1); caller commits."""
+    """Send exactly as the PostgreSQL transport does; caller commits."""
     text = headers if isinstance(headers, str) else json.dumps(dict(headers))
     connection.execute(
         NSB_PG_SEND.format(qualified),
@@ -191,7 +191,7 @@ def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None
 
 
 # --------------------------------------------------------------------------------------------
-# SQL Server, as the transport writes and reads it (nsb-wire §1.1, §2.1, §2.2)
+# SQL Server, as the transport writes and reads it
 # --------------------------------------------------------------------------------------------
 
 NSB_SQLSERVER_CREATE_QUEUE = """IF OBJECT_ID(?, 'U') IS NULL
@@ -497,7 +497,7 @@ class SqlServerEndpoint(NsbEndpoint):
         return ".".join("[" + part.replace("]", "]]") + "]" for part in parts)
 
     def address(self, table: str) -> str:
-        # The canonical form NServiceBus 7+ writes (nsb-wire §5.1).
+        # The canonical form NServiceBus 7+ writes .
         return f"{table}@[dbo]@[{self.catalog.replace(']', ']]')}]"
 
     def create_queue(self, table: str, catalog: str | None = None) -> None:

@@ -37,7 +37,7 @@ CONCRETE, BASE, INTERFACE = (
 ENCLOSED = ";".join(f"{name}, {ASSEMBLY}" for name in (CONCRETE, BASE, INTERFACE))
 FORWARD = '"public"."forward"'
 
-# NServiceBus's own statements for its PostgreSQL subscription table (nsb-wire §4.1, §4.2).
+# NServiceBus's own statements for its PostgreSQL subscription table.
 NSB_PG_CREATE_SUBSCRIPTIONS = """CREATE TABLE IF NOT EXISTS "public"."SubscriptionRouting" (
     QueueAddress VARCHAR(200) NOT NULL, Endpoint VARCHAR(200) NOT NULL,
     Topic VARCHAR(200) NOT NULL, PRIMARY KEY (Endpoint, Topic)) WITH (fillfactor=100)"""

@@ -172,7 +172,8 @@ def test_poison_unroutable_expired_and_local_messages_end_where_described(
     by_body = {bytes(body): (row_id, headers, expires) for row_id, headers, body, expires in errors}
     assert set(by_body) == {b"poison-1", b"poison-2", b"no-header", b"unroutable"}
     for body, (row_id, headers) in poison_rows.items():
-        # Poison rows move as they are: same Id, same header text, Expires NULL (nsb-wire §7).
+        # Poison rows move as they are (as the transport moves them): same Id, same header
+        # text, Expires NULL.
         assert by_body[body] == (row_id, headers, None)
 
     no_header = json.loads(by_body[b"no-header"][1])

@@ -27,7 +27,7 @@ from support import (
 pytestmark = pytest.mark.integration
 
 RECEIVER = '"public"."Samples.Receiver"'
-# The SQL Server transport's send (nsb-wire §2.1), in SQLite's syntax: SQLite queues use the
+# The SQL Server transport's send, in SQLite's syntax: SQLite queues use the
 # SQL Server queue shape.
 NSB_SQLSERVER_SHAPED_SEND = (
     'INSERT INTO "{0}" (Id, Recoverable, Expires, Headers, Body) VALUES (?, 1, ?, ?, ?)'

@@ -1,7 +1,7 @@
 """Specification of the SQL Server dialect (bridge.dialects.sqlserver), checked offline.
 
 No SQL Server runs where these tests run, so every statement is checked three ways: its shape
-(what the transport does, nsb-wire §1.1 and §2), its quoting (a T-SQL lexer written here
+(what the transport does), its quoting (a T-SQL lexer written here
 replaces every bracketed identifier and string literal, and hostile names must leave the rest
 unchanged), and a real T-SQL grammar (sqlfluff's `tsql` dialect). sqlfluff is lenient (it
 accepts `DELETE TOP 1`), so the shape tests matter as much as the parse.
