@@ -33,17 +33,23 @@ def claim_batch(
     now: datetime,
     policy: RetryConfig,
     waiting_databases: Sequence[str] = (),
+    seq_range: tuple[int, int] | None = None,
 ) -> list[ClaimedMessage]:
     """Delete (uncommitted) up to a batch of rows; returns them in queue order.
 
     From retry storage only due messages are claimed, and not those for `waiting_databases`
     (databases waiting out an outage) unless they waited longer than `policy.max_wait` or
-    expired meanwhile. Raises BridgeTableMissing when the table is missing, and the
-    DatabaseError family.
+    expired meanwhile. With `seq_range` (first, last), only queue rows whose sequence column
+    lies in it are claimed (a bulk drain's share of the queue). Raises BridgeTableMissing when
+    the table is missing, and the DatabaseError family.
     """
-    if source == "queue":
+    if source == "queue" and seq_range is not None:
+        statement = dialect.sql("receive_range", queue=tables.queue)
+        parameters: tuple[object, ...] = (*seq_range, forwarder.batch_size)
+        table = ("forwarding queue", tables.queue_canonical)
+    elif source == "queue":
         statement = dialect.sql("receive_batch", queue=tables.queue)
-        parameters: tuple[object, ...] = (forwarder.batch_size,)
+        parameters = (forwarder.batch_size,)
         table = ("forwarding queue", tables.queue_canonical)
     else:
         statement = dialect.sql("retry_claim_due", retry=tables.retry)

@@ -61,6 +61,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     send.add_argument("--ttbr", help="time to be received, e.g. 30s (sets Expires)")
 
+    spark = commands.add_parser(
+        "spark", help="bulk work on Apache Spark: drain, reconcile, report (needs PySpark)"
+    )
+    from bridge.spark.command import add_arguments
+
+    add_arguments(spark)
+
     demo = commands.add_parser("demo", help="replay the store-and-forward sample on SQLite files")
     demo.add_argument("--dir", help="folder for the demo databases (default: a new temp folder)")
     demo.add_argument("--messages", type=int, default=5, help="messages to send (default 5)")
@@ -97,6 +104,12 @@ def _load(path: str) -> BridgeConfig:
     for warning in warnings:
         log.warning("config: %s", warning)
     return config
+
+
+def _spark(config: BridgeConfig, args: argparse.Namespace) -> int:
+    from bridge.spark.command import run
+
+    return run(config, args)
 
 
 def _install(config: BridgeConfig, args: argparse.Namespace) -> int:
@@ -189,5 +202,6 @@ COMMANDS = {
     "run": _run,
     "check": _check,
     "status": _status,
+    "spark": _spark,
     "send": _send,
 }

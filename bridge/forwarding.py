@@ -96,8 +96,13 @@ class BatchForwarder:
 
     # -- the data path -------------------------------------------------------------------
 
-    def forward_batch(self, source: Source = "queue") -> BatchReport:
+    def forward_batch(
+        self, source: Source = "queue", *, seq_range: tuple[int, int] | None = None
+    ) -> BatchReport:
         """Forward one batch from the forwarding queue or from due retries.
+
+        `seq_range` (first, last) limits a queue batch to rows whose sequence column lies in
+        it: a bulk drain's share of the queue.
 
         A missing table the bridge owns in the forwarding database is created (unless
         `install.at_runtime` is false) and the batch tried once more. Raises DatabaseError
@@ -106,16 +111,16 @@ class BatchForwarder:
         claimed row is back where it was.
         """
         try:
-            report = self._forward_batch_once(source)
+            report = self._forward_batch_once(source, seq_range)
         except BridgeTableMissing as missing:
             self.heal_forwarding_tables(missing)
-            report = self._forward_batch_once(source)
+            report = self._forward_batch_once(source, seq_range)
         noted, self.published.missing_table = self.published.missing_table, None
         if noted is not None:
             self.heal_forwarding_tables(noted)
         return report
 
-    def _forward_batch_once(self, source: Source) -> BatchReport:
+    def _forward_batch_once(self, source: Source, seq_range: tuple[int, int] | None) -> BatchReport:
         connection = self.connections.get(self.forwarder.database)
         try:
             if source == "retry" and not self._retry_table_checked:
@@ -131,6 +136,7 @@ class BatchForwarder:
                 now=now,
                 policy=self.config.retries,
                 waiting_databases=self._waiting_databases(),
+                seq_range=seq_range,
             )
             report = BatchReport(claimed=len(claimed))
             if claimed:

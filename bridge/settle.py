@@ -47,6 +47,11 @@ EXPIRED = "expired-dropped"
 RETRIES = "retries-scheduled"
 ERRORS = "sent-to-error-queue"
 NO_SUBSCRIBERS = "published-without-subscribers"
+# Claims, counted in the same transaction as their outcomes, so that `spark reconcile` can check
+# from the database that CLAIMED + FAN_OUT_COPIES equals the sum of OUTCOMES.
+CLAIMED = "claimed"
+FAN_OUT_COPIES = "fan-out-copies"
+OUTCOMES = (DELIVERED, DUPLICATES, EXPIRED, RETRIES, ERRORS, NO_SUBSCRIBERS)
 
 
 # -- fates ---------------------------------------------------------------------------------
@@ -226,6 +231,9 @@ class Settlement:
         no_subscribers: NoSubscribersPolicy,
     ) -> Counter[str]:
         """Write every unit's fate, add to the counters, log what failed (grouped)."""
+        claimed = len({id(unit.message) for unit in units})
+        self.counts[CLAIMED] += claimed
+        self.counts[FAN_OUT_COPIES] += len(units) - claimed
         for unit, result in zip(units, results, strict=True):
             self.apply(unit, fate_of(unit, result, policy, no_subscribers, self._now))
         return self.finish()
@@ -295,7 +303,10 @@ class Settlement:
             self._retried[(fate.destination, fate.error, fate.due.strftime("%H:%M:%S"))] += 1
 
     def finish(self) -> Counter[str]:
-        """Add the counts to the counters table and log the batch's failures, grouped."""
+        """Add the counts to the counters table and log the batch's failures, grouped.
+
+        Returns the outcome counts (the claim bookkeeping goes to the table only).
+        """
         statement = self._dialect.sql("counters_add", counters=self._tables.counters)
         with owned_table("counters", self._dialect.grammar.render(self._tables.counters)):
             for name in sorted(self.counts):
@@ -321,7 +332,7 @@ class Settlement:
                 destination,
                 error,
             )
-        return self.counts
+        return Counter({k: v for k, v in self.counts.items() if k not in (CLAIMED, FAN_OUT_COPIES)})
 
     def _dead_letter(self, message: ClaimedMessage, headers_text: str) -> None:
         error_queue = self._tables.error_queue

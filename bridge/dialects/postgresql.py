@@ -71,6 +71,15 @@ STATEMENTS: dict[str, str] = {
             SELECT seq FROM {{queue}} ORDER BY seq LIMIT ? FOR UPDATE SKIP LOCKED))
         RETURNING q.id, {_EXPIRED.format(alias="q.")} AS expired, q.expires, q.headers, q.body,
                   q.seq""",
+    # A bulk drain's claim: the same, inside one range of the sequence column (first, last).
+    "receive_range": f"""
+        DELETE FROM {{queue}} AS q
+        WHERE q.seq = ANY(ARRAY(
+            SELECT seq FROM {{queue}} WHERE seq BETWEEN ? AND ?
+            ORDER BY seq LIMIT ? FOR UPDATE SKIP LOCKED))
+        RETURNING q.id, {_EXPIRED.format(alias="q.")} AS expired, q.expires, q.headers, q.body,
+                  q.seq""",
+    "queue_seq_bounds": "SELECT min(seq), max(seq), count(*) FROM {queue}",
     "send": "INSERT INTO {queue} (id, expires, headers, body) VALUES (?, ?, ?, ?)",
     "dead_letter": "INSERT INTO {queue} (id, expires, headers, body) VALUES (?, NULL, ?, ?)",
     "retry_store": """
@@ -156,6 +165,12 @@ STATEMENTS: dict[str, str] = {
                reported_by
         FROM {destination_states} ORDER BY destination_database""",
     "table_probe": "SELECT 1 FROM {table} WHERE 1 = 0",
+    "retry_read": """
+        SELECT destination, attempts, first_failure_at, last_error FROM {retry}
+        WHERE forwarder = ?""",
+    "queue_read_headers": "SELECT headers FROM {queue}",
+    "ledger_read_since": """
+        SELECT message_id, destination, forwarded_at FROM {ledger} WHERE forwarded_at >= ?""",
     # Whether this login may create tables in the schema (PostgreSQL 15: only the owner may
     # create in `public` unless granted).
     "can_create_tables": "SELECT has_schema_privilege(?, 'CREATE')",

@@ -71,6 +71,12 @@ STATEMENTS: dict[str, str] = {
         DELETE FROM {{queue}} WHERE RowVersion IN (
             SELECT RowVersion FROM {{queue}} ORDER BY RowVersion LIMIT ?)
         RETURNING Id, {_EXPIRED} AS expired, Expires, Headers, Body, RowVersion AS seq""",
+    "receive_range": f"""
+        DELETE FROM {{queue}} WHERE RowVersion IN (
+            SELECT RowVersion FROM {{queue}} WHERE RowVersion BETWEEN ? AND ?
+            ORDER BY RowVersion LIMIT ?)
+        RETURNING Id, {_EXPIRED} AS expired, Expires, Headers, Body, RowVersion AS seq""",
+    "queue_seq_bounds": "SELECT min(RowVersion), max(RowVersion), count(*) FROM {queue}",
     "send": """
         INSERT INTO {queue} (Id, Recoverable, Expires, Headers, Body) VALUES (?, 1, ?, ?, ?)""",
     "dead_letter": """
@@ -155,6 +161,12 @@ STATEMENTS: dict[str, str] = {
                reported_by
         FROM {destination_states} ORDER BY destination_database""",
     "table_probe": "SELECT 1 FROM {table} WHERE 1 = 0",
+    "retry_read": """
+        SELECT destination, attempts, first_failure_at, last_error FROM {retry}
+        WHERE forwarder = ?""",
+    "queue_read_headers": "SELECT Headers FROM {queue}",
+    "ledger_read_since": """
+        SELECT message_id, destination, forwarded_at FROM {ledger} WHERE forwarded_at >= ?""",
     # Whoever may write the file may create tables; the schema parameter is unused.
     "can_create_tables": "SELECT coalesce(?1, '') = coalesce(?1, '')",
     "savepoint": "SAVEPOINT sfbridge_local",

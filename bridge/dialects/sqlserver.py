@@ -177,6 +177,19 @@ STATEMENTS: dict[str, str] = {
         DELETE FROM message
         OUTPUT deleted.Id, {_EXPIRED_QUEUE} AS expired, deleted.Expires, deleted.Headers,
                deleted.Body, deleted.RowVersion AS seq""",
+    # A bulk drain's claim: the receive inside one RowVersion range; the caller binds (first,
+    # last, limit) as for the other dialects, hence the variables.
+    "receive_range": f"""
+        DECLARE @first bigint = ?, @last bigint = ?, @limit int = ?;
+        WITH message AS (
+            SELECT TOP (@limit) * FROM {{queue}} WITH (UPDLOCK, READPAST, ROWLOCK)
+            WHERE RowVersion BETWEEN @first AND @last
+            ORDER BY RowVersion)
+        DELETE FROM message
+        OUTPUT deleted.Id, {_EXPIRED_QUEUE} AS expired, deleted.Expires, deleted.Headers,
+               deleted.Body, deleted.RowVersion AS seq""",
+    "queue_seq_bounds": """
+        SELECT MIN(RowVersion), MAX(RowVersion), COUNT_BIG(*) FROM {queue} WITH (READPAST)""",
     # The transport's send with Recoverable = 1; tables without that column get the variants
     # in WITHOUT_RECOVERABLE. CorrelationId and ReplyToAddress stay NULL, as since 7.0.
     "send": f"""
@@ -287,6 +300,12 @@ STATEMENTS: dict[str, str] = {
                reported_by
         FROM {destination_states} ORDER BY destination_database""",
     "table_probe": "SELECT 1 FROM {table} WHERE 1 = 0",
+    "retry_read": """
+        SELECT destination, attempts, first_failure_at, last_error FROM {retry}
+        WHERE forwarder = ?""",
+    "queue_read_headers": "SELECT Headers FROM {queue} WITH (READPAST)",
+    "ledger_read_since": """
+        SELECT message_id, destination, forwarded_at FROM {ledger} WHERE forwarded_at >= ?""",
     # CREATE TABLE in the database and ALTER on the schema, as CREATE TABLE needs.
     "can_create_tables": """
         SELECT CASE WHEN HAS_PERMS_BY_NAME(NULL, NULL, 'CREATE TABLE') = 1

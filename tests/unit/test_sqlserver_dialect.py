@@ -492,6 +492,11 @@ PARAMETERS: dict[str, int] = {
     "destination_state_save": 7,
     "destination_states_read": 0,
     "table_probe": 0,
+    "receive_range": 3,  # first, last, limit
+    "queue_seq_bounds": 0,
+    "retry_read": 1,  # forwarder
+    "queue_read_headers": 0,
+    "ledger_read_since": 1,  # since
     "can_create_tables": 1,  # schema
     "retry_summary": 1,
     "ledger_record": 2,  # message id, destination

@@ -1,0 +1,215 @@
+"""`sfbridge spark drain`: a forwarding queue drained by Spark tasks, each running the daemon's
+own data path over its share of the queue.
+
+The driver reads the bounds of each queue's sequence column and splits them into ranges, one
+per task. A task claims batches inside its range with the same destructive, row-locking
+`DELETE` as the daemon (never a copy-then-delete read, which loses rows committed out of
+order), delivers them with the ledger and settles them, one source transaction per batch. So a
+drain is safe beside running daemons, safe to kill at any moment (a batch in flight rolls back,
+or its redelivery hits the ledger) and rerun, and a Spark task retry only claims what is left.
+What the drain did is counted from the databases afterwards (`bridge.spark.reconcile`), not
+from task results, which lose failed attempts.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+from bridge.config.load import load_config
+from bridge.config.model import BridgeConfig, ForwarderConfig
+from bridge.connections import Connections
+from bridge.dialects import dialect_for
+from bridge.forwarding import BatchForwarder
+from bridge.spark.ranges import split_range
+from bridge.tables import forwarder_tables
+
+# Counter slots of drain tasks, apart from the daemon's workers (0, 1, ...).
+SLOT_BASE = 1000
+MAX_PARTITIONS = 64
+
+
+@dataclass(frozen=True)
+class DrainTask:
+    config_path: str
+    forwarder: str
+    first: int
+    last: int
+    index: int
+
+
+@dataclass(frozen=True)
+class QueuePlan:
+    forwarder: str
+    queued: int
+    first: int | None
+    last: int | None
+    ranges: tuple[tuple[int, int], ...]
+
+
+def plan_drain(
+    config: BridgeConfig, forwarders: Iterable[ForwarderConfig], partitions: int
+) -> list[QueuePlan]:
+    """Each forwarder's queue bounds and the ranges its tasks will drain."""
+    plans = []
+    connections = Connections(config.databases)
+    try:
+        for forwarder in forwarders:
+            dialect = dialect_for(config.databases[forwarder.database].dialect)
+            tables = forwarder_tables(config, forwarder)
+            connection = connections.get(forwarder.database)
+            connection.begin()
+            [(first, last, count)] = connection.query(
+                dialect.sql("queue_seq_bounds", queue=tables.queue)
+            )
+            connection.commit()
+            ranges = split_range(int(first), int(last), partitions) if count else []
+            plans.append(QueuePlan(forwarder.name, int(count or 0), first, last, tuple(ranges)))
+    finally:
+        connections.close()
+    return plans
+
+
+def drain_partition(tasks: Iterable[DrainTask]) -> Iterator[dict[str, Any]]:
+    """Runs on an executor: drain each task's range with the daemon's BatchForwarder."""
+    for task in tasks:
+        config, _ = load_config(_task_config_path(task.config_path))
+        forwarder = config.forwarder(task.forwarder)
+        connections = Connections(config.databases)
+        claimed, counts = 0, Counter[str]()
+        try:
+            batches = BatchForwarder(config, forwarder, connections, slot=SLOT_BASE + task.index)
+            while True:
+                report = batches.forward_batch("queue", seq_range=(task.first, task.last))
+                claimed += report.claimed
+                counts.update(report.counts)
+                # Short: the range is empty, or what is left is held by other workers.
+                if report.claimed < forwarder.batch_size:
+                    break
+        finally:
+            connections.close()
+        yield {
+            "forwarder": task.forwarder,
+            "range": [task.first, task.last],
+            "claimed": claimed,
+            "counts": dict(counts),
+        }
+
+
+def _task_config_path(path: str) -> str:
+    """The YAML as the executor sees it: the driver's path, or a file shipped with --files."""
+    if os.path.exists(path):
+        return path
+    from pyspark import SparkFiles
+
+    return SparkFiles.get(os.path.basename(path))
+
+
+def run_drain(
+    spark: Any,
+    config: BridgeConfig,
+    config_path: str,
+    plans: list[QueuePlan],
+    out: TextIO,
+) -> list[dict[str, Any]]:
+    """Run the drain's tasks on `spark`, printing progress; returns the tasks' own reports."""
+    tasks = [
+        DrainTask(os.path.abspath(config_path), plan.forwarder, first, last, index)
+        for plan in plans
+        for index, (first, last) in enumerate(plan.ranges)
+    ]
+    if not tasks:
+        return []
+    context = spark.sparkContext
+    context.setJobGroup("sfbridge-drain", "sfbridge spark drain", interruptOnCancel=True)
+    progress = _Progress(config, plans, context, len(tasks), out)
+    progress.start()
+    try:
+        return list(context.parallelize(tasks, len(tasks)).mapPartitions(drain_partition).collect())
+    finally:
+        progress.stop()
+
+
+class _Progress(threading.Thread):
+    """A line every 2 s: messages moved out of the queues (by anyone), rate, tasks done."""
+
+    def __init__(
+        self, config: BridgeConfig, plans: list[QueuePlan], context: Any, tasks: int, out: TextIO
+    ) -> None:
+        super().__init__(daemon=True)
+        self._config = config
+        self._plans = plans
+        self._context = context
+        self._tasks = tasks
+        self._out = out
+        self._stop_event = threading.Event()
+        self._start = time.monotonic()
+        self._initial = sum(plan.queued for plan in plans)
+
+    def run(self) -> None:
+        while not self._stop_event.wait(2.0):
+            self.report()
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join(timeout=5)
+        self.report()
+
+    def report(self) -> None:
+        queued = _queued(self._config, [plan.forwarder for plan in self._plans])
+        moved = self._initial - queued if queued is not None else None
+        elapsed = time.monotonic() - self._start
+        done = _tasks_done(self._context)
+        rate = f"{moved / elapsed:,.0f} msg/s" if moved is not None and elapsed > 0 else "-"
+        shown = f"{moved:,}" if moved is not None else "?"
+        print(
+            f"[{elapsed:6.1f}s] moved {shown} of {self._initial:,} ({rate}); "
+            f"partitions done {done}/{self._tasks}",
+            file=self._out,
+            flush=True,
+        )
+
+
+def _queued(config: BridgeConfig, names: list[str]) -> int | None:
+    connections = Connections(config.databases)
+    try:
+        total = 0
+        for name in names:
+            forwarder = config.forwarder(name)
+            dialect = dialect_for(config.databases[forwarder.database].dialect)
+            connection = connections.get(forwarder.database)
+            connection.begin()
+            total += int(
+                connection.query(
+                    dialect.sql("queue_count", queue=forwarder_tables(config, forwarder).queue)
+                )[0][0]
+            )
+            connection.commit()
+        return total
+    except Exception:
+        return None
+    finally:
+        connections.close()
+
+
+def _tasks_done(context: Any) -> int:
+    tracker = context.statusTracker()
+    done = 0
+    for job in tracker.getJobIdsForGroup("sfbridge-drain"):
+        info = tracker.getJobInfo(job)
+        for stage in info.stageIds if info else ():
+            stage_info = tracker.getStageInfo(stage)
+            if stage_info:
+                done += stage_info.numCompletedTasks
+    return done
+
+
+def partitions_for(requested: int | None, spark_default: int) -> int:
+    """Tasks per queue: as asked, else Spark's default parallelism; at most MAX_PARTITIONS
+    (each task holds a connection to the forwarding and destination databases)."""
+    return max(1, min(requested or spark_default, MAX_PARTITIONS))
