@@ -301,7 +301,7 @@ class Daemon:
             self._scheduler.add_job(
                 cleanup_ledgers,
                 "interval",
-                args=[self.config],
+                args=[self.config, outages],
                 seconds=self.config.ledger.cleanup_interval,
                 max_instances=1,
                 coalesce=True,

@@ -17,7 +17,8 @@ from bridge.config.model import BridgeConfig
 from bridge.connections import Connections
 from bridge.dialects import dialect_for
 from bridge.dialects.base import LEDGER_TABLE
-from bridge.drivers import Connection, DatabaseError, QueueNotFound
+from bridge.drivers import Connection, DatabaseError, DatabaseUnavailable, QueueNotFound
+from bridge.outages import OutageTracker
 from bridge.tables import TableStep, create_tables, owned_table, schema_steps, split_statements
 
 log = logging.getLogger(__name__)
@@ -123,16 +124,20 @@ def ensure_ledger(
     return bool(created)
 
 
-def cleanup_ledgers(config: BridgeConfig) -> int:
+def cleanup_ledgers(config: BridgeConfig, outages: OutageTracker | None = None) -> int:
     """Delete ledger rows older than the retention. Returns rows deleted; logs failures.
 
-    A missing ledger has nothing to clean: it is skipped quietly (delivery creates it).
+    A missing ledger has nothing to clean: it is skipped quietly (delivery creates it). So is
+    a database `outages` knows to be in trouble, or that cannot be reached: the outage is
+    logged where it is tracked, not once a minute here.
     """
     cutoff = datetime.now(UTC).replace(tzinfo=None) - timedelta(seconds=config.ledger.retention)
     connections = Connections(config.databases)
     deleted = 0
     try:
         for database in ledger_databases(config):
+            if outages is not None and outages.in_trouble(database):
+                continue
             dialect = dialect_for(config.databases[database].dialect)
             ledger = ledger_address(config, database)
             try:
@@ -146,6 +151,9 @@ def cleanup_ledgers(config: BridgeConfig) -> int:
             except QueueNotFound:
                 connections.discard(database)
                 log.debug("no ledger in database '%s' yet; nothing to clean up", database)
+            except DatabaseUnavailable as error:
+                connections.discard(database)
+                log.debug("ledger cleanup skipped for database '%s': %s", database, error)
             except DatabaseError as error:
                 connections.discard(database)
                 log.warning("ledger cleanup skipped for database '%s': %s", database, error)

@@ -107,6 +107,12 @@ class OutageTracker:
             self._next_probe.pop(database, None)
             self.version += 1
 
+    def in_trouble(self, database: str) -> bool:
+        """Whether `database` is known to be in trouble (never grants a probe)."""
+        with self._lock:
+            state = self._states.get(database)
+            return state is not None and state.in_trouble
+
     def waiting_databases(self) -> list[str]:
         """Databases in trouble whose messages should stay in retry storage for now."""
         with self._lock:

@@ -334,3 +334,31 @@ def test_with_runtime_ddl_off_a_missing_ledger_waits_and_names_the_ledger(
     assert "install.at_runtime is false" in error and "sfbridge install" in error
     assert "Samples.Receiver" not in error
     assert pg_rows(world["receiver"], "SELECT to_regclass('public.sfbridge_ledger')") == [(None,)]
+
+
+def test_ledger_cleanup_does_not_nag_about_a_database_that_is_down(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from bridge.ledger import cleanup_ledgers
+    from bridge.outages import OutageTracker
+
+    closed_port = "Driver={PostgreSQL Unicode};Server=127.0.0.1;Port=1;Uid=postgres;Database=x;"
+    path = write_config(
+        tmp_path / "sfbridge.yaml",
+        {
+            "databases": {
+                "sender": {"dialect": "sqlite", "path": str(tmp_path / "s.db")},
+                "receiver": {"dialect": "postgresql", "connection": closed_port},
+            },
+            "forwarders": [{"name": "f", "database": "sender", "queue": "forward"}],
+            "routes": [{"match": "*", "database": "receiver"}],
+        },
+    )
+    config, _ = load_config(path)
+    tracker = OutageTracker(60, external_probe=True)
+    tracker.record_trouble("receiver", "unreachable", "refused")
+    caplog.set_level("DEBUG", logger="bridge.ledger")
+    assert cleanup_ledgers(config, tracker) == 0
+    assert "receiver" not in caplog.text  # known down: not even tried
+    assert cleanup_ledgers(config) == 0
+    assert [r.levelname for r in caplog.records] == ["DEBUG"]  # tried, failed, said quietly
