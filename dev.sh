@@ -98,9 +98,12 @@ case "$command" in
         ;;
     test)
         # unixODBC + psqlODBC for pyodbc; the PostgreSQL server and client for the tests;
-        # FreeTDS, which the SQL Server tests load (no SQL Server needed for those).
-        need_debian_packages unixodbc odbc-postgresql tdsodbc postgresql postgresql-client systemd
-        setup_venv test
+        # FreeTDS, which the SQL Server tests load (no SQL Server needed for those); Java for
+        # the Spark tests (PySpark 4 needs 17 or later).
+        need_debian_packages unixodbc odbc-postgresql tdsodbc postgresql postgresql-client systemd \
+            openjdk-17-jre-headless procps
+        setup_venv test,spark
+        export SPARK_LOCAL_IP=127.0.0.1
         if [ -z "${SFBRIDGE_TEST_PG:-}" ]; then
             if pg_reachable 127.0.0.1 5432; then
                 say "testing against PostgreSQL on 127.0.0.1:5432"

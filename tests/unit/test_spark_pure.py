@@ -112,3 +112,15 @@ def test_the_html_report_has_a_chart_per_breakdown() -> None:
     }
     text = render_html(report)
     assert text.count("<svg") == 2 and "unroutable" in text and "By destination" in text
+
+
+def test_the_daemon_and_the_cli_never_import_pyspark() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, bridge.cli, bridge.daemon, bridge.forwarding; bridge.cli.build_parser(); "
+        "print('pyspark' in sys.modules)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.stdout.strip() == "False", result.stderr
