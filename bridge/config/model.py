@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 from typing import Literal
 
 Dialect = Literal["postgresql", "sqlite", "sqlserver"]
@@ -50,6 +51,10 @@ class RouteConfig:
     match: str
     database: str
     schema: str | None = None
+
+    def matches(self, table: str) -> bool:
+        """Whether `match` matches the table name (case-sensitive, like NServiceBus)."""
+        return fnmatchcase(table, self.match)
 
 
 @dataclass(frozen=True)
