@@ -9,8 +9,8 @@ from collections import Counter
 from datetime import datetime
 
 from bridge.classify import ClaimedMessage
+from bridge.config.durations import format_duration
 from bridge.config.model import ForwarderConfig, RetryConfig
-from bridge.config.schema import format_duration
 from bridge.deliver import Failed
 from bridge.dialects import Dialect
 from bridge.drivers import Connection

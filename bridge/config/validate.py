@@ -21,6 +21,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
+from bridge.config.durations import format_duration, parse_duration
+from bridge.config.keys import Key, Section
 from bridge.config.model import (
     BridgeConfig,
     DatabaseConfig,
@@ -41,12 +43,8 @@ from bridge.config.schema import (
     SCHEMA,
     SUBSCRIPTION_TABLES,
     SUBSCRIPTIONS,
-    Key,
-    Section,
-    format_duration,
-    parse_duration,
-    topic_problem,
 )
+from bridge.config.topics import topic_problem
 from bridge.secrets import mask_secrets
 
 __all__ = ["ConfigError", "Problem", "Severity", "expand_env", "validate"]
