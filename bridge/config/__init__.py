@@ -14,7 +14,8 @@ from bridge.config.model import (
     SentryConfig,
     SubscriptionTableConfig,
 )
-from bridge.config.validate import ConfigError, Problem, validate
+from bridge.config.problems import ConfigError, Problem
+from bridge.config.validate import validate
 
 __all__ = [
     "BridgeConfig",

@@ -15,9 +15,10 @@ from dataclasses import dataclass
 import yaml
 
 from bridge.config.model import BridgeConfig
-from bridge.config.validate import ConfigError, Problem, validate
+from bridge.config.problems import ConfigError, Problem
+from bridge.config.validate import validate
 
-__all__ = ["ConfigError", "Problem", "load_config"]
+__all__ = ["load_config"]
 
 
 def load_config(

@@ -81,7 +81,8 @@ class InstallConfig:
 
 @dataclass(frozen=True)
 class LedgerConfig:
-    """Dedup ledger retention and cleanup (seed 003: 7 days, every minute)."""
+    """The dedup ledger: how long a forwarded message id is kept (default 7 days), how often
+    expired ids are deleted (default every minute) and whether this bridge deletes them."""
 
     retention: float = 7 * 24 * 3600.0
     cleanup_interval: float = 60.0
