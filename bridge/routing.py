@@ -10,7 +10,6 @@ from __future__ import annotations
 import difflib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from fnmatch import fnmatchcase
 
 from bridge.addressing import AddressError, QueueAddress, grammar_for
 from bridge.config.model import DatabaseConfig, RouteConfig
@@ -116,7 +115,7 @@ def route_destination(
 def first_matching_route(table: str, routes: Sequence[RouteConfig]) -> RouteConfig | None:
     """The first route whose glob matches the table name (case-sensitive, like NServiceBus)."""
     for route in routes:
-        if fnmatchcase(table, route.match):
+        if route.matches(table):
             return route
     return None
 

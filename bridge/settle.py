@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from bridge.config.durations import format_duration
 from bridge.config.model import ForwarderConfig, NoSubscribersPolicy, RetryConfig
-from bridge.config.schema import format_duration
 from bridge.dialects import Dialect
 from bridge.drivers import Connection
 from bridge.headers import Headers, serialize_headers, with_failure_headers

@@ -1,6 +1,7 @@
 """Configuration: the YAML schema, its validation, and the frozen objects the bridge runs on."""
 
-from bridge.config.load import load_config, parse_duration
+from bridge.config.durations import parse_duration
+from bridge.config.load import load_config
 from bridge.config.model import (
     BridgeConfig,
     DatabaseConfig,
@@ -13,7 +14,8 @@ from bridge.config.model import (
     SentryConfig,
     SubscriptionTableConfig,
 )
-from bridge.config.validate import ConfigError, Problem, validate
+from bridge.config.problems import ConfigError, Problem
+from bridge.config.validate import validate
 
 __all__ = [
     "BridgeConfig",

@@ -15,13 +15,10 @@ from dataclasses import dataclass
 import yaml
 
 from bridge.config.model import BridgeConfig
+from bridge.config.problems import ConfigError, Problem
+from bridge.config.validate import validate
 
-# parse_duration lives with the schema (it defines the `duration` type validate.py checks) and is
-# re-exported here as part of the loading API.
-from bridge.config.schema import parse_duration
-from bridge.config.validate import ConfigError, Problem, validate
-
-__all__ = ["ConfigError", "Problem", "load_config", "parse_duration"]
+__all__ = ["load_config"]
 
 
 def load_config(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 from typing import Literal
 
 Dialect = Literal["postgresql", "sqlite", "sqlserver"]
@@ -51,6 +52,10 @@ class RouteConfig:
     database: str
     schema: str | None = None
 
+    def matches(self, table: str) -> bool:
+        """Whether `match` matches the table name (case-sensitive, like NServiceBus)."""
+        return fnmatchcase(table, self.match)
+
 
 @dataclass(frozen=True)
 class RetryConfig:
@@ -76,7 +81,8 @@ class InstallConfig:
 
 @dataclass(frozen=True)
 class LedgerConfig:
-    """Dedup ledger retention and cleanup (seed 003: 7 days, every minute)."""
+    """The dedup ledger: how long a forwarded message id is kept (default 7 days), how often
+    expired ids are deleted (default every minute) and whether this bridge deletes them."""
 
     retention: float = 7 * 24 * 3600.0
     cleanup_interval: float = 60.0

@@ -1,9 +1,9 @@
 """The declarative schema of the YAML configuration file.
 
-This module is the single source of truth about the configuration: `validate.py` walks `SCHEMA`
-to check and convert a parsed YAML document, and `render_reference_markdown()` turns the very
-same description into the Markdown reference that the README embeds. A key added here is
-therefore validated and documented at once; a key that is not here is rejected as unknown.
+This module is the single source of truth about the configuration: `bridge.config.walker`
+walks `SCHEMA` to check and convert a parsed YAML document, and `bridge.config.reference` turns
+the very same description into the Markdown reference that the README embeds. A key added here
+is therefore validated and documented at once; a key that is not here is rejected as unknown.
 
 Keys are named exactly like the fields of the dataclasses in `bridge.config.model`, and a unit
 test checks that the defaults here equal the dataclass defaults.
@@ -11,12 +11,9 @@ test checks that the defaults here equal the dataclass defaults.
 
 from __future__ import annotations
 
-import math
-import re
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Any, Final
 
+from bridge.config.keys import Key, Section
 from bridge.config.model import (
     DatabaseConfig,
     ForwarderConfig,
@@ -35,12 +32,12 @@ __all__ = [
     "DIALECTS",
     "FORWARDERS",
     "IMPLEMENTED_DIALECTS",
+    "INSTALL",
     "LEDGER",
     "LOGGING",
     "NAME_MESSAGE",
     "NAME_PATTERN",
     "PUBLISH",
-    "REQUIRED",
     "RETRIES",
     "ROUTES",
     "SCHEMA",
@@ -48,30 +45,8 @@ __all__ = [
     "SERVER_DIALECTS",
     "SUBSCRIPTIONS",
     "SUBSCRIPTION_TABLES",
-    "Key",
-    "KeyType",
-    "Section",
-    "describe_default",
-    "describe_type",
-    "format_duration",
-    "parse_duration",
-    "render_reference_markdown",
     "section",
-    "topic_problem",
 ]
-
-
-class _Required:
-    """Type of the `REQUIRED` sentinel: the key has no default and must be given."""
-
-    def __repr__(self) -> str:
-        return "REQUIRED"
-
-
-REQUIRED: Final = _Required()
-
-KeyType = Literal["string", "integer", "boolean", "duration", "choice", "address", "topic"]
-SectionShape = Literal["mapping", "named", "list", "multimap"]
 
 DIALECTS: Final = ("postgresql", "sqlite", "sqlserver")
 # Dialects with a working driver in this version; any other would be recognised (so the message
@@ -82,84 +57,6 @@ SERVER_DIALECTS: Final = ("postgresql", "sqlserver")
 # Names end up in log lines, metrics labels and file names, so keep them to a safe alphabet.
 NAME_PATTERN: Final = r"[A-Za-z0-9_.-]+"
 NAME_MESSAGE: Final = "is not a valid name: use only letters, digits, '_', '.' and '-'"
-
-
-@dataclass(frozen=True)
-class Key:
-    """One configuration key: how it is checked, converted and documented.
-
-    `default` is the converted value used when the key is absent or null (`REQUIRED`: the key
-    must be given). `dialects` restricts a database key to databases of those dialects: there
-    it is required if `default is REQUIRED`, elsewhere it is an error to give it
-    (`dialect_hint` says what to do instead). `minimum` is inclusive unless
-    `exclusive_minimum`; `warn_outside` gives an inclusive range outside which a valid value
-    draws a warning, `warn_hint` says why that matters. A string must fully match `pattern`,
-    else `pattern_message` is reported (with the value, unless `secret`). `expand_env` enables
-    `${VAR}` expansion; `secret` forbids echoing the value in messages; `empty_is_none` turns
-    an empty string into None instead of an error.
-    """
-
-    name: str
-    type: KeyType
-    description: str
-    example: object
-    default: object = REQUIRED
-    choices: tuple[str, ...] = ()
-    unavailable: tuple[str, ...] = ()
-    case_insensitive: bool = False
-    minimum: float | None = None
-    exclusive_minimum: bool = False
-    maximum: float | None = None
-    warn_outside: tuple[float, float] | None = None
-    warn_hint: str = ""
-    pattern: str | None = None
-    pattern_message: str = ""
-    expand_env: bool = False
-    secret: bool = False
-    empty_is_none: bool = False
-    dialects: tuple[str, ...] = ()
-    dialect_hint: str = ""
-
-    @property
-    def required(self) -> bool:
-        """True when the key has no default (for dialect keys: on those dialects only)."""
-        return self.default is REQUIRED
-
-
-@dataclass(frozen=True)
-class Section:
-    """A top-level key of the file.
-
-    `shape` is `mapping` (a fixed set of keys), `named` (a mapping of entry name -> entry, the
-    name matching `name_pattern`), `list` (a list of entries) or `multimap` (a mapping of
-    free-form entry name -> non-empty list of values; no `keys`: `name_key` checks and documents
-    the names, `items` each value of the lists). `model` is the dataclass built from one entry
-    (or from the mapping; for `multimap` the tuple built from one list). `entry` names one entry
-    in messages.
-    """
-
-    name: str
-    shape: SectionShape
-    description: str
-    keys: tuple[Key, ...]
-    model: type[Any]
-    required: bool = False
-    min_items: int = 0
-    entry: str = ""
-    name_pattern: str | None = None
-    name_key: Key | None = None
-    items: Key | None = None
-
-    def key(self, name: str) -> Key:
-        """The key called `name`; raises KeyError when the section has none."""
-        for key in self.keys:
-            if key.name == name:
-                return key
-        raise KeyError(name)
-
-    @property
-    def key_names(self) -> tuple[str, ...]:
-        return tuple(key.name for key in self.keys)
 
 
 # --------------------------------------------------------------------------------------------
@@ -625,285 +522,3 @@ def section(name: str) -> Section:
         if candidate.name == name:
             return candidate
     raise KeyError(name)
-
-
-# --------------------------------------------------------------------------------------------
-# Topics
-# --------------------------------------------------------------------------------------------
-
-
-def topic_problem(topic: str) -> str | None:
-    """What is wrong with `topic` as a topic (an event type's full name), or None if nothing.
-
-    The message does not quote the topic: it goes with a key path that does.
-
-    Rejects empty names, leading or trailing whitespace, unbalanced brackets and an assembly
-    part (`Shared.OrderSubmitted, Shared`): only a comma outside brackets starts one, since a
-    generic type's arguments are assembly-qualified inside its brackets
-    (``Shared.Envelope`1[[Shared.Order, Shared, Version=1.0.0.0]]``).
-    """
-    if not topic.strip():
-        return "a topic must not be empty"
-    if topic != topic.strip():
-        return f"has leading or trailing whitespace; write {topic.strip()!r}"
-    depth = 0
-    for index, char in enumerate(topic):
-        if char == "[":
-            depth += 1
-        elif char == "]":
-            depth -= 1
-            if depth < 0:
-                break
-        elif char == "," and depth == 0:
-            type_name, assembly = topic[:index].strip(), topic[index + 1 :].strip()
-            return (
-                f"names an assembly ({assembly!r}); a topic is the event type's full name "
-                f"without the assembly part: write {type_name!r}"
-            )
-    if depth != 0:
-        return "has unbalanced '[' and ']'"
-    return None
-
-
-# --------------------------------------------------------------------------------------------
-# Durations
-# --------------------------------------------------------------------------------------------
-
-_UNIT_SECONDS: Final[Mapping[str, float]] = {
-    "d": 86400.0,
-    "h": 3600.0,
-    "m": 60.0,
-    "s": 1.0,
-    "ms": 0.001,
-}
-_UNIT_ORDER: Final = ("d", "h", "m", "s", "ms")
-# `ms` must come before `m` so that "500ms" is not read as "500m" followed by junk.
-_DURATION_PART = re.compile(r"\s*(\d+(?:\.\d+)?|\.\d+)(ms|d|h|m|s)")
-DURATION_FORMS: Final = (
-    "a number of seconds (10, 1.5) or a string of <number><unit> parts with units "
-    "ms, s, m, h, d in that order, largest first, such as '500ms', '10s', '1.5s', '2m', "
-    "'1h', '7d' or '1h30m'"
-)
-
-
-def parse_duration(value: object) -> float:
-    """Convert a duration from the config file to seconds.
-
-    Given an int or float (seconds) or a string such as "500ms", "10s", "1.5s", "2m", "1h",
-    "7d" or "1h30m" (units largest first, each at most once, optional spaces between parts).
-    Returns the duration in seconds as a float. Raises ValueError, naming the accepted forms,
-    for anything else, including booleans, unit-less strings, negative and non-finite numbers.
-    """
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise ValueError(f"expected a duration: {DURATION_FORMS}; got {type(value).__name__}")
-    if isinstance(value, int | float):
-        seconds = float(value)
-        if not math.isfinite(seconds) or seconds < 0:
-            raise ValueError(f"invalid duration {value!r}: must be a finite number of seconds >= 0")
-        return seconds
-    return _parse_duration_text(value)
-
-
-def _parse_duration_text(text: str) -> float:
-    shown = text if len(text) <= 40 else text[:37] + "..."
-    invalid = ValueError(f"invalid duration {shown!r}: expected {DURATION_FORMS}")
-    total = 0.0
-    position = 0
-    last_rank = -1
-    stripped = text.rstrip()
-    while position < len(stripped):
-        match = _DURATION_PART.match(stripped, position)
-        if match is None:
-            raise invalid
-        rank = _UNIT_ORDER.index(match.group(2))
-        if rank <= last_rank:
-            # "30m1h" or "1m1m" is almost certainly a typo; refuse rather than guess.
-            raise invalid
-        last_rank = rank
-        total += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
-        position = match.end()
-    if last_rank < 0:
-        raise invalid
-    return total
-
-
-def format_duration(seconds: float) -> str:
-    """Render `seconds` in the config file's duration syntax, e.g. 5400.0 -> "1h30m".
-
-    Given a finite number >= 0; returns the shortest exact combination of units that
-    `parse_duration` reads back, falling back to seconds with decimals ("1.25s").
-    """
-    if seconds == 0:
-        return "0s"
-    millis = round(seconds * 1000)
-    if not math.isclose(millis, seconds * 1000, abs_tol=1e-6):
-        return f"{seconds:g}s"
-    parts: list[str] = []
-    for unit in _UNIT_ORDER:
-        size = round(_UNIT_SECONDS[unit] * 1000)
-        count, millis = divmod(millis, size)
-        if count:
-            parts.append(f"{count}{unit}")
-    return "".join(parts)
-
-
-# --------------------------------------------------------------------------------------------
-# Documentation
-# --------------------------------------------------------------------------------------------
-
-
-def _format_number(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else f"{value:g}"
-
-
-def describe_type(key: Key) -> str:
-    """Human-readable type and allowed values of `key`, e.g. "integer, 1..64"."""
-    if key.type == "choice":
-        choices = [c for c in key.choices if c not in key.unavailable]
-        text = "one of " + ", ".join(f"`{c}`" for c in choices)
-        if key.case_insensitive:
-            text += " (any case)"
-        if key.unavailable:
-            later = ", ".join(f"`{c}`" for c in key.unavailable)
-            text += f" ({later}: not available yet)"
-        return text
-    if key.type == "address":
-        return "queue address"
-    if key.type == "topic":
-        return "type full name"
-    if key.type in ("integer", "duration"):
-        low, high = key.minimum, key.maximum
-        if low is not None and high is not None:
-            bounds = f"{_format_number(low)}..{_format_number(high)}"
-            if key.type == "duration":
-                bounds = f"{format_duration(low)}..{format_duration(high)}"
-            return f"{key.type}, {bounds}"
-        if low is not None:
-            sign = ">" if key.exclusive_minimum else "≥"
-            return f"{key.type} {sign} {_format_number(low)}"
-        return key.type
-    if key.type == "string" and key.pattern == NAME_PATTERN:
-        return f"string matching `{key.pattern}`"
-    return key.type
-
-
-def describe_default(key: Key) -> str:
-    """The default of `key` as it would be written in the file, or "required"."""
-    if key.required:
-        if key.dialects:
-            return f"required for {', '.join(key.dialects)}"
-        return "**required**"
-    if key.default is None:
-        return "none"
-    if key.type == "duration" and isinstance(key.default, int | float):
-        return f"`{format_duration(float(key.default))}`"
-    if isinstance(key.default, bool):
-        return f"`{str(key.default).lower()}`"
-    return f"`{key.default}`"
-
-
-def _describe_example(key: Key) -> str:
-    if isinstance(key.example, bool):
-        return f"`{str(key.example).lower()}`"
-    return f"`{key.example}`"
-
-
-def _section_heading(sec: Section) -> str:
-    if sec.shape == "multimap" and sec.name_key is not None:
-        return f"`{sec.name}.<{sec.name_key.name}>`"
-    if sec.shape == "named":
-        return f"`{sec.name}.<name>`"
-    if sec.shape == "list":
-        return f"`{sec.name}[]`"
-    return f"`{sec.name}`"
-
-
-def _escape_cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
-def _rows(sec: Section) -> list[tuple[str, str, str, str, str]]:
-    """The cells of the reference table of `sec`: key, type, default, description, example."""
-    if sec.shape == "multimap":
-        # One row for the entry names, one for the values of their lists.
-        assert sec.name_key is not None and sec.items is not None
-        name = f"<{sec.name_key.name}>"
-        return [
-            (
-                f"`{name}`",
-                describe_type(sec.name_key),
-                "—",
-                sec.name_key.description,
-                _describe_example(sec.name_key),
-            ),
-            (
-                f"`{name}[]`",
-                "non-empty list; each a " + describe_type(sec.items),
-                "—",
-                sec.items.description,
-                _describe_example(sec.items),
-            ),
-        ]
-    rows = []
-    for key in sec.keys:
-        description = key.description
-        if key.dialects and not key.required:
-            description += f" Only for {', '.join(key.dialects)}."
-        cells = (
-            f"`{key.name}`",
-            describe_type(key),
-            describe_default(key),
-            description,
-            _describe_example(key),
-        )
-        rows.append(cells)
-    return rows
-
-
-def render_reference_markdown(heading_level: int = 2) -> str:
-    """Render the configuration reference as Markdown.
-
-    Given the heading level of the title (2: `##`, sections one level deeper). Returns the
-    reference: an introduction to value syntax (durations, `${VAR}`), then one table per
-    section with each key's name, type and allowed values, default, description and example.
-    """
-    title = "#" * heading_level
-    sub = "#" * (heading_level + 1)
-    lines = [
-        f"{title} Configuration reference",
-        "",
-        "The configuration is one YAML file. Unknown keys are errors; `null` or an omitted "
-        "optional key means its default. All problems are reported at once.",
-        "",
-        "- **Durations** are seconds (`10`, `1.5`) or number-and-unit parts with units `ms`, "
-        "`s`, `m`, `h`, `d`, largest first: `500ms`, `10s`, `1.5s`, `2m`, `1h`, `7d`, `1h30m`.",
-        "- **`${VAR}`** in `connection`, `path` and `sentry.dsn` is replaced by the environment "
-        "variable `VAR` (an error if it is not set); `${VAR:-default}` uses `default` when it is "
-        "unset or empty; `$$` is a literal `$`.",
-        "- **Queue addresses** are a table name or an address in the database's dialect "
-        '(PostgreSQL `"schema"."table"`, SQL Server `table@[schema]@[catalog]`, SQLite '
-        "`table`).",
-        "- **Booleans** are `true` / `false` (YAML also reads `yes` / `no`).",
-        "",
-    ]
-    for sec in SCHEMA:
-        required = "Required" if sec.required else "Optional"
-        if sec.min_items:
-            required += f", at least {sec.min_items} {sec.entry}"
-            required += "s" if sec.min_items > 1 else ""
-        lines += [
-            f"{sub} {_section_heading(sec)}",
-            "",
-            f"{sec.description} *{required}.*",
-            "",
-            "| Key | Type | Default | Description | Example |",
-            "| --- | --- | --- | --- | --- |",
-        ]
-        for cells in _rows(sec):
-            lines.append("| " + " | ".join(_escape_cell(cell) for cell in cells) + " |")
-        lines.append("")
-    return "\n".join(lines)
-
-
-if __name__ == "__main__":
-    print(render_reference_markdown(heading_level=3))

@@ -30,15 +30,11 @@ from bridge.config import (
     validate,
 )
 from bridge.config import load as config_load
-from bridge.config.schema import (
-    REQUIRED,
-    SCHEMA,
-    Key,
-    Section,
-    format_duration,
-    render_reference_markdown,
-)
-from bridge.config.validate import expand_env
+from bridge.config.durations import format_duration
+from bridge.config.environment import expand_env
+from bridge.config.keys import REQUIRED, Key, Section
+from bridge.config.reference import render_reference_markdown
+from bridge.config.schema import SCHEMA
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((REPO / "config").glob("*.yaml"))

@@ -16,7 +16,9 @@ from bridge.config import (
     SubscriptionTableConfig,
     validate,
 )
-from bridge.config.schema import SUBSCRIPTIONS, render_reference_markdown, topic_problem
+from bridge.config.reference import render_reference_markdown
+from bridge.config.schema import SUBSCRIPTIONS
+from bridge.config.topics import topic_problem
 
 ENV = {"RECEIVER_ODBC": "Driver={PostgreSQL Unicode};Server=db2;Database=receiver;Uid=bridge"}
 SENDER_ODBC = "Driver={PostgreSQL Unicode};Server=127.0.0.1;Database=sender;Uid=postgres"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from bridge.config.schema import render_reference_markdown
+from bridge.config.reference import render_reference_markdown
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
@@ -20,7 +20,7 @@ def test_readme_config_reference_is_generated_from_the_current_schema() -> None:
     expected = "\n".join(lines[1:] if lines[0].startswith("#") else lines).strip() + "\n"
     assert block == expected, (
         "README config reference is stale: replace the block between the config-reference "
-        "markers with the output of `python -m bridge.config.schema` (minus its heading)"
+        "markers with the output of `python -m bridge.config.reference` (minus its heading)"
     )
 
 

@@ -1,0 +1,300 @@
+"""The checks that span several keys, run on what the walk kept of a document.
+
+References between sections (every `database` names a configured one), forwarders (unique
+names, one forwarder per queue, an error queue apart from the queue), routes (unreachable ones,
+schemas on sqlite), subscriber addresses (parsed in every forwarding dialect, routable, not
+repeated), subscription tables and the retry durations. Queue addresses are parsed with the
+grammars of `bridge.addressing`, the same ones the forwarders use.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections.abc import Mapping
+
+from bridge.addressing import AddressError, QueueAddress, grammar_for
+from bridge.config.durations import format_duration
+from bridge.config.messages import join_path, suggestion
+from bridge.config.model import RouteConfig
+from bridge.config.problems import ProblemLog
+from bridge.config.schema import RETRIES, SUBSCRIPTIONS
+from bridge.config.walker import Document, Entry, Item
+
+__all__ = [
+    "check_across_keys",
+    "check_forwarders",
+    "check_references",
+    "check_retries",
+    "check_routes",
+    "check_subscription_tables",
+    "check_subscriptions",
+]
+
+
+def check_across_keys(document: Document, log: ProblemLog) -> None:
+    """Run every cross-key check, in this order, reporting to `log`.
+
+    Two checks also settle values: a sqlite forwarder's `concurrency` becomes 1, and a
+    subscriber given twice for one topic is kept once.
+    """
+    check_references(document, log)
+    check_forwarders(document, log)
+    check_routes(document, log)
+    check_subscriptions(document, log)
+    check_subscription_tables(document, log)
+    check_retries(document, log)
+
+
+def _seen_before(first: dict[object, str], value: object, path: str) -> str | None:
+    """Where `value` was met first, or None when this is the first time: `path` is then
+    recorded as that place (`first` maps each value met so far to where it was met)."""
+    if value in first:
+        return first[value]
+    first[value] = path
+    return None
+
+
+def check_references(document: Document, log: ProblemLog) -> None:
+    """Every `database` of a forwarder, route or subscription table names a database."""
+    for entries in (document.forwarders, document.routes, document.subscription_tables):
+        for entry in entries:
+            if entry is None or "database" not in entry.values:
+                continue
+            name = entry.values["database"]
+            if name in document.database_names:
+                continue
+            known = sorted(document.database_names)
+            hint = suggestion(name, known)
+            if not hint:
+                hint = f" (databases: {', '.join(known)})" if known else " (none is defined)"
+            log.error(join_path(entry.path, "database"), f"no database named {name!r}{hint}")
+
+
+def check_forwarders(document: Document, log: ProblemLog) -> None:
+    """Forwarder names are unique, each queue is drained by one forwarder, the error queue is
+    not the queue; a sqlite forwarder runs one worker."""
+    first_by_name: dict[object, str] = {}
+    first_by_queue: dict[object, str] = {}
+    for entry in document.forwarders:
+        if entry is None:
+            continue
+        name = entry.values.get("name")
+        if name is not None:
+            earlier = _seen_before(first_by_name, name, entry.path)
+            if earlier is not None:
+                log.error(
+                    join_path(entry.path, "name"),
+                    f"duplicate forwarder name {name!r} (already used by {earlier})",
+                )
+        queue, error_queue = _resolve_queues(document, log, entry)
+        if queue is not None and queue == error_queue:
+            log.error(
+                join_path(entry.path, "error_queue"),
+                "is the same queue as 'queue'; failed messages would be forwarded again",
+            )
+        database = entry.values.get("database")
+        if queue is not None and database is not None:
+            earlier = _seen_before(first_by_queue, (database, queue), entry.path)
+            if earlier is not None:
+                log.error(
+                    join_path(entry.path, "queue"),
+                    f"{earlier} already drains this queue in database {database!r}",
+                )
+        _check_sqlite_concurrency(document, log, entry)
+
+
+def _resolve_queues(document: Document, log: ProblemLog, entry: Entry) -> tuple[object, object]:
+    """Parse `queue` and `error_queue` in the grammar of the forwarder's database.
+
+    Returns comparable forms of both (resolved addresses, or the raw text when the
+    database or its grammar is unknown), None for a missing or unparsable one.
+    """
+    dialect = document.dialect_of(entry)
+    database = document.databases.get(entry.values.get("database", ""))
+    default_schema = None if database is None else database.values.get("schema")
+    results: list[object] = []
+    for key in ("queue", "error_queue"):
+        text = entry.values.get(key)
+        if text is None or dialect is None:
+            results.append(text)
+            continue
+        try:
+            grammar = grammar_for(dialect)
+            results.append(grammar.resolve(grammar.parse(text), default_schema, None))
+        except AddressError as exc:
+            log.error(join_path(entry.path, key), f"invalid {dialect} queue address: {exc}")
+            results.append(None)
+    return results[0], results[1]
+
+
+def _check_sqlite_concurrency(document: Document, log: ProblemLog, entry: Entry) -> None:
+    if document.dialect_of(entry) != "sqlite":
+        return
+    concurrency = entry.values.get("concurrency")
+    if "concurrency" in entry.given and isinstance(concurrency, int) and concurrency > 1:
+        log.warning(
+            join_path(entry.path, "concurrency"),
+            f"SQLite serialises writers, so the bridge runs one worker for a sqlite "
+            f"database; concurrency {concurrency} is ignored",
+        )
+    # Make the config say what actually runs, including when the default (2) was used.
+    entry.values["concurrency"] = 1
+
+
+def check_routes(document: Document, log: ProblemLog) -> None:
+    """A route hidden behind an earlier one draws a warning; sqlite routes take no schema."""
+    earlier: list[Entry] = []
+    for entry in document.routes:
+        if entry is None:
+            continue
+        match = entry.values.get("match")
+        if match is not None:
+            _check_reachable(log, entry, match, earlier)
+            earlier.append(entry)
+        if entry.values.get("schema") is not None and document.dialect_of(entry) == "sqlite":
+            log.error(
+                join_path(entry.path, "schema"),
+                f"sqlite has no schemas (database {entry.values['database']!r} is sqlite)",
+            )
+
+
+def _check_reachable(log: ProblemLog, entry: Entry, match: str, earlier: list[Entry]) -> None:
+    for previous in earlier:
+        pattern = previous.values["match"]
+        if set(pattern) == {"*"}:
+            reason = f"{previous.path} (match {pattern!r}) matches every destination first"
+        elif pattern == match:
+            reason = f"{previous.path} has the same match and comes first"
+        else:
+            continue
+        log.warning(join_path(entry.path, "match"), f"route {match!r} is unreachable: {reason}")
+        return
+
+
+def _forwarding_dialects(document: Document) -> list[str]:
+    """The dialects of the forwarders' databases, in forwarder order, each once."""
+    dialects: list[str] = []
+    for entry in document.forwarders:
+        dialect = None if entry is None else document.dialect_of(entry)
+        if dialect is not None and dialect not in dialects:
+            dialects.append(dialect)
+    return dialects
+
+
+def check_subscriptions(document: Document, log: ProblemLog) -> None:
+    """Subscriber addresses: parsed in every forwarding dialect, routable, not repeated.
+
+    A published event is multicast by whichever forwarder drains it, and a subscriber
+    address is read like a destination header: in that forwarder's database's grammar.
+    """
+    dialects = _forwarding_dialects(document)
+    routes = _route_configs(document)
+    for topic, items in document.multimaps.get(SUBSCRIPTIONS.name, {}).items():
+        first: dict[object, str] = {}
+        unique: list[Item] = []
+        for item in items:
+            parsed: dict[str, QueueAddress] = {}
+            for dialect in dialects:
+                try:
+                    parsed[dialect] = grammar_for(dialect).parse(item.value)
+                except AddressError as exc:
+                    log.error(item.path, f"invalid {dialect} address: {exc}")
+            if routes is not None:
+                _check_subscriber_route(log, item, parsed, routes)
+            # The same queue in every forwarding dialect, e.g. `a.b` and `"a"."b"` when all
+            # forwarders are postgresql; the text when an address does not parse.
+            complete = dialects and len(parsed) == len(dialects)
+            same = tuple(parsed.items()) if complete else item.value
+            earlier = _seen_before(first, same, item.path)
+            if earlier is None:
+                unique.append(item)
+            else:
+                log.warning(
+                    item.path,
+                    f"{item.value!r} is the same subscriber as {earlier}; it gets the event once",
+                )
+        document.multimaps[SUBSCRIPTIONS.name][topic] = unique
+
+
+def _route_configs(document: Document) -> list[RouteConfig] | None:
+    """The routes as far as matching goes; None when one is broken (already reported),
+    since checking against the others would report destinations it may well route."""
+    routes: list[RouteConfig] = []
+    for entry in document.routes:
+        if entry is None or entry.values.get("match") is None:
+            return None
+        routes.append(RouteConfig(entry.values["match"], entry.values.get("database", "")))
+    return routes
+
+
+def _routed(table: str, routes: list[RouteConfig]) -> bool:
+    return any(route.matches(table) for route in routes)
+
+
+def _check_subscriber_route(
+    log: ProblemLog, item: Item, parsed: Mapping[str, QueueAddress], routes: list[RouteConfig]
+) -> None:
+    reported: set[str] = set()
+    for dialect, address in parsed.items():
+        table = address.table
+        if table in reported or _routed(table, routes):
+            continue
+        reported.add(table)
+        patterns = [route.match for route in routes]
+        close = difflib.get_close_matches(table, patterns, n=1, cutoff=0.6)
+        hint = f" (did you mean a destination matching {close[0]!r}?)" if close else ""
+        read_as = ""
+        if table != item.value:
+            read_as = f"; {dialect} reads {item.value!r} as table {table!r}"
+            if address.schema is not None and _routed(item.value, routes):
+                read_as += f", write {json.dumps(item.value)!r} for a table with a dot"
+        listed = ", ".join(repr(p) for p in patterns)
+        log.error(
+            item.path,
+            f"no route matches subscriber table {table!r}{hint}{read_as}; routes: {listed}",
+        )
+
+
+def check_subscription_tables(document: Document, log: ProblemLog) -> None:
+    """Each table parses in its database's grammar; one named twice draws a warning."""
+    first: dict[object, str] = {}
+    for entry in document.subscription_tables:
+        if entry is None or entry.values.get("table") is None:
+            continue
+        name = entry.values.get("database")
+        database = document.databases.get(name) if isinstance(name, str) else None
+        if database is None or database.values.get("dialect") is None:
+            continue
+        dialect, text = database.values["dialect"], entry.values["table"]
+        try:
+            grammar = grammar_for(dialect)
+            parsed = grammar.parse(text)
+            table = grammar.resolve(parsed, database.values.get("schema"), None)
+        except AddressError as exc:
+            log.error(join_path(entry.path, "table"), f"invalid {dialect} table address: {exc}")
+            continue
+        earlier = _seen_before(first, (name, table), entry.path)
+        if earlier is not None:
+            log.warning(
+                join_path(entry.path, "table"),
+                f"{earlier} already names this table in database {name!r}; it is read once",
+            )
+
+
+def check_retries(document: Document, log: ProblemLog) -> None:
+    """`retries.max_delay` and `retries.max_wait` are at least `retries.delay`."""
+    retries = document.mappings.get(RETRIES.name)
+    if retries is None:
+        return
+    delay = retries.values.get("delay")
+    for key in ("max_delay", "max_wait"):
+        value = retries.values.get(key)
+        if delay is None or value is None or value >= delay:
+            continue
+        default = "" if key in retries.given else " (the default)"
+        log.error(
+            join_path(retries.path, key),
+            f"{format_duration(value)}{default} is less than retries.delay "
+            f"{format_duration(delay)}; it must be at least the delay",
+        )
