@@ -1,4 +1,4 @@
-"""`sfbridge demo`: the store-and-forward sample (seed 004), replayed on SQLite files.
+"""`sfbridge demo`: NServiceBus's store-and-forward sample, replayed on SQLite files.
 
 No server and no config needed. A sender database with its forwarding queue, a receiver
 database with the Receiver endpoint's queue, the real daemon in background threads. The
@@ -26,9 +26,9 @@ from bridge.config.model import (
     RetryConfig,
     RouteConfig,
 )
+from bridge.connections import connect
 from bridge.daemon import Daemon
 from bridge.dialects import dialect_for
-from bridge.drivers import connect
 from bridge.forwarding import forwarder_tables
 from bridge.headers import MESSAGE_ID_HEADER, parse_headers
 from bridge.install import run_install

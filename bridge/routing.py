@@ -12,8 +12,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
-from bridge.addressing import AddressError, QueueAddress, grammar_for
+from bridge.addressing import AddressError, QueueAddress
 from bridge.config.model import DatabaseConfig, RouteConfig
+from bridge.dialects.registry import grammar_for
 
 
 @dataclass(frozen=True)

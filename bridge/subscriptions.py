@@ -1,5 +1,5 @@
 """Who subscribes to a published event: the YAML `subscriptions` and NServiceBus's own
-`SubscriptionRouting` tables (nsb-wire §4).
+`SubscriptionRouting` tables (the SQL transports' native publish/subscribe).
 
 Table lookups are cached per set of topics for `publish.cache` seconds (NServiceBus caches for
 5 s), so a busy stream of events does not hammer the table; a subscription added to a table is
@@ -14,8 +14,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from bridge.config.model import BridgeConfig, SubscriptionTableConfig
+from bridge.connections import connect
 from bridge.dialects import dialect_for
-from bridge.drivers import DatabaseError, connect
+from bridge.drivers import DatabaseError
 
 CONFIG_SOURCE = "config"
 

@@ -6,7 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-Dialect = Literal["postgresql", "sqlite", "sqlserver"]
+# A dialect name from bridge.dialects.registry; the schema offers exactly those as choices.
+Dialect = str
 Backoff = Literal["constant", "linear", "exponential"]
 MissingQueuePolicy = Literal["retry", "error"]
 OutagePolicy = Literal["count", "wait"]
@@ -76,7 +77,7 @@ class InstallConfig:
 
 @dataclass(frozen=True)
 class LedgerConfig:
-    """Dedup ledger retention and cleanup (seed 003: 7 days, every minute)."""
+    """Dedup ledger retention and cleanup: entries are kept 7 days, cleaned every minute."""
 
     retention: float = 7 * 24 * 3600.0
     cleanup_interval: float = 60.0

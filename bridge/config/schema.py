@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -29,10 +29,12 @@ from bridge.config.model import (
     SentryConfig,
     SubscriptionTableConfig,
 )
+from bridge.dialects.registry import dialects
 
 __all__ = [
     "DATABASES",
     "DIALECTS",
+    "FILE_DIALECTS",
     "FORWARDERS",
     "IMPLEMENTED_DIALECTS",
     "LEDGER",
@@ -44,6 +46,7 @@ __all__ = [
     "RETRIES",
     "ROUTES",
     "SCHEMA",
+    "SCHEMA_DIALECTS",
     "SENTRY",
     "SERVER_DIALECTS",
     "SUBSCRIPTIONS",
@@ -73,11 +76,27 @@ REQUIRED: Final = _Required()
 KeyType = Literal["string", "integer", "boolean", "duration", "choice", "address", "topic"]
 SectionShape = Literal["mapping", "named", "list", "multimap"]
 
-DIALECTS: Final = ("postgresql", "sqlite", "sqlserver")
+# Every dialect module in bridge/dialects (the registry finds them), and what they need.
+DIALECTS: Final = tuple(dialects())
 # Dialects with a working driver in this version; any other would be recognised (so the message
 # can say "not available yet" instead of "unknown") but rejected.
-IMPLEMENTED_DIALECTS: Final = ("postgresql", "sqlite", "sqlserver")
-SERVER_DIALECTS: Final = ("postgresql", "sqlserver")
+IMPLEMENTED_DIALECTS: Final = DIALECTS
+# Located by an ODBC connection string / by a file path; with schemas / without.
+SERVER_DIALECTS: Final = tuple(n for n, d in dialects().items() if d.locator == "connection")
+FILE_DIALECTS: Final = tuple(n for n, d in dialects().items() if d.locator == "path")
+SCHEMA_DIALECTS: Final = tuple(n for n, d in dialects().items() if d.has_schemas)
+
+
+def _names(names: Sequence[str]) -> str:
+    """`a`, `a and b`, `a, b and c`."""
+    return ", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else "".join(names)
+
+
+_NO_SCHEMAS = [name for name in DIALECTS if name not in SCHEMA_DIALECTS]
+_CONNECTION_HINT = f"{_names(FILE_DIALECTS)} databases take 'path' instead"
+_PATH_HINT = f"{_names(SERVER_DIALECTS)} databases take 'connection' instead"
+_SCHEMA_HINT = f"{_names(_NO_SCHEMAS)} {'has' if len(_NO_SCHEMAS) == 1 else 'have'} no schemas"
+
 
 # Names end up in log lines, metrics labels and file names, so keep them to a safe alphabet.
 NAME_PATTERN: Final = r"[A-Za-z0-9_.-]+"
@@ -197,7 +216,7 @@ DATABASES = Section(
             expand_env=True,
             secret=True,
             dialects=SERVER_DIALECTS,
-            dialect_hint="sqlite databases take 'path' instead",
+            dialect_hint=_CONNECTION_HINT,
         ),
         Key(
             "path",
@@ -206,8 +225,8 @@ DATABASES = Section(
             "config file's folder.",
             example="/var/lib/sfbridge/edge.db",
             expand_env=True,
-            dialects=("sqlite",),
-            dialect_hint="postgresql and sqlserver databases take 'connection' instead",
+            dialects=FILE_DIALECTS,
+            dialect_hint=_PATH_HINT,
         ),
         Key(
             "schema",
@@ -215,8 +234,8 @@ DATABASES = Section(
             "Schema of queue addresses that name none (default: `public` / `dbo`).",
             example="nsb",
             default=None,
-            dialects=SERVER_DIALECTS,
-            dialect_hint="sqlite has no schemas",
+            dialects=SCHEMA_DIALECTS,
+            dialect_hint=_SCHEMA_HINT,
         ),
         Key(
             "connect_timeout",

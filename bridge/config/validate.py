@@ -640,7 +640,7 @@ class _Validator:
                     )
                 else:
                     first_by_queue[slot] = entry.path
-            self.check_sqlite_concurrency(entry)
+            self.check_single_writer(entry)
 
     def resolve_queues(self, entry: _Entry) -> tuple[object, object]:
         """Parse `queue` and `error_queue` in the grammar of the forwarder's database.
@@ -648,9 +648,8 @@ class _Validator:
         Returns comparable forms of both (resolved addresses, or the raw text when the
         database or its grammar is unknown), None for a missing or unparsable one.
         """
-        # Imported here rather than at module level so that the config package has no import-
-        # time dependency on the address grammars.
-        from bridge.addressing import AddressError, grammar_for
+        from bridge.addressing import AddressError
+        from bridge.dialects.registry import grammar_for
 
         dialect = self.dialect_of(entry)
         database = self.databases.get(entry.values.get("database", ""))
@@ -669,20 +668,25 @@ class _Validator:
                 results.append(None)
         return results[0], results[1]
 
-    def check_sqlite_concurrency(self, entry: _Entry) -> None:
-        if self.dialect_of(entry) != "sqlite":
+    def check_single_writer(self, entry: _Entry) -> None:
+        from bridge.dialects.registry import dialects
+
+        dialect = dialects().get(self.dialect_of(entry) or "")
+        if dialect is None or not dialect.single_writer:
             return
         concurrency = entry.values.get("concurrency")
         if "concurrency" in entry.given and isinstance(concurrency, int) and concurrency > 1:
             self.warning(
                 _join(entry.path, "concurrency"),
-                f"SQLite serialises writers, so the bridge runs one worker for a sqlite "
-                f"database; concurrency {concurrency} is ignored",
+                f"{dialect.title} serialises writers, so the bridge runs one worker for a "
+                f"{dialect.name} database; concurrency {concurrency} is ignored",
             )
         # Make the config say what actually runs, including when the default (2) was used.
         entry.values["concurrency"] = 1
 
     def check_routes(self) -> None:
+        from bridge.dialects.registry import dialects
+
         earlier: list[_Entry] = []
         for entry in self.routes:
             if entry is None:
@@ -691,10 +695,12 @@ class _Validator:
             if match is not None:
                 self.check_reachable(entry, match, earlier)
                 earlier.append(entry)
-            if entry.values.get("schema") is not None and self.dialect_of(entry) == "sqlite":
+            dialect = dialects().get(self.dialect_of(entry) or "")
+            if entry.values.get("schema") is not None and dialect and not dialect.has_schemas:
                 self.error(
                     _join(entry.path, "schema"),
-                    f"sqlite has no schemas (database {entry.values['database']!r} is sqlite)",
+                    f"{dialect.name} has no schemas (database {entry.values['database']!r} is "
+                    f"{dialect.name})",
                 )
 
     def check_reachable(self, entry: _Entry, match: str, earlier: list[_Entry]) -> None:
@@ -724,7 +730,8 @@ class _Validator:
         A published event is multicast by whichever forwarder drains it, and a subscriber
         address is read like a destination header: in that forwarder's database's grammar.
         """
-        from bridge.addressing import AddressError, QueueAddress, grammar_for
+        from bridge.addressing import AddressError, QueueAddress
+        from bridge.dialects.registry import grammar_for
 
         dialects = self.forwarding_dialects()
         routes = self.route_configs()
@@ -791,7 +798,8 @@ class _Validator:
             )
 
     def check_subscription_tables(self) -> None:
-        from bridge.addressing import AddressError, grammar_for
+        from bridge.addressing import AddressError
+        from bridge.dialects.registry import grammar_for
 
         first: dict[tuple[object, object], str] = {}
         for entry in self.subscription_tables:

@@ -1,7 +1,7 @@
 """Specification of the SQL Server dialect (bridge.dialects.sqlserver), checked offline.
 
 No SQL Server runs where these tests run, so every statement is checked three ways: its shape
-(what the transport does, nsb-wire §1.1 and §2), its quoting (a T-SQL lexer written here
+(what the transport does), its quoting (a T-SQL lexer written here
 replaces every bracketed identifier and string literal, and hostile names must leave the rest
 unchanged), and a real T-SQL grammar (sqlfluff's `tsql` dialect). sqlfluff is lenient (it
 accepts `DELETE TOP 1`), so the shape tests matter as much as the parse.
@@ -19,17 +19,17 @@ from typing import Any
 
 import pytest
 
-from bridge.addressing import SQLSERVER as GRAMMAR
 from bridge.addressing import QueueAddress
 from bridge.config.model import DatabaseConfig, RouteConfig
 from bridge.deliver import ROWS_PER_STATEMENT
 from bridge.dialects import STATEMENT_NAMES, dialect_for
 from bridge.dialects.postgresql import STATEMENTS as PG_STATEMENTS
+from bridge.dialects.sqlserver import DIALECT as SQLSERVER
 from bridge.dialects.sqlserver import (
+    GRAMMAR,
     PERMISSIONS_QUERY,
     RECOVERABLE_LOOKUP,
     SESSION_SETUP,
-    SQLSERVER,
     WITHOUT_RECOVERABLE,
     RecoverableColumn,
     inspect_queue_table,
