@@ -29,7 +29,8 @@ import pyodbc
 
 from bridge.config.model import BridgeConfig, DatabaseConfig, ForwarderConfig, RouteConfig
 from bridge.connections import Connections
-from bridge.drivers.odbc import POSTGRESQL_REQUIRED_OPTIONS, with_required_options
+from bridge.dialects.postgresql import POSTGRESQL_REQUIRED_OPTIONS
+from bridge.drivers.odbc import with_required_options
 from bridge.forwarding import BatchForwarder
 from bridge.headers import serialize_headers
 from bridge.install import run_install

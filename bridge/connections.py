@@ -1,11 +1,23 @@
-"""Per-worker connection cache: one open connection per database, reopened after failures."""
+"""Opening connections: `connect` for one configured database, and `Connections`, the
+per-worker cache (one open connection per database, reopened after failures)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
 from bridge.config.model import DatabaseConfig
-from bridge.drivers import Connection, connect
+from bridge.dialects import dialect_for
+from bridge.drivers import Connection
+
+
+def connect(database: DatabaseConfig, *, create: bool = False) -> Connection:
+    """Open a connection to `database`, as its dialect does (driver, options, session setup).
+
+    `create` lets a file-based dialect (SQLite) create a missing file (used by `install` and
+    the demo); everywhere else a missing file is an unavailable database. Raises
+    ConnectionFailed.
+    """
+    return dialect_for(database.dialect).connect(database, create=create)
 
 
 class Connections:

@@ -27,6 +27,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from bridge.config.model import BridgeConfig, ForwarderConfig
 from bridge.connections import Connections
 from bridge.destination_states import StatePublisher
+from bridge.dialects import dialect_for
 from bridge.drivers import DatabaseError, DatabaseUnavailable, PermissionDenied, QueueNotFound
 from bridge.forwarding import BatchForwarder, BatchReport, probe_interval
 from bridge.ledger import (
@@ -172,6 +173,13 @@ class Worker(threading.Thread):
             return Counter(self.totals)
 
 
+def worker_count(config: BridgeConfig, forwarder: ForwarderConfig) -> int:
+    """How many workers drain `forwarder`'s queue: its `concurrency`, or one where the database
+    serialises writers (SQLite), since a second worker would only wait for the first."""
+    dialect = dialect_for(config.databases[forwarder.database].dialect)
+    return 1 if dialect.single_writer else forwarder.concurrency
+
+
 def probe_databases(config: BridgeConfig, tracker: OutageTracker) -> None:
     """Look at each database in trouble whose probe is due; record what is found.
 
@@ -279,9 +287,7 @@ class Daemon:
         # Queue table shapes (SQL Server's optional Recoverable column) are learnt once.
         writer = QueueWriter()
         for forwarder in self.config.forwarders:
-            dialect = self.config.databases[forwarder.database].dialect
-            # SQLite serialises writers: a second worker would only wait for the first.
-            count = 1 if dialect == "sqlite" else forwarder.concurrency
+            count = worker_count(self.config, forwarder)
             tables = forwarder_tables(self.config, forwarder)
             log.info(
                 "forwarder '%s': %d worker(s) on %s in database '%s'",

@@ -26,9 +26,9 @@ from bridge.config.model import (
     RetryConfig,
     RouteConfig,
 )
+from bridge.connections import connect
 from bridge.daemon import Daemon
 from bridge.dialects import dialect_for
-from bridge.drivers import connect
 from bridge.headers import MESSAGE_ID_HEADER, parse_headers
 from bridge.install import run_install
 from bridge.send import send_test_messages

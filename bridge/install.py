@@ -9,8 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from bridge.config.model import BridgeConfig
+from bridge.connections import connect
 from bridge.dialects import dialect_for
-from bridge.drivers import QueueNotFound, connect
+from bridge.drivers import QueueNotFound
 from bridge.ledger import ledger_databases, ledger_steps
 from bridge.tables import (
     TableStep,

@@ -11,8 +11,9 @@ import difflib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from bridge.addressing import AddressError, QueueAddress, grammar_for
+from bridge.addressing import AddressError, QueueAddress
 from bridge.config.model import DatabaseConfig, RouteConfig
+from bridge.dialects.registry import grammar_for
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 
 from bridge.config.model import BridgeConfig, ForwarderConfig
+from bridge.connections import connect
 from bridge.dialects import dialect_for
-from bridge.drivers import connect
 from bridge.headers import DESTINATION_HEADER, Headers, serialize_headers, wire_date
 from bridge.queue_writes import QueueWriter
 from bridge.tables import forwarder_tables

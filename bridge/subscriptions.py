@@ -14,8 +14,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from bridge.config.model import BridgeConfig, SubscriptionTableConfig
+from bridge.connections import connect
 from bridge.dialects import dialect_for
-from bridge.drivers import DatabaseError, connect
+from bridge.drivers import DatabaseError
 
 CONFIG_SOURCE = "config"
 

@@ -13,13 +13,14 @@ import difflib
 import json
 from collections.abc import Mapping
 
-from bridge.addressing import AddressError, QueueAddress, grammar_for
+from bridge.addressing import AddressError, QueueAddress
 from bridge.config.durations import format_duration
 from bridge.config.messages import join_path, suggestion
 from bridge.config.model import RouteConfig
 from bridge.config.problems import ProblemLog
 from bridge.config.schema import RETRIES, SUBSCRIPTIONS
 from bridge.config.walker import Document, Entry, Item
+from bridge.dialects.registry import dialects, grammar_for
 
 __all__ = [
     "check_across_keys",
@@ -101,7 +102,7 @@ def check_forwarders(document: Document, log: ProblemLog) -> None:
                     join_path(entry.path, "queue"),
                     f"{earlier} already drains this queue in database {database!r}",
                 )
-        _check_sqlite_concurrency(document, log, entry)
+        _check_single_writer(document, log, entry)
 
 
 def _resolve_queues(document: Document, log: ProblemLog, entry: Entry) -> tuple[object, object]:
@@ -128,22 +129,24 @@ def _resolve_queues(document: Document, log: ProblemLog, entry: Entry) -> tuple[
     return results[0], results[1]
 
 
-def _check_sqlite_concurrency(document: Document, log: ProblemLog, entry: Entry) -> None:
-    if document.dialect_of(entry) != "sqlite":
+def _check_single_writer(document: Document, log: ProblemLog, entry: Entry) -> None:
+    dialect = dialects().get(document.dialect_of(entry) or "")
+    if dialect is None or not dialect.single_writer:
         return
     concurrency = entry.values.get("concurrency")
     if "concurrency" in entry.given and isinstance(concurrency, int) and concurrency > 1:
         log.warning(
             join_path(entry.path, "concurrency"),
-            f"SQLite serialises writers, so the bridge runs one worker for a sqlite "
-            f"database; concurrency {concurrency} is ignored",
+            f"{dialect.title} serialises writers, so the bridge runs one worker for a "
+            f"{dialect.name} database; concurrency {concurrency} is ignored",
         )
     # Make the config say what actually runs, including when the default (2) was used.
     entry.values["concurrency"] = 1
 
 
 def check_routes(document: Document, log: ProblemLog) -> None:
-    """A route hidden behind an earlier one draws a warning; sqlite routes take no schema."""
+    """A route hidden behind an earlier one draws a warning; a route into a dialect without
+    schemas takes no schema."""
     earlier: list[Entry] = []
     for entry in document.routes:
         if entry is None:
@@ -152,10 +155,12 @@ def check_routes(document: Document, log: ProblemLog) -> None:
         if match is not None:
             _check_reachable(log, entry, match, earlier)
             earlier.append(entry)
-        if entry.values.get("schema") is not None and document.dialect_of(entry) == "sqlite":
+        dialect = dialects().get(document.dialect_of(entry) or "")
+        if entry.values.get("schema") is not None and dialect and not dialect.has_schemas:
             log.error(
                 join_path(entry.path, "schema"),
-                f"sqlite has no schemas (database {entry.values['database']!r} is sqlite)",
+                f"{dialect.name} has no schemas (database {entry.values['database']!r} is "
+                f"{dialect.name})",
             )
 
 

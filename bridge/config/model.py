@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Literal
 
-Dialect = Literal["postgresql", "sqlite", "sqlserver"]
+# A dialect name from bridge.dialects.registry; the schema offers exactly those as choices.
+Dialect = str
 Backoff = Literal["constant", "linear", "exponential"]
 MissingQueuePolicy = Literal["retry", "error"]
 OutagePolicy = Literal["count", "wait"]

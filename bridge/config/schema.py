@@ -11,6 +11,7 @@ test checks that the defaults here equal the dataclass defaults.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Final
 
 from bridge.config.keys import Key, Section
@@ -26,10 +27,12 @@ from bridge.config.model import (
     SentryConfig,
     SubscriptionTableConfig,
 )
+from bridge.dialects.registry import dialects
 
 __all__ = [
     "DATABASES",
     "DIALECTS",
+    "FILE_DIALECTS",
     "FORWARDERS",
     "IMPLEMENTED_DIALECTS",
     "INSTALL",
@@ -41,6 +44,7 @@ __all__ = [
     "RETRIES",
     "ROUTES",
     "SCHEMA",
+    "SCHEMA_DIALECTS",
     "SENTRY",
     "SERVER_DIALECTS",
     "SUBSCRIPTIONS",
@@ -48,11 +52,27 @@ __all__ = [
     "section",
 ]
 
-DIALECTS: Final = ("postgresql", "sqlite", "sqlserver")
+# Every dialect module in bridge/dialects (the registry finds them), and what they need.
+DIALECTS: Final = tuple(dialects())
 # Dialects with a working driver in this version; any other would be recognised (so the message
 # can say "not available yet" instead of "unknown") but rejected.
-IMPLEMENTED_DIALECTS: Final = ("postgresql", "sqlite", "sqlserver")
-SERVER_DIALECTS: Final = ("postgresql", "sqlserver")
+IMPLEMENTED_DIALECTS: Final = DIALECTS
+# Located by an ODBC connection string / by a file path; with schemas / without.
+SERVER_DIALECTS: Final = tuple(n for n, d in dialects().items() if d.locator == "connection")
+FILE_DIALECTS: Final = tuple(n for n, d in dialects().items() if d.locator == "path")
+SCHEMA_DIALECTS: Final = tuple(n for n, d in dialects().items() if d.has_schemas)
+
+
+def _names(names: Sequence[str]) -> str:
+    """`a`, `a and b`, `a, b and c`."""
+    return ", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else "".join(names)
+
+
+_NO_SCHEMAS = [name for name in DIALECTS if name not in SCHEMA_DIALECTS]
+_CONNECTION_HINT = f"{_names(FILE_DIALECTS)} databases take 'path' instead"
+_PATH_HINT = f"{_names(SERVER_DIALECTS)} databases take 'connection' instead"
+_SCHEMA_HINT = f"{_names(_NO_SCHEMAS)} {'has' if len(_NO_SCHEMAS) == 1 else 'have'} no schemas"
+
 
 # Names end up in log lines, metrics labels and file names, so keep them to a safe alphabet.
 NAME_PATTERN: Final = r"[A-Za-z0-9_.-]+"
@@ -94,7 +114,7 @@ DATABASES = Section(
             expand_env=True,
             secret=True,
             dialects=SERVER_DIALECTS,
-            dialect_hint="sqlite databases take 'path' instead",
+            dialect_hint=_CONNECTION_HINT,
         ),
         Key(
             "path",
@@ -103,8 +123,8 @@ DATABASES = Section(
             "config file's folder.",
             example="/var/lib/sfbridge/edge.db",
             expand_env=True,
-            dialects=("sqlite",),
-            dialect_hint="postgresql and sqlserver databases take 'connection' instead",
+            dialects=FILE_DIALECTS,
+            dialect_hint=_PATH_HINT,
         ),
         Key(
             "schema",
@@ -112,8 +132,8 @@ DATABASES = Section(
             "Schema of queue addresses that name none (default: `public` / `dbo`).",
             example="nsb",
             default=None,
-            dialects=SERVER_DIALECTS,
-            dialect_hint="sqlite has no schemas",
+            dialects=SCHEMA_DIALECTS,
+            dialect_hint=_SCHEMA_HINT,
         ),
         Key(
             "connect_timeout",

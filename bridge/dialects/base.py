@@ -1,4 +1,9 @@
-"""What a dialect is: named SQL statements plus a few value-encoding hooks.
+"""What a dialect is: one database family, described as data.
+
+A `Dialect` holds the family's named SQL statements, its queue address grammar, its
+capabilities (what the rest of the bridge asks instead of comparing dialect names), how to
+open a connection, and a few value-encoding hooks. Each dialect module in this package defines
+one as `DIALECT`; `bridge.dialects.registry` finds them.
 
 Statements are templates with `{queue}`, `{retry}`, `{ledger}` and `{counters}` standing for
 quoted, qualified table names and `?` for parameters. Identifiers are the only thing ever
@@ -15,10 +20,13 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from bridge.addressing import AddressGrammar, QueueAddress, grammar_for
+from bridge.addressing import AddressGrammar, QueueAddress
 from bridge.drivers.base import Connection, DatabaseError, Row
+
+if TYPE_CHECKING:
+    from bridge.config.model import DatabaseConfig
 
 # Every dialect defines exactly these statements (a unit test holds them to it).
 STATEMENT_NAMES = frozenset(
@@ -111,6 +119,17 @@ QueueTableInspector = Callable[
 ]
 
 
+class Connector(Protocol):
+    """Opens a connection to a configured database of the dialect.
+
+    `create` lets a file-based dialect create a missing database file (used by `install` and
+    the demo); everywhere else a missing file is an unavailable database. Raises
+    ConnectionFailed.
+    """
+
+    def __call__(self, database: DatabaseConfig, *, create: bool = False) -> Connection: ...
+
+
 def sql_string_literal(text: str) -> str:
     """`text` as a standard SQL string literal: in single quotes, each quote doubled."""
     return "'" + text.replace("'", "''") + "'"
@@ -120,34 +139,45 @@ def sql_string_literal(text: str) -> str:
 class Dialect:
     """One database family.
 
-    `queue_columns` is the queue table shape the dialect expects (lower-cased names), used by
-    `check`, as are `queue_indexed_columns` (each must lead some index). `encode_*` /
-    `decode_*` turn Python values into what the driver binds and back.
+    `name` is what a config's `dialect` key says and `title` how messages name the family.
+    `grammar` reads and writes its queue addresses. `queue_columns` is the queue table shape
+    the dialect expects (lower-cased names), used by `check`, as are `queue_indexed_columns`
+    (each must lead some index). `encode_*` / `decode_*` turn Python values into what the
+    driver binds and back.
 
-    Optional hooks (None / empty where a dialect needs none): `queue_shapes` says which
-    statement variants a queue table takes (see `QueueShapes`); `session_setup` statements run
-    once on every new connection; `inspect_queue_table` adds `check` findings of the dialect's
-    own (SQL Server: what the transport itself warns about at startup).
+    Capabilities, which the rest of the bridge asks instead of comparing names:
+    `locator` is the config key that says where a database is (`connection`: an ODBC
+    connection string; `path`: a file); `has_schemas` says whether tables live in schemas
+    (the `schema` config keys); `single_writer` says the database serialises writers, so
+    each forwarder gets one worker; `keep_destination_connections` is False where a
+    connection is cheap to open and holding it would hide the database being taken away (an
+    open SQLite handle keeps writing into a file that was moved). `connect` opens a
+    connection: it picks the driver and gives it the dialect's connection options, session
+    setup and error numbers.
+
+    Optional hooks (None where a dialect needs none): `queue_shapes` says which statement
+    variants a queue table takes (see `QueueShapes`); `inspect_queue_table` adds `check`
+    findings of the dialect's own (SQL Server: what the transport itself warns about at
+    startup).
     """
 
     name: str
+    title: str
+    grammar: AddressGrammar
+    connect: Connector
+    locator: Literal["connection", "path"]
+    has_schemas: bool
+    single_writer: bool
     statements: Mapping[str, str]
     queue_columns: frozenset[str]
     queue_indexed_columns: tuple[str, ...]
-    # False where a connection is cheap to open and holding it would hide the database being
-    # taken away (an open SQLite handle keeps writing into a file that was moved).
     keep_destination_connections: bool
     encode_id: Callable[[uuid.UUID], Any]
     decode_id: Callable[[Any], uuid.UUID]
     encode_timestamp: Callable[[datetime | None], Any]
     decode_timestamp: Callable[[Any], datetime | None]
     queue_shapes: QueueShapes | None = None
-    session_setup: tuple[str, ...] = ()
     inspect_queue_table: QueueTableInspector | None = None
-
-    @property
-    def grammar(self) -> AddressGrammar:
-        return grammar_for(self.name)
 
     def sql(self, name: str, rows: int | None = None, **tables: QueueAddress) -> str:
         """The statement `name` with its table placeholders filled by quoted, qualified names.
@@ -211,19 +241,3 @@ class Dialect:
         """Address of one of the bridge's own tables, in a database with default `schema`."""
         return self.grammar.resolve(QueueAddress(table), schema, None)
 
-
-def dialect_for(name: str) -> Dialect:
-    """The Dialect for a configured dialect name. Raises KeyError for unknown names."""
-    if name == "postgresql":
-        from bridge.dialects.postgresql import POSTGRESQL
-
-        return POSTGRESQL
-    if name == "sqlite":
-        from bridge.dialects.sqlite import SQLITE
-
-        return SQLITE
-    if name == "sqlserver":
-        from bridge.dialects.sqlserver import SQLSERVER
-
-        return SQLSERVER
-    raise KeyError(f"no dialect named {name!r} (available: postgresql, sqlite, sqlserver)")

@@ -1,17 +1,154 @@
-"""PostgreSQL: the NServiceBus PostgreSQL transport's queue shape (nsb-wire §1.2).
+"""PostgreSQL: the NServiceBus PostgreSQL transport's queue tables, through psqlODBC.
 
-Column names are unquoted (folded to lower case, as the transport creates them); table names
-are quoted. Times are UTC wall-clock `timestamp without time zone`, compared with
-`now() AT TIME ZONE 'UTC'` on the server, as the transport does.
+- Addresses are `"schema"."table"`, split on the first dot outside double quotes
+  (https://docs.particular.net/transports/postgresql/addressing); the address is also the
+  SQL qualified name.
+- Queue tables have the shape the transport's installer creates: `Id uuid`, `Expires
+  timestamp`, `Headers text`, `Body bytea`, `Seq serial`. Column names are unquoted (folded to
+  lower case, as the transport creates them); table names are quoted. Times are UTC
+  wall-clock `timestamp without time zone`, compared with `now() AT TIME ZONE 'UTC'` on the
+  server, as the transport does.
+- Connections go through psqlODBC with the options in `POSTGRESQL_REQUIRED_OPTIONS`.
 """
 
 from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from bridge.addressing import AddressError, QueueAddress, check_characters, check_table
 from bridge.dialects.base import Dialect
+from bridge.drivers.base import Connection
+from bridge.drivers.odbc import OdbcConnection, with_required_options
+
+if TYPE_CHECKING:
+    from bridge.config.model import DatabaseConfig
+
+# --------------------------------------------------------------------------------------------
+# Queue addresses
+# --------------------------------------------------------------------------------------------
+
+# NAMEDATALEN is 64, so identifiers hold 63 bytes; the transport reserves room for the suffixes
+# it appends to derived objects (indexes, sequences) and refuses longer table names outright.
+PG_MAX_TABLE_BYTES = 55
+# PostgreSQL truncates longer identifiers without complaint, which would silently route
+# messages to a different schema, so reject instead.
+PG_MAX_IDENTIFIER_BYTES = 63
+PG_DEFAULT_SCHEMA = "public"
+
+
+class PostgreSqlGrammar:
+    """`"schema"."table"`, split on the first dot outside double quotes."""
+
+    dialect: str = "postgresql"
+
+    def parse(self, text: str) -> QueueAddress:
+        dot = self._first_unquoted_dot(text)
+        if dot is None:
+            table = self._unquote(text, text, "table")
+            schema = None
+        else:
+            schema = self._unquote(text[:dot], text, "schema")
+            table = self._unquote(text[dot + 1 :], text, "table")
+            if not schema:
+                # `.t` or `"".t` names a schema explicitly yet gives none; guessing `public`
+                # could deliver to the wrong queue, so the sender has to fix the address.
+                raise AddressError(f"empty schema name before '.' in address {text!r}")
+        address = QueueAddress(table, schema)
+        self._validate(address, text)
+        return address
+
+    def resolve(
+        self, address: QueueAddress, default_schema: str | None, default_catalog: str | None
+    ) -> QueueAddress:
+        # PostgreSQL cannot query across databases, so a catalog never has a meaning here.
+        resolved = QueueAddress(
+            address.table, address.schema or default_schema or PG_DEFAULT_SCHEMA
+        )
+        self._validate(resolved, address)
+        return resolved
+
+    def render(self, address: QueueAddress) -> str:
+        return self.qualified_name(address)
+
+    def qualified_name(self, address: QueueAddress) -> str:
+        self._validate(address, address)
+        schema = address.schema or PG_DEFAULT_SCHEMA
+        return f"{self.quote_identifier(schema)}.{self.quote_identifier(address.table)}"
+
+    def quote_identifier(self, name: str) -> str:
+        return '"' + name.replace('"', '""') + '"'
+
+    def _validate(self, address: QueueAddress, source: object) -> None:
+        check_table(address.table, source)
+        size = len(address.table.encode("utf-8"))
+        if size > PG_MAX_TABLE_BYTES:
+            raise AddressError(
+                f"table name {address.table!r} is {size} bytes in UTF-8; the PostgreSQL "
+                f"transport allows at most {PG_MAX_TABLE_BYTES} (address {source!r})"
+            )
+        if address.schema:
+            check_characters(address.schema, "schema", source)
+            size = len(address.schema.encode("utf-8"))
+            if size > PG_MAX_IDENTIFIER_BYTES:
+                raise AddressError(
+                    f"schema name {address.schema!r} is {size} bytes in UTF-8; PostgreSQL "
+                    f"identifiers hold at most {PG_MAX_IDENTIFIER_BYTES} (address {source!r})"
+                )
+
+    @staticmethod
+    def _first_unquoted_dot(text: str) -> int | None:
+        # Toggling on every quote is enough: an escaped `""` flips the state twice with nothing
+        # in between, so it can never hide or expose a dot. The scan runs to the end even after
+        # a dot is found so that a dangling quote anywhere is reported as what it is.
+        in_quotes = False
+        dot: int | None = None
+        for index, char in enumerate(text):
+            if char == '"':
+                in_quotes = not in_quotes
+            elif char == "." and not in_quotes and dot is None:
+                dot = index
+        if in_quotes:
+            raise AddressError(f"unbalanced double quotes in address {text!r}")
+        return dot
+
+    @staticmethod
+    def _unquote(part: str, text: str, what: str) -> str:
+        if not part.startswith('"'):
+            if '"' in part:
+                raise AddressError(
+                    f"unquoted {what} name {part!r} contains a double quote in address {text!r};"
+                    f' quote the whole name and write " as ""'
+                )
+            return part
+        chars: list[str] = []
+        index = 1
+        while index < len(part):
+            char = part[index]
+            if char != '"':
+                chars.append(char)
+                index += 1
+            elif part[index + 1 : index + 2] == '"':
+                chars.append('"')
+                index += 2
+            elif index == len(part) - 1:
+                return "".join(chars)
+            else:
+                raise AddressError(
+                    f"unexpected text {part[index + 1 :]!r} after the closing double quote of "
+                    f"{what} name in address {text!r}"
+                )
+        # Unreachable after the balance check in _first_unquoted_dot; kept so that _unquote
+        # never returns a half-read name if that check changes.
+        raise AddressError(f"unbalanced double quotes in {what} name in address {text!r}")
+
+
+GRAMMAR = PostgreSqlGrammar()
+
+# --------------------------------------------------------------------------------------------
+# SQL
+# --------------------------------------------------------------------------------------------
 
 _NOW = "(now() AT TIME ZONE 'UTC')"
 _EXPIRED = (
@@ -113,7 +250,8 @@ STATEMENTS: dict[str, str] = {
     "ledger_record_row": f"(?, ?, {_NOW})",
     "send_many": "INSERT INTO {queue} (id, expires, headers, body) VALUES {rows}",
     "send_row": "(?, ?, ?, ?)",
-    # NServiceBus's own subscriber lookup (nsb-wire §4.2); its columns are unquoted, so lower case.
+    # NServiceBus's own subscriber lookup in its `SubscriptionRouting` table (native
+    # publish/subscribe); its columns are unquoted, so lower case.
     "subscribers_many": "SELECT DISTINCT QueueAddress FROM {subscriptions} WHERE Topic IN ({rows})",
     "subscribers_row": "?",
     "create_event_types_table": """
@@ -205,8 +343,41 @@ def _decode_timestamp(value: Any) -> datetime | None:
     return value if value is None or isinstance(value, datetime) else datetime.fromisoformat(value)
 
 
-POSTGRESQL = Dialect(
+# --------------------------------------------------------------------------------------------
+# Connections
+# --------------------------------------------------------------------------------------------
+
+# psqlODBC options the bridge needs for correctness, whatever the user's string or DSN says
+# (https://odbc.postgresql.org/docs/config.html): Protocol=7.4-0 gives native rollback
+# semantics (the default silently wraps every statement in a savepoint, 7.4-1 silently drops
+# work); ByteaAsLongVarBinary=0 corrupts bodies over 255 bytes; BoolsAsChar=0 returns booleans
+# as booleans.
+POSTGRESQL_REQUIRED_OPTIONS = {
+    "Protocol": "7.4-0",
+    "ByteaAsLongVarBinary": "1",
+    "BoolsAsChar": "0",
+}
+
+
+def connect(database: DatabaseConfig, *, create: bool = False) -> Connection:
+    """An ODBC connection with `POSTGRESQL_REQUIRED_OPTIONS` set. `create` has no effect: a
+    server database is never created by the bridge. Raises ConnectionFailed."""
+    assert database.connection is not None
+    return OdbcConnection(
+        database.name,
+        with_required_options(database.connection, POSTGRESQL_REQUIRED_OPTIONS),
+        timeout=database.connect_timeout,
+    )
+
+
+DIALECT = Dialect(
     name="postgresql",
+    title="PostgreSQL",
+    grammar=GRAMMAR,
+    connect=connect,
+    locator="connection",
+    has_schemas=True,
+    single_writer=False,
     statements=STATEMENTS,
     queue_columns=frozenset({"id", "expires", "headers", "body", "seq"}),
     queue_indexed_columns=("seq",),

@@ -1,16 +1,85 @@
-"""SQLite: the SQL Server transport's queue shape (nsb-wire §1.1) in an embedded file.
+"""SQLite: the SQL Server transport's queue table shape in an embedded file, through the
+standard library's sqlite3.
 
-Times are stored as UTC text `YYYY-MM-DD HH:MM:SS.ffffff`, which sorts and compares
-correctly as text against `strftime('%Y-%m-%d %H:%M:%f', 'now')`.
+- Addresses are the bare table name (SQLite has no schemas); SQL Server addresses
+  (`table@[schema]@[catalog]`) are accepted and reduced to their table, so a SQLite database
+  can stand in for a SQL Server one without rewriting addresses.
+- Queue tables have the SQL Server transport's columns (`Id`, `CorrelationId`,
+  `ReplyToAddress`, `Recoverable`, `Expires`, `Headers`, `Body`, `RowVersion`). Times are
+  stored as UTC text `YYYY-MM-DD HH:MM:SS.ffffff`, which sorts and compares correctly as text
+  against `strftime('%Y-%m-%d %H:%M:%f', 'now')`.
+- SQLite serialises writers, so each forwarder gets one worker (`single_writer`), and a
+  connection is opened per delivery (an open handle would keep writing into a file that was
+  moved away).
 """
 
 from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from bridge.addressing import AddressError, QueueAddress, check_table
 from bridge.dialects.base import Dialect
+from bridge.dialects.sqlserver import GRAMMAR as SQLSERVER_GRAMMAR
+from bridge.drivers.base import Connection
+from bridge.drivers.sqlite import SqliteConnection
+
+if TYPE_CHECKING:
+    from bridge.config.model import DatabaseConfig
+
+# --------------------------------------------------------------------------------------------
+# Queue addresses
+# --------------------------------------------------------------------------------------------
+
+class SqliteGrammar:
+    """The bare table name; SQL Server addresses are accepted and reduced to their table."""
+
+    dialect: str = "sqlite"
+
+    def parse(self, text: str) -> QueueAddress:
+        if "@" in text:
+            # Lets a SQLite database stand in for a SQL Server one without rewriting addresses.
+            table = SQLSERVER_GRAMMAR.parse(text).table
+        else:
+            table = text
+            check_table(table, text)
+        return QueueAddress(table)
+
+    def resolve(
+        self, address: QueueAddress, default_schema: str | None, default_catalog: str | None
+    ) -> QueueAddress:
+        resolved = QueueAddress(address.table)
+        self._validate(resolved, address)
+        return resolved
+
+    def render(self, address: QueueAddress) -> str:
+        self._validate(address, address)
+        return address.table
+
+    def qualified_name(self, address: QueueAddress) -> str:
+        self._validate(address, address)
+        return self.quote_identifier(address.table)
+
+    def quote_identifier(self, name: str) -> str:
+        return '"' + name.replace('"', '""') + '"'
+
+    @staticmethod
+    def _validate(address: QueueAddress, source: object) -> None:
+        check_table(address.table, source)
+        if "@" in address.table:
+            # parse() treats any `@` as the start of SQL Server syntax, so it would not round-trip.
+            raise AddressError(
+                f"table name {address.table!r} contains '@', which the SQLite address grammar "
+                f"reserves for SQL Server form (address {source!r})"
+            )
+
+
+GRAMMAR = SqliteGrammar()
+
+# --------------------------------------------------------------------------------------------
+# SQL
+# --------------------------------------------------------------------------------------------
 
 _NOW = "strftime('%Y-%m-%d %H:%M:%f', 'now')"
 # Not `CASE WHEN Expires IS NULL ...`: SQLite 3.40 evaluates `IS NULL` wrongly inside the
@@ -203,8 +272,27 @@ def _decode_timestamp(value: Any) -> datetime | None:
     return datetime.fromisoformat(str(value))
 
 
-SQLITE = Dialect(
+# --------------------------------------------------------------------------------------------
+# Connections
+# --------------------------------------------------------------------------------------------
+
+
+def connect(database: DatabaseConfig, *, create: bool = False) -> Connection:
+    """The database file through the standard library's sqlite3 (not ODBC: the SQLite ODBC
+    driver drops the rows of `DELETE ... RETURNING`). A missing file is an unavailable
+    database unless `create`. Raises ConnectionFailed."""
+    assert database.path is not None
+    return SqliteConnection(database.name, database.path, create=create)
+
+
+DIALECT = Dialect(
     name="sqlite",
+    title="SQLite",
+    grammar=GRAMMAR,
+    connect=connect,
+    locator="path",
+    has_schemas=False,
+    single_writer=True,
     statements=STATEMENTS,
     queue_columns=frozenset(
         {

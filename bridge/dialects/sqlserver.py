@@ -1,6 +1,8 @@
-"""SQL Server: the NServiceBus SQL Server transport's queue shape and runtime SQL (nsb-wire
-§1.1, §2), for pyodbc with Microsoft's ODBC Driver 18 or FreeTDS.
+"""SQL Server: the NServiceBus SQL Server transport's queue tables and runtime SQL, for pyodbc
+with Microsoft's ODBC Driver 18 or FreeTDS.
 
+- Addresses are `table@[schema]@[catalog]`: the table part raw, schema and catalog optional,
+  bare or bracket-quoted (https://docs.particular.net/transports/sql/addressing).
 - Names are `[catalog].[schema].[table]` when the address names a catalog, else
   `[schema].[table]`, resolved in the connection's database. A catalog on the same server is
   reached through the same connection, so delivering there from the forwarding database is one
@@ -20,19 +22,163 @@
 - Statements use no `SET NOCOUNT`: the driver keeps NOCOUNT off for the whole session (see
   `SESSION_SETUP`), so the single-row ledger insert reports 1 or 0 rows, and the driver skips
   row-count-only results in front of a result set.
+- Connections: FreeTDS gets the options in `FREETDS_REQUIRED_OPTIONS`; the server's error
+  numbers become the bridge's exceptions through `NATIVE_ERRORS`.
 """
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from bridge.addressing import SQLSERVER as GRAMMAR
-from bridge.addressing import QueueAddress
+from bridge.addressing import AddressError, QueueAddress, check_characters, check_table
 from bridge.dialects.base import Dialect
-from bridge.drivers.base import Connection, DatabaseError, Row
+from bridge.drivers.base import (
+    AlreadyExists,
+    Connection,
+    DatabaseError,
+    DuplicateKey,
+    PermissionDenied,
+    QueueNotFound,
+    Row,
+    TransientDatabaseError,
+)
+from bridge.drivers.odbc import (
+    NativeErrors,
+    OdbcConnection,
+    parse_connection_string,
+    with_required_options,
+)
+
+if TYPE_CHECKING:
+    from bridge.config.model import DatabaseConfig
+
+# --------------------------------------------------------------------------------------------
+# Queue addresses
+# --------------------------------------------------------------------------------------------
+
+SQLSERVER_DEFAULT_SCHEMA = "dbo"
+
+
+class SqlServerGrammar:
+    """`table@[schema]@[catalog]`; schema and catalog optional, bare or bracket-quoted."""
+
+    dialect: str = "sqlserver"
+
+    def parse(self, text: str) -> QueueAddress:
+        table, at, rest = text.partition("@")
+        check_table(table, text)
+        if not at:
+            return QueueAddress(table)
+        parts: list[str | None] = []
+        position = 0
+        while True:
+            value, position = self._read_part(rest, position, text, len(parts))
+            parts.append(value)
+            if position == len(rest):
+                break
+            if len(parts) == 2:
+                raise AddressError(
+                    f"too many '@'-separated parts in address {text!r}; expected at most "
+                    "table@schema@catalog"
+                )
+            # _read_part stops on the separator; step over it to the next part.
+            position += 1
+        schema = parts[0]
+        catalog = parts[1] if len(parts) > 1 else None
+        address = QueueAddress(table, schema, catalog)
+        self._validate(address, text)
+        return address
+
+    def resolve(
+        self, address: QueueAddress, default_schema: str | None, default_catalog: str | None
+    ) -> QueueAddress:
+        resolved = QueueAddress(
+            address.table,
+            address.schema or default_schema or SQLSERVER_DEFAULT_SCHEMA,
+            address.catalog or default_catalog or None,
+        )
+        self._validate(resolved, address)
+        return resolved
+
+    def render(self, address: QueueAddress) -> str:
+        self._validate(address, address)
+        schema = self.quote_identifier(address.schema or SQLSERVER_DEFAULT_SCHEMA)
+        if not address.catalog:
+            return f"{address.table}@{schema}"
+        return f"{address.table}@{schema}@{self.quote_identifier(address.catalog)}"
+
+    def qualified_name(self, address: QueueAddress) -> str:
+        self._validate(address, address)
+        names = [address.schema or SQLSERVER_DEFAULT_SCHEMA, address.table]
+        if address.catalog:
+            names.insert(0, address.catalog)
+        return ".".join(self.quote_identifier(name) for name in names)
+
+    def quote_identifier(self, name: str) -> str:
+        return "[" + name.replace("]", "]]") + "]"
+
+    @staticmethod
+    def _validate(address: QueueAddress, source: object) -> None:
+        check_table(address.table, source)
+        if "@" in address.table:
+            # The table part runs up to the first `@`, so such a name could never be read back.
+            raise AddressError(
+                f"table name {address.table!r} contains '@', which the SQL Server address "
+                f"grammar cannot express (address {source!r})"
+            )
+        if address.schema:
+            check_characters(address.schema, "schema", source)
+        if address.catalog:
+            check_characters(address.catalog, "catalog", source)
+
+    @staticmethod
+    def _read_part(rest: str, start: int, text: str, index: int) -> tuple[str | None, int]:
+        """Read the schema (index 0) or catalog (index 1) part at `start`.
+
+        Returns the unquoted name (None when empty) and the position of the `@` that ends it,
+        or len(rest) when the part runs to the end.
+        """
+        what = ("schema", "catalog")[index]
+        if not rest.startswith("[", start):
+            end = rest.find("@", start)
+            if end < 0:
+                end = len(rest)
+            return rest[start:end] or None, end
+        chars: list[str] = []
+        position = start + 1
+        while position < len(rest):
+            char = rest[position]
+            if char != "]":
+                chars.append(char)
+                position += 1
+            elif rest.startswith("]", position + 1):
+                chars.append("]")
+                position += 2
+            else:
+                position += 1
+                if position < len(rest) and rest[position] != "@":
+                    end = rest.find("@", position)
+                    junk = rest[position:] if end < 0 else rest[position:end]
+                    raise AddressError(
+                        f"unexpected text {junk!r} after the closing ']' of the {what} in "
+                        f"address {text!r}"
+                    )
+                return "".join(chars) or None, position
+        raise AddressError(
+            f"unterminated '[' in the {what} of address {text!r}; a ']' inside a bracketed "
+            "name must be written as ']]'"
+        )
+
+
+GRAMMAR = SqlServerGrammar()
+
+# --------------------------------------------------------------------------------------------
+# SQL
+# --------------------------------------------------------------------------------------------
 
 _HEADERS = "CAST(? AS nvarchar(max))"
 _BODY = "CAST(? AS varbinary(max))"
@@ -260,7 +406,8 @@ STATEMENTS: dict[str, str] = {
     "counters_read": """
         SELECT counter, SUM(value) FROM {counters} WHERE forwarder = ?
         GROUP BY counter ORDER BY counter""",
-    # NServiceBus's own subscriber lookup (nsb-wire §4.2).
+    # NServiceBus's own subscriber lookup in its `SubscriptionRouting` table (native
+    # publish/subscribe).
     "subscribers_many": "SELECT DISTINCT QueueAddress FROM {subscriptions} WHERE Topic IN ({rows})",
     "subscribers_row": "?",
     "event_type_seen": f"""
@@ -421,7 +568,8 @@ def inspect_queue_table(
     columns: Mapping[str, str],
     indexes: Sequence[str],
 ) -> list[str]:
-    """What the transport warns about at startup (nsb-wire §2.6), plus missing permissions."""
+    """What the transport warns about at startup (a CLUSTERED RowVersion index, no index on
+    Expires, a non-Unicode Headers column), plus missing permissions."""
     problems: list[str] = []
     qualified = GRAMMAR.qualified_name(queue)
     definitions = [definition.lower() for definition in indexes]
@@ -479,8 +627,86 @@ def _decode_timestamp(value: Any) -> datetime | None:
     return datetime.fromisoformat(str(value).strip())
 
 
-SQLSERVER = Dialect(
+# --------------------------------------------------------------------------------------------
+# Connections
+# --------------------------------------------------------------------------------------------
+
+# FreeTDS options the bridge needs for correctness: a TDS version of at least 7.3 (below it,
+# datetime2 arrives as text and the max types are sent as the old text types) and UTF-8 as
+# the client character set (otherwise text outside the client's code page is lost). Microsoft's
+# ODBC Driver 18 needs nothing added; its Encrypt / TrustServerCertificate settings are a
+# security decision left to the connection string.
+FREETDS_REQUIRED_OPTIONS = {"ClientCharset": "UTF-8"}
+FREETDS_TDS_VERSION = "7.4"
+_FREETDS_GOOD_TDS_VERSION = re.compile(r"^7\.([3-9])$")
+
+
+def sqlserver_connection_string(text: str) -> str:
+    """Return the SQL Server connection string with what its driver needs for correctness.
+
+    Only a string that names the FreeTDS driver (`Driver={FreeTDS}` or a path to
+    libtdsodbc.so) gets options added; with a DSN, set them in odbc.ini.
+    """
+    pairs = parse_connection_string(text)
+    driver = next((value for key, value in pairs if key.strip().lower() == "driver"), "")
+    if not any(name in driver.lower() for name in ("freetds", "tdsodbc")):
+        return text
+    required = dict(FREETDS_REQUIRED_OPTIONS)
+    version = next((v for k, v in pairs if k.strip().lower() == "tds_version"), "")
+    if not _FREETDS_GOOD_TDS_VERSION.match(version.strip()):
+        required["TDS_Version"] = FREETDS_TDS_VERSION
+    return with_required_options(text, required)
+
+
+def _numbers(kind: type[DatabaseError], *numbers: int) -> dict[int, type[DatabaseError]]:
+    return dict.fromkeys(numbers, kind)
+
+
+# SQL Server error numbers, where they say more than the SQLSTATE (23000 is every integrity
+# violation; FreeTDS reports many errors as 42000); the ODBC driver raises the mapped type.
+NATIVE_ERRORS: NativeErrors = {
+    # 208: invalid object name; 911: database (catalog) does not exist.
+    **_numbers(QueueNotFound, 208, 911),
+    # 2601: duplicate key row in a unique index; 2627: violation of a PRIMARY KEY / UNIQUE
+    # constraint.
+    **_numbers(DuplicateKey, 2601, 2627),
+    # 2714: there is already an object named ...; 1913: an index with that name exists;
+    # 2759: CREATE SCHEMA failed because the schema exists.
+    **_numbers(AlreadyExists, 2714, 1913, 2759),
+    # 262: permission denied in database (CREATE TABLE); 2760: schema missing or no
+    # permission; 1088: cannot find the object or no permission (CREATE INDEX); 229/230:
+    # object permission.
+    **_numbers(PermissionDenied, 262, 2760, 1088, 229, 230),
+    # 1205: deadlock victim; 1222: lock request timed out; 40197, 40501, 40613: Azure SQL's
+    # "try again".
+    **_numbers(TransientDatabaseError, 1205, 1222, 40197, 40501, 40613),
+}
+
+
+def connect(database: DatabaseConfig, *, create: bool = False) -> Connection:
+    """An ODBC connection with FreeTDS's options added, `SESSION_SETUP` run, the server's error
+    numbers mapped by `NATIVE_ERRORS`, and the row-count-only results of batches skipped.
+    `create` has no effect: a server database is never created by the bridge. Raises
+    ConnectionFailed."""
+    assert database.connection is not None
+    return OdbcConnection(
+        database.name,
+        sqlserver_connection_string(database.connection),
+        timeout=database.connect_timeout,
+        session_setup=SESSION_SETUP,
+        native_errors=NATIVE_ERRORS,
+        drain_extra_results=True,
+    )
+
+
+DIALECT = Dialect(
     name="sqlserver",
+    title="SQL Server",
+    grammar=GRAMMAR,
+    connect=connect,
+    locator="connection",
+    has_schemas=True,
+    single_writer=False,
     statements=STATEMENTS,
     # Recoverable is not required: the transport works without it since 7.0.
     queue_columns=frozenset(
@@ -493,6 +719,5 @@ SQLSERVER = Dialect(
     encode_timestamp=_naive_utc,
     decode_timestamp=_decode_timestamp,
     queue_shapes=RecoverableColumn(),
-    session_setup=SESSION_SETUP,
     inspect_queue_table=inspect_queue_table,
 )

@@ -1,7 +1,9 @@
 """Database drivers. The only modules that import pyodbc or sqlite3.
 
 Everything above this layer talks to a `Connection` and sees the bridge's own exception
-types, never a driver exception or a SQLSTATE.
+types, never a driver exception or a SQLSTATE. Drivers know no dialect: a dialect's `connect`
+(bridge.dialects) picks the driver and hands it the options and error numbers it needs;
+`bridge.connections.connect` opens a connection for a configured database.
 """
 
 from bridge.drivers.base import (
@@ -16,7 +18,6 @@ from bridge.drivers.base import (
     QueueNotFound,
     TransientDatabaseError,
 )
-from bridge.drivers.factory import connect
 
 __all__ = [
     "AlreadyExists",
@@ -29,5 +30,4 @@ __all__ = [
     "PermissionDenied",
     "QueueNotFound",
     "TransientDatabaseError",
-    "connect",
 ]

@@ -1,5 +1,10 @@
-"""pyodbc connections: PostgreSQL through psqlODBC, SQL Server through Microsoft's ODBC Driver
-18 or FreeTDS.
+"""pyodbc connections, for any database with an ODBC driver.
+
+What differs from database to database is given by the dialect that opens the connection
+(`bridge.dialects.<name>.connect`): the options its connection string must carry, statements
+that set up each session, which of the server's native error numbers mean which of the
+bridge's exception types, and whether its statements yield extra row-count-only results.
+SQLSTATEs, which ODBC standardises, are classified here for every database.
 
 pyodbc is imported lazily so that the SQLite-only demo runs on a machine without unixODBC.
 """
@@ -8,7 +13,7 @@ from __future__ import annotations
 
 import re
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from bridge.drivers.base import (
@@ -24,24 +29,9 @@ from bridge.drivers.base import (
 )
 from bridge.secrets import mask_secrets
 
-# psqlODBC options the bridge needs for correctness, whatever the user's string or DSN says:
-# Protocol=7.4-0 gives native rollback semantics (the default silently wraps every statement
-# in a savepoint, 7.4-1 silently drops work); ByteaAsLongVarBinary=0 corrupts bodies over 255
-# bytes; BoolsAsChar=0 returns booleans as booleans.
-POSTGRESQL_REQUIRED_OPTIONS = {
-    "Protocol": "7.4-0",
-    "ByteaAsLongVarBinary": "1",
-    "BoolsAsChar": "0",
-}
-
-# FreeTDS options the bridge needs for correctness: a TDS version of at least 7.3 (below it,
-# datetime2 arrives as text and the max types are sent as the old text types) and UTF-8 as
-# the client character set (otherwise text outside the client's code page is lost). Microsoft's
-# ODBC Driver 18 needs nothing added; its Encrypt / TrustServerCertificate settings are a
-# security decision left to the connection string.
-FREETDS_REQUIRED_OPTIONS = {"ClientCharset": "UTF-8"}
-FREETDS_TDS_VERSION = "7.4"
-_FREETDS_GOOD_TDS_VERSION = re.compile(r"^7\.([3-9])$")
+# A server's native error numbers -> the bridge's exception types, for errors whose number
+# says more than their SQLSTATE (see `OdbcConnection`).
+NativeErrors = Mapping[int, type[DatabaseError]]
 
 MAX_CACHED_CURSORS = 64
 
@@ -65,18 +55,6 @@ _DUPLICATE_STATES = {"23505"}
 _ALREADY_EXISTS_STATES = {"42P07", "42P06", "42710"}
 _PERMISSION_DENIED_STATES = {"42501"}
 
-# SQL Server error numbers, where they say more than the SQLSTATE (23000 is every integrity
-# violation; FreeTDS reports many errors as 42000). 911: database (catalog) does not exist;
-# 1222: lock request timed out; 40197, 40501, 40613: Azure SQL's "try again".
-_SQLSERVER_MISSING_TABLE = {208, 911}
-_SQLSERVER_DUPLICATE = {2601, 2627}
-_SQLSERVER_TRANSIENT = {1205, 1222, 40197, 40501, 40613}
-# 2714: there is already an object named ...; 1913: an index with that name exists;
-# 2759: CREATE SCHEMA failed because the schema exists.
-_SQLSERVER_ALREADY_EXISTS = {2714, 1913, 2759}
-# 262: permission denied in database (CREATE TABLE); 2760: schema missing or no permission;
-# 1088: cannot find the object or no permission (CREATE INDEX); 229/230: object permission.
-_SQLSERVER_PERMISSION_DENIED = {262, 2760, 1088, 229, 230}
 _NATIVE_ERROR = re.compile(r"\((-?\d+)\)\s*\(SQL\w+\)")
 
 _PAIR = re.compile(r"\s*([^=;]+?)\s*=\s*(\{(?:[^}]|\}\})*\}|[^;]*)\s*(?:;|$)")
@@ -93,23 +71,6 @@ def with_required_options(text: str, required: dict[str, str]) -> str:
     pairs = [(k, v) for k, v in parse_connection_string(text) if k.lower() not in lowered]
     pairs.extend(required.items())
     return ";".join(f"{key}={value}" for key, value in pairs) + ";"
-
-
-def sqlserver_connection_string(text: str) -> str:
-    """Return the SQL Server connection string with what its driver needs for correctness.
-
-    Only a string that names the FreeTDS driver (`Driver={FreeTDS}` or a path to
-    libtdsodbc.so) gets options added; with a DSN, set them in odbc.ini.
-    """
-    pairs = parse_connection_string(text)
-    driver = next((value for key, value in pairs if key.strip().lower() == "driver"), "")
-    if not any(name in driver.lower() for name in ("freetds", "tdsodbc")):
-        return text
-    required = dict(FREETDS_REQUIRED_OPTIONS)
-    version = next((v for k, v in pairs if k.strip().lower() == "tds_version"), "")
-    if not _FREETDS_GOOD_TDS_VERSION.match(version.strip()):
-        required["TDS_Version"] = FREETDS_TDS_VERSION
-    return with_required_options(text, required)
 
 
 def _state_and_message(error: Exception) -> tuple[str, str]:
@@ -136,31 +97,41 @@ def _native_error(message: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def _translate(database: str, error: Exception, *, sqlserver: bool = False) -> DatabaseError:
+def _translate(
+    database: str, error: Exception, native_errors: NativeErrors | None = None
+) -> DatabaseError:
+    """The bridge's exception for a pyodbc error. With `native_errors` (not None), the
+    server's error number is read from the message, reported, and classified by that map."""
     state, message = _state_and_message(error)
-    native = _native_error(message) if sqlserver else None
+    native = _native_error(message) if native_errors is not None else None
     message = mask_secrets(_clean(message))
     text = f"{message} (SQLSTATE {state})" if state else message
     if native is not None:
         text = f"{message} (SQLSTATE {state}, error {native})"
-    translated = _classify(database, state, native, message, text)
+    kind = native_errors.get(native) if native_errors is not None and native is not None else None
+    translated = _classify(database, state, kind, message, text)
     translated.native_error = native
     return translated
 
 
+# In order of precedence: the exception types that SQLSTATEs (or native error numbers) name.
+_CLASSES: tuple[tuple[type[DatabaseError], set[str]], ...] = (
+    (QueueNotFound, _MISSING_TABLE_STATES),
+    (DuplicateKey, _DUPLICATE_STATES),
+    (AlreadyExists, _ALREADY_EXISTS_STATES),
+    (PermissionDenied, _PERMISSION_DENIED_STATES),
+    (TransientDatabaseError, _TRANSIENT_STATES),
+)
+
+
 def _classify(
-    database: str, state: str, native: int | None, message: str, text: str
+    database: str, state: str, native_kind: type[DatabaseError] | None, message: str, text: str
 ) -> DatabaseError:
-    if native in _SQLSERVER_MISSING_TABLE or state in _MISSING_TABLE_STATES:
-        return QueueNotFound(database, text)
-    if native in _SQLSERVER_DUPLICATE or state in _DUPLICATE_STATES:
-        return DuplicateKey(database, text)
-    if native in _SQLSERVER_ALREADY_EXISTS or state in _ALREADY_EXISTS_STATES:
-        return AlreadyExists(database, text)
-    if native in _SQLSERVER_PERMISSION_DENIED or state in _PERMISSION_DENIED_STATES:
-        return PermissionDenied(database, text)
-    if native in _SQLSERVER_TRANSIENT or state in _TRANSIENT_STATES:
-        return TransientDatabaseError(database, text)
+    for kind, states in _CLASSES:
+        if native_kind is kind or state in states:
+            return kind(database, text)
+    if native_kind is not None:
+        return native_kind(database, text)
     if state in _CONNECTION_LOST_STATES or ("connection" in message.lower() and "lost" in message):
         return ConnectionLost(database, text)
     return DatabaseError(database, text)
@@ -174,25 +145,27 @@ class OdbcConnection:
         database: str,
         connection_string: str,
         *,
-        dialect: str,
         timeout: float,
         session_setup: Sequence[str] = (),
+        native_errors: NativeErrors | None = None,
+        drain_extra_results: bool = False,
     ):
-        """Connect; `session_setup` statements run once, before anything else. Raises
-        ConnectionFailed."""
+        """Connect with `connection_string` as given (the dialect has added what it needs).
+
+        `session_setup` statements run once, before anything else. `native_errors`: None when
+        the driver's native error numbers mean nothing (psqlODBC reports the query's number
+        there); otherwise the server's numbers are reported with each error, kept as
+        `DatabaseError.native_error`, and those in the map raise the mapped type.
+        `drain_extra_results`: statements may yield row-count-only results around their result
+        set (one per statement of a batch); they are skipped, so the connection is free for the
+        next statement. Raises ConnectionFailed.
+        """
         import pyodbc  # lazy: see the module docstring
 
         self.database = database
         pyodbc.native_uuid = True  # uuid columns as uuid.UUID, not upper-case strings
-        if dialect == "postgresql":
-            connection_string = with_required_options(
-                connection_string, POSTGRESQL_REQUIRED_OPTIONS
-            )
-        # SQL Server batches can yield row-count-only results around a result set (one per
-        # statement); they are skipped, so the connection is free for the next statement.
-        self._sqlserver = dialect == "sqlserver"
-        if self._sqlserver:
-            connection_string = sqlserver_connection_string(connection_string)
+        self._native_errors = native_errors
+        self._drain = drain_extra_results
         try:
             self._connection = pyodbc.connect(
                 connection_string, autocommit=False, timeout=max(1, round(timeout))
@@ -208,7 +181,7 @@ class OdbcConnection:
             self._connection.commit()
         except pyodbc.Error as error:
             self._connection.close()
-            failure = _translate(database, error, sqlserver=self._sqlserver)
+            failure = _translate(database, error, native_errors)
             raise ConnectionFailed(
                 database, f"cannot set up the session: {failure.detail}"
             ) from None
@@ -226,12 +199,12 @@ class OdbcConnection:
             cursor = self._cursor_for(sql)
             cursor.execute(sql, *params)
             count = int(cursor.rowcount)
-            if self._sqlserver:
+            if self._drain:
                 while cursor.nextset():
                     pass
             return count
         except self._pyodbc_error as error:
-            raise _translate(self.database, error, sqlserver=self._sqlserver) from None
+            raise _translate(self.database, error, self._native_errors) from None
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         batch = [tuple(row) for row in rows]
@@ -240,7 +213,7 @@ class OdbcConnection:
         try:
             self._cursor_for(sql).executemany(sql, batch)
         except self._pyodbc_error as error:
-            raise _translate(self.database, error, sqlserver=self._sqlserver) from None
+            raise _translate(self.database, error, self._native_errors) from None
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         return self._fetch(sql, params)[1]
@@ -254,7 +227,7 @@ class OdbcConnection:
         try:
             cursor = self._cursor_for(sql)
             cursor.execute(sql, *params)
-            if self._sqlserver:
+            if self._drain:
                 while cursor.description is None and cursor.nextset():
                     pass
             # psqlODBC gives no result set at all for a RETURNING that matched zero rows.
@@ -263,12 +236,12 @@ class OdbcConnection:
             else:
                 names = [column[0].lower() for column in cursor.description]
                 rows = [tuple(row) for row in cursor.fetchall()]
-            if self._sqlserver:
+            if self._drain:
                 while cursor.nextset():
                     pass
             return names, rows
         except self._pyodbc_error as error:
-            raise _translate(self.database, error, sqlserver=self._sqlserver) from None
+            raise _translate(self.database, error, self._native_errors) from None
 
     def _cursor_for(self, sql: str) -> Any:
         cursor = self._cursors.get(sql)
@@ -286,7 +259,7 @@ class OdbcConnection:
         try:
             self._connection.commit()
         except self._pyodbc_error as error:
-            raise _translate(self.database, error, sqlserver=self._sqlserver) from None
+            raise _translate(self.database, error, self._native_errors) from None
 
     def rollback(self) -> None:
         try:

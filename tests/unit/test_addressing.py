@@ -6,16 +6,13 @@ import dataclasses
 
 import pytest
 
-from bridge.addressing import (
-    GRAMMARS,
-    POSTGRESQL,
-    SQLITE,
-    SQLSERVER,
-    AddressError,
-    AddressGrammar,
-    QueueAddress,
-    grammar_for,
-)
+from bridge.addressing import AddressError, AddressGrammar, QueueAddress
+from bridge.dialects.postgresql import GRAMMAR as POSTGRESQL
+from bridge.dialects.registry import grammar_for, grammars
+from bridge.dialects.sqlite import GRAMMAR as SQLITE
+from bridge.dialects.sqlserver import GRAMMAR as SQLSERVER
+
+GRAMMARS = grammars()
 
 QA = QueueAddress
 

@@ -10,9 +10,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from bridge.addressing import GRAMMARS, QueueAddress
-from bridge.addressing import POSTGRESQL as PG_GRAMMAR
-from bridge.addressing import SQLITE as SQLITE_GRAMMAR
+from bridge.addressing import QueueAddress
 from bridge.dialects import STATEMENT_NAMES, Dialect, dialect_for
 from bridge.dialects.base import (
     COUNTERS_TABLE,
@@ -20,6 +18,11 @@ from bridge.dialects.base import (
     LEDGER_TABLE,
     RETRY_TABLE,
 )
+from bridge.dialects.postgresql import GRAMMAR as PG_GRAMMAR
+from bridge.dialects.registry import grammars
+from bridge.dialects.sqlite import GRAMMAR as SQLITE_GRAMMAR
+
+GRAMMARS = grammars()
 
 DIALECT_NAMES = ["postgresql", "sqlite"]
 TABLE_PLACEHOLDERS = {

@@ -19,16 +19,16 @@ from typing import Any
 
 import pytest
 
-from bridge.addressing import SQLSERVER as GRAMMAR
 from bridge.addressing import QueueAddress
 from bridge.config.model import DatabaseConfig, RouteConfig
 from bridge.dialects import STATEMENT_NAMES, dialect_for
 from bridge.dialects.postgresql import STATEMENTS as PG_STATEMENTS
+from bridge.dialects.sqlserver import DIALECT as SQLSERVER
 from bridge.dialects.sqlserver import (
+    GRAMMAR,
     PERMISSIONS_QUERY,
     RECOVERABLE_LOOKUP,
     SESSION_SETUP,
-    SQLSERVER,
     WITHOUT_RECOVERABLE,
     RecoverableColumn,
     inspect_queue_table,

@@ -1,32 +1,31 @@
-"""The ODBC driver's SQL Server side (bridge.drivers.odbc): connection options for FreeTDS and
-ODBC Driver 18, SQL Server errors as the bridge's exceptions, and pyodbc result handling.
+"""SQL Server through the ODBC driver: the dialect's connection options for FreeTDS and ODBC
+Driver 18 and its error numbers (bridge.dialects.sqlserver), turned into the bridge's exceptions
+and pyodbc result handling by the driver (bridge.drivers.odbc).
 
 pyodbc itself is replaced by a fake here: no SQL Server runs where these tests run.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import pyodbc
 import pytest
 
-from bridge.dialects.sqlserver import SESSION_SETUP
+from bridge.config.model import DatabaseConfig
+from bridge.dialects import dialect_for
+from bridge.dialects.sqlserver import NATIVE_ERRORS, SESSION_SETUP, sqlserver_connection_string
 from bridge.drivers import (
+    AlreadyExists,
     ConnectionFailed,
     ConnectionLost,
     DatabaseError,
     DuplicateKey,
+    PermissionDenied,
     QueueNotFound,
     TransientDatabaseError,
 )
-from bridge.drivers.odbc import (
-    OdbcConnection,
-    _translate,
-    parse_connection_string,
-    sqlserver_connection_string,
-)
+from bridge.drivers.odbc import OdbcConnection, _translate, parse_connection_string
 
 # --------------------------------------------------------------------------------------------
 # Connection strings
@@ -193,7 +192,7 @@ def _error(state: str, text: str, native: int, more: str = "") -> pyodbc.Error:
 def test_sqlserver_errors_become_the_bridges_exceptions(
     error: pyodbc.Error, kind: type[DatabaseError], native: int, detail: str
 ) -> None:
-    translated = _translate("receiver", error, sqlserver=True)
+    translated = _translate("receiver", error, NATIVE_ERRORS)
     assert type(translated) is kind
     assert translated.native_error == native
     assert translated.detail == detail
@@ -214,7 +213,40 @@ def test_postgresql_errors_carry_no_native_number() -> None:
 
 def test_passwords_never_reach_the_error_text() -> None:
     error = _error("28000", f"{MS}Login failed for user 'bridge'. Pwd=hunter2-Sup3rSecret", 18456)
-    assert "hunter2" not in str(_translate("db", error, sqlserver=True))
+    assert "hunter2" not in str(_translate("db", error, NATIVE_ERRORS))
+
+
+def test_the_sqlserver_error_numbers_the_driver_is_given() -> None:
+    # Data of the dialect, not knowledge of the driver: the ODBC driver gets this map.
+    assert dict(NATIVE_ERRORS) == {
+        208: QueueNotFound,
+        911: QueueNotFound,
+        2601: DuplicateKey,
+        2627: DuplicateKey,
+        2714: AlreadyExists,
+        1913: AlreadyExists,
+        2759: AlreadyExists,
+        262: PermissionDenied,
+        2760: PermissionDenied,
+        1088: PermissionDenied,
+        229: PermissionDenied,
+        230: PermissionDenied,
+        1205: TransientDatabaseError,
+        1222: TransientDatabaseError,
+        40197: TransientDatabaseError,
+        40501: TransientDatabaseError,
+        40613: TransientDatabaseError,
+    }
+
+
+@pytest.mark.parametrize("number", [2714, 262, 40613])
+def test_a_mapped_number_decides_even_under_a_generic_sqlstate(number: int) -> None:
+    error = _error("42000", f"{TDS}Something went wrong.", number)
+    assert type(_translate("receiver", error, NATIVE_ERRORS)) is NATIVE_ERRORS[number]
+    # Without the map (PostgreSQL's driver puts a meaningless number there), it is not read.
+    translated = _translate("receiver", error)
+    assert type(translated) is DatabaseError
+    assert translated.native_error is None
 
 
 # --------------------------------------------------------------------------------------------
@@ -294,14 +326,14 @@ def fake_pyodbc(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     return seen
 
 
-def _open(dialect: str = "sqlserver", setup: Sequence[str] = SESSION_SETUP) -> OdbcConnection:
-    return OdbcConnection(
-        "receiver",
-        "Driver={FreeTDS};Server=db;Uid=u;Pwd=p",
-        dialect=dialect,
-        timeout=5,
-        session_setup=setup,
+def _open(dialect: str = "sqlserver") -> OdbcConnection:
+    """A connection opened as the dialect opens it (its options, session setup, errors)."""
+    database = DatabaseConfig(
+        "receiver", dialect, connection="Driver={FreeTDS};Server=db;Uid=u;Pwd=p", connect_timeout=5
     )
+    connection = dialect_for(dialect).connect(database)
+    assert isinstance(connection, OdbcConnection)
+    return connection
 
 
 def test_a_sqlserver_connection_sets_up_its_session_first(fake_pyodbc: dict[str, Any]) -> None:
@@ -352,7 +384,7 @@ def test_execute_returns_the_first_row_count_and_drains_the_rest(
 
 
 def test_postgresql_connections_do_not_look_for_more_results(fake_pyodbc: dict[str, Any]) -> None:
-    connection = _open("postgresql", ())
+    connection = _open("postgresql")
     fake = fake_pyodbc["connection"]
     fake.script = [[(2, None)]]
     assert connection.execute("UPDATE ...") == 2
