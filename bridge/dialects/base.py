@@ -20,13 +20,28 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from bridge.addressing import AddressGrammar, QueueAddress
 from bridge.drivers.base import Connection, DatabaseError, Row
 
-if TYPE_CHECKING:
-    from bridge.config.model import DatabaseConfig
+
+class ConfiguredDatabase(Protocol):
+    """What a dialect needs to open a connection: the configured database, as
+    `bridge.config.model.DatabaseConfig` has it (declared here so that dialects sit below the
+    config package, which asks the registry for them)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def connection(self) -> str | None: ...
+
+    @property
+    def path(self) -> str | None: ...
+
+    @property
+    def connect_timeout(self) -> float: ...
 
 # Every dialect defines exactly these statements (a unit test holds them to it).
 STATEMENT_NAMES = frozenset(
@@ -127,7 +142,7 @@ class Connector(Protocol):
     ConnectionFailed.
     """
 
-    def __call__(self, database: DatabaseConfig, *, create: bool = False) -> Connection: ...
+    def __call__(self, database: ConfiguredDatabase, *, create: bool = False) -> Connection: ...
 
 
 def sql_string_literal(text: str) -> str:

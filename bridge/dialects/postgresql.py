@@ -15,15 +15,12 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from bridge.addressing import AddressError, QueueAddress, check_characters, check_table
-from bridge.dialects.base import Dialect
+from bridge.dialects.base import ConfiguredDatabase, Dialect
 from bridge.drivers.base import Connection
 from bridge.drivers.odbc import OdbcConnection, with_required_options
-
-if TYPE_CHECKING:
-    from bridge.config.model import DatabaseConfig
 
 # --------------------------------------------------------------------------------------------
 # Queue addresses
@@ -359,7 +356,7 @@ POSTGRESQL_REQUIRED_OPTIONS = {
 }
 
 
-def connect(database: DatabaseConfig, *, create: bool = False) -> Connection:
+def connect(database: ConfiguredDatabase, *, create: bool = False) -> Connection:
     """An ODBC connection with `POSTGRESQL_REQUIRED_OPTIONS` set. `create` has no effect: a
     server database is never created by the bridge. Raises ConnectionFailed."""
     assert database.connection is not None

@@ -17,16 +17,13 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from bridge.addressing import AddressError, QueueAddress, check_table
-from bridge.dialects.base import Dialect
+from bridge.dialects.base import ConfiguredDatabase, Dialect
 from bridge.dialects.sqlserver import GRAMMAR as SQLSERVER_GRAMMAR
 from bridge.drivers.base import Connection
 from bridge.drivers.sqlite import SqliteConnection
-
-if TYPE_CHECKING:
-    from bridge.config.model import DatabaseConfig
 
 # --------------------------------------------------------------------------------------------
 # Queue addresses
@@ -277,7 +274,7 @@ def _decode_timestamp(value: Any) -> datetime | None:
 # --------------------------------------------------------------------------------------------
 
 
-def connect(database: DatabaseConfig, *, create: bool = False) -> Connection:
+def connect(database: ConfiguredDatabase, *, create: bool = False) -> Connection:
     """The database file through the standard library's sqlite3 (not ODBC: the SQLite ODBC
     driver drops the rows of `DELETE ... RETURNING`). A missing file is an unavailable
     database unless `create`. Raises ConnectionFailed."""

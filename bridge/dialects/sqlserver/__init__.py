@@ -1,0 +1,205 @@
+"""SQL Server: the NServiceBus SQL Server transport's queue tables and runtime SQL, for pyodbc
+with Microsoft's ODBC Driver 18 or FreeTDS.
+
+- Addresses are `table@[schema]@[catalog]`: the table part raw, schema and catalog optional,
+  bare or bracket-quoted (https://docs.particular.net/transports/sql/addressing).
+- Names are `[catalog].[schema].[table]` when the address names a catalog, else
+  `[schema].[table]`, resolved in the connection's database. A catalog on the same server is
+  reached through the same connection, so delivering there from the forwarding database is one
+  local transaction.
+- Queue times are UTC wall-clock `datetime`, compared with `GETUTCDATE()` on the server as the
+  transport does. The bridge's own tables use `datetime2`, so a retried message keeps its
+  `Expires` to the microsecond.
+- Headers and bodies are CAST to `nvarchar(max)` / `varbinary(max)` wherever they are bound.
+  pyodbc binds a str of more than 2000 characters as SQL_WLONGVARCHAR (`ntext`) with data at
+  execution, the only long form FreeTDS accepts, and a NULL whose type it cannot describe as
+  `varchar`; with the CASTs the server sees max types either way, in every row of a multi-row
+  INSERT.
+- The install batches follow the transport's installer: look for the table, take an exclusive
+  application lock, look again, create, and swallow errors 2714 / 1913 (object / index exists)
+  from a racing installer. Each is one batch with no `;` at a line end, because the installer
+  splits scripts there.
+- Statements use no `SET NOCOUNT`: the driver keeps NOCOUNT off for the whole session (see
+  `SESSION_SETUP`), so the single-row ledger insert reports 1 or 0 rows, and the driver skips
+  row-count-only results in front of a result set.
+- Connections: FreeTDS gets the options in `FREETDS_REQUIRED_OPTIONS`; the server's error
+  numbers become the bridge's exceptions through `NATIVE_ERRORS`.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from datetime import datetime
+from typing import Any
+
+from bridge.dialects.base import ConfiguredDatabase, Dialect
+from bridge.dialects.sqlserver.grammar import GRAMMAR, SQLSERVER_DEFAULT_SCHEMA, SqlServerGrammar
+from bridge.dialects.sqlserver.queue_tables import (
+    PERMISSIONS_QUERY,
+    RECOVERABLE_LOOKUP,
+    RecoverableColumn,
+    inspect_queue_table,
+)
+from bridge.dialects.sqlserver.statements import STATEMENTS, WITHOUT_RECOVERABLE
+from bridge.drivers.base import (
+    AlreadyExists,
+    Connection,
+    DatabaseError,
+    DuplicateKey,
+    PermissionDenied,
+    QueueNotFound,
+    TransientDatabaseError,
+)
+from bridge.drivers.odbc import (
+    NativeErrors,
+    OdbcConnection,
+    parse_connection_string,
+    with_required_options,
+)
+
+__all__ = [
+    "DIALECT",
+    "FREETDS_REQUIRED_OPTIONS",
+    "FREETDS_TDS_VERSION",
+    "GRAMMAR",
+    "NATIVE_ERRORS",
+    "PERMISSIONS_QUERY",
+    "RECOVERABLE_LOOKUP",
+    "SESSION_SETUP",
+    "SQLSERVER_DEFAULT_SCHEMA",
+    "STATEMENTS",
+    "WITHOUT_RECOVERABLE",
+    "RecoverableColumn",
+    "SqlServerGrammar",
+    "connect",
+    "inspect_queue_table",
+    "sqlserver_connection_string",
+]
+
+# Run on every new connection. ODBC drivers mostly connect with these options already, but a
+# server's `user options` can change them: the filtered Index_Expires makes INSERT and DELETE
+# fail (error 1934) without the first two lines; NOCOUNT must be off for the row counts the
+# bridge reads; XACT_ABORT must be off so a failed statement leaves the transaction usable for
+# a rollback to a savepoint.
+SESSION_SETUP = (
+    "SET ANSI_NULLS, ANSI_PADDING, ANSI_WARNINGS, ARITHABORT, CONCAT_NULL_YIELDS_NULL, "
+    "QUOTED_IDENTIFIER ON",
+    "SET NUMERIC_ROUNDABORT OFF",
+    "SET NOCOUNT OFF",
+    "SET XACT_ABORT OFF",
+)
+
+
+def _decode_id(value: Any) -> uuid.UUID:
+    return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
+
+
+def _naive_utc(value: datetime | None) -> datetime | None:
+    # datetime / datetime2 hold UTC wall-clock time; bind naive UTC datetimes.
+    if value is not None and value.tzinfo is not None:
+        raise ValueError("timestamps must be naive UTC")
+    return value
+
+
+def _decode_timestamp(value: Any) -> datetime | None:
+    # FreeTDS below TDS 7.3 returns datetime2 as text.
+    if value is None or isinstance(value, datetime):
+        return value
+    return datetime.fromisoformat(str(value).strip())
+
+
+# --------------------------------------------------------------------------------------------
+# Connections
+# --------------------------------------------------------------------------------------------
+
+# FreeTDS options the bridge needs for correctness: a TDS version of at least 7.3 (below it,
+# datetime2 arrives as text and the max types are sent as the old text types) and UTF-8 as
+# the client character set (otherwise text outside the client's code page is lost). Microsoft's
+# ODBC Driver 18 needs nothing added; its Encrypt / TrustServerCertificate settings are a
+# security decision left to the connection string.
+FREETDS_REQUIRED_OPTIONS = {"ClientCharset": "UTF-8"}
+FREETDS_TDS_VERSION = "7.4"
+_FREETDS_GOOD_TDS_VERSION = re.compile(r"^7\.([3-9])$")
+
+
+def sqlserver_connection_string(text: str) -> str:
+    """Return the SQL Server connection string with what its driver needs for correctness.
+
+    Only a string that names the FreeTDS driver (`Driver={FreeTDS}` or a path to
+    libtdsodbc.so) gets options added; with a DSN, set them in odbc.ini.
+    """
+    pairs = parse_connection_string(text)
+    driver = next((value for key, value in pairs if key.strip().lower() == "driver"), "")
+    if not any(name in driver.lower() for name in ("freetds", "tdsodbc")):
+        return text
+    required = dict(FREETDS_REQUIRED_OPTIONS)
+    version = next((v for k, v in pairs if k.strip().lower() == "tds_version"), "")
+    if not _FREETDS_GOOD_TDS_VERSION.match(version.strip()):
+        required["TDS_Version"] = FREETDS_TDS_VERSION
+    return with_required_options(text, required)
+
+
+def _numbers(kind: type[DatabaseError], *numbers: int) -> dict[int, type[DatabaseError]]:
+    return dict.fromkeys(numbers, kind)
+
+
+# SQL Server error numbers, where they say more than the SQLSTATE (23000 is every integrity
+# violation; FreeTDS reports many errors as 42000); the ODBC driver raises the mapped type.
+NATIVE_ERRORS: NativeErrors = {
+    # 208: invalid object name; 911: database (catalog) does not exist.
+    **_numbers(QueueNotFound, 208, 911),
+    # 2601: duplicate key row in a unique index; 2627: violation of a PRIMARY KEY / UNIQUE
+    # constraint.
+    **_numbers(DuplicateKey, 2601, 2627),
+    # 2714: there is already an object named ...; 1913: an index with that name exists;
+    # 2759: CREATE SCHEMA failed because the schema exists.
+    **_numbers(AlreadyExists, 2714, 1913, 2759),
+    # 262: permission denied in database (CREATE TABLE); 2760: schema missing or no
+    # permission; 1088: cannot find the object or no permission (CREATE INDEX); 229/230:
+    # object permission.
+    **_numbers(PermissionDenied, 262, 2760, 1088, 229, 230),
+    # 1205: deadlock victim; 1222: lock request timed out; 40197, 40501, 40613: Azure SQL's
+    # "try again".
+    **_numbers(TransientDatabaseError, 1205, 1222, 40197, 40501, 40613),
+}
+
+
+def connect(database: ConfiguredDatabase, *, create: bool = False) -> Connection:
+    """An ODBC connection with FreeTDS's options added, `SESSION_SETUP` run, the server's error
+    numbers mapped by `NATIVE_ERRORS`, and the row-count-only results of batches skipped.
+    `create` has no effect: a server database is never created by the bridge. Raises
+    ConnectionFailed."""
+    assert database.connection is not None
+    return OdbcConnection(
+        database.name,
+        sqlserver_connection_string(database.connection),
+        timeout=database.connect_timeout,
+        session_setup=SESSION_SETUP,
+        native_errors=NATIVE_ERRORS,
+        drain_extra_results=True,
+    )
+
+
+DIALECT = Dialect(
+    name="sqlserver",
+    title="SQL Server",
+    grammar=GRAMMAR,
+    connect=connect,
+    locator="connection",
+    has_schemas=True,
+    single_writer=False,
+    statements=STATEMENTS,
+    # Recoverable is not required: the transport works without it since 7.0.
+    queue_columns=frozenset(
+        {"id", "correlationid", "replytoaddress", "expires", "headers", "body", "rowversion"}
+    ),
+    queue_indexed_columns=("rowversion",),
+    keep_destination_connections=True,
+    encode_id=lambda value: value,
+    decode_id=_decode_id,
+    encode_timestamp=_naive_utc,
+    decode_timestamp=_decode_timestamp,
+    queue_shapes=RecoverableColumn(),
+    inspect_queue_table=inspect_queue_table,
+)

@@ -1,0 +1,125 @@
+"""SQL Server queue addresses: `table@[schema]@[catalog]`, as the transport writes them."""
+
+from __future__ import annotations
+
+from bridge.addressing import AddressError, QueueAddress, check_characters, check_table
+
+# --------------------------------------------------------------------------------------------
+# Queue addresses
+# --------------------------------------------------------------------------------------------
+
+SQLSERVER_DEFAULT_SCHEMA = "dbo"
+
+
+class SqlServerGrammar:
+    """`table@[schema]@[catalog]`; schema and catalog optional, bare or bracket-quoted."""
+
+    dialect: str = "sqlserver"
+
+    def parse(self, text: str) -> QueueAddress:
+        table, at, rest = text.partition("@")
+        check_table(table, text)
+        if not at:
+            return QueueAddress(table)
+        parts: list[str | None] = []
+        position = 0
+        while True:
+            value, position = self._read_part(rest, position, text, len(parts))
+            parts.append(value)
+            if position == len(rest):
+                break
+            if len(parts) == 2:
+                raise AddressError(
+                    f"too many '@'-separated parts in address {text!r}; expected at most "
+                    "table@schema@catalog"
+                )
+            # _read_part stops on the separator; step over it to the next part.
+            position += 1
+        schema = parts[0]
+        catalog = parts[1] if len(parts) > 1 else None
+        address = QueueAddress(table, schema, catalog)
+        self._validate(address, text)
+        return address
+
+    def resolve(
+        self, address: QueueAddress, default_schema: str | None, default_catalog: str | None
+    ) -> QueueAddress:
+        resolved = QueueAddress(
+            address.table,
+            address.schema or default_schema or SQLSERVER_DEFAULT_SCHEMA,
+            address.catalog or default_catalog or None,
+        )
+        self._validate(resolved, address)
+        return resolved
+
+    def render(self, address: QueueAddress) -> str:
+        self._validate(address, address)
+        schema = self.quote_identifier(address.schema or SQLSERVER_DEFAULT_SCHEMA)
+        if not address.catalog:
+            return f"{address.table}@{schema}"
+        return f"{address.table}@{schema}@{self.quote_identifier(address.catalog)}"
+
+    def qualified_name(self, address: QueueAddress) -> str:
+        self._validate(address, address)
+        names = [address.schema or SQLSERVER_DEFAULT_SCHEMA, address.table]
+        if address.catalog:
+            names.insert(0, address.catalog)
+        return ".".join(self.quote_identifier(name) for name in names)
+
+    def quote_identifier(self, name: str) -> str:
+        return "[" + name.replace("]", "]]") + "]"
+
+    @staticmethod
+    def _validate(address: QueueAddress, source: object) -> None:
+        check_table(address.table, source)
+        if "@" in address.table:
+            # The table part runs up to the first `@`, so such a name could never be read back.
+            raise AddressError(
+                f"table name {address.table!r} contains '@', which the SQL Server address "
+                f"grammar cannot express (address {source!r})"
+            )
+        if address.schema:
+            check_characters(address.schema, "schema", source)
+        if address.catalog:
+            check_characters(address.catalog, "catalog", source)
+
+    @staticmethod
+    def _read_part(rest: str, start: int, text: str, index: int) -> tuple[str | None, int]:
+        """Read the schema (index 0) or catalog (index 1) part at `start`.
+
+        Returns the unquoted name (None when empty) and the position of the `@` that ends it,
+        or len(rest) when the part runs to the end.
+        """
+        what = ("schema", "catalog")[index]
+        if not rest.startswith("[", start):
+            end = rest.find("@", start)
+            if end < 0:
+                end = len(rest)
+            return rest[start:end] or None, end
+        chars: list[str] = []
+        position = start + 1
+        while position < len(rest):
+            char = rest[position]
+            if char != "]":
+                chars.append(char)
+                position += 1
+            elif rest.startswith("]", position + 1):
+                chars.append("]")
+                position += 2
+            else:
+                position += 1
+                if position < len(rest) and rest[position] != "@":
+                    end = rest.find("@", position)
+                    junk = rest[position:] if end < 0 else rest[position:end]
+                    raise AddressError(
+                        f"unexpected text {junk!r} after the closing ']' of the {what} in "
+                        f"address {text!r}"
+                    )
+                return "".join(chars) or None, position
+        raise AddressError(
+            f"unterminated '[' in the {what} of address {text!r}; a ']' inside a bracketed "
+            "name must be written as ']]'"
+        )
+
+
+GRAMMAR = SqlServerGrammar()

@@ -1,0 +1,335 @@
+"""The SQL Server dialect's statements: the transport's queue DDL, receive and send, and the
+bridge's own tables (see the package docstring)."""
+
+from __future__ import annotations
+
+# --------------------------------------------------------------------------------------------
+# SQL
+# --------------------------------------------------------------------------------------------
+
+_HEADERS = "CAST(? AS nvarchar(max))"
+_BODY = "CAST(? AS varbinary(max))"
+_EXPIRED_QUEUE = (
+    "CASE WHEN deleted.Expires IS NULL THEN 0 WHEN deleted.Expires > GETUTCDATE() THEN 0 ELSE 1 END"
+)
+_EXPIRED_RETRY = (
+    "CASE WHEN deleted.expires IS NULL THEN 0 WHEN deleted.expires > SYSUTCDATETIME() THEN 0 "
+    "ELSE 1 END"
+)
+
+# SQL Server errors the transport swallows when two installers create the same table.
+_ALREADY_EXISTS = "2714, 1913"
+
+
+def _create_if_missing(table: str, ddl: str) -> str:
+    """One idempotent batch creating the table `{table}` with `ddl` (see the module docstring)."""
+    name = "N{" + table + "_literal}"
+    release = f"EXEC sp_releaseapplock @Resource = {name}, @LockOwner = 'Session'"
+    body = "\n".join("                " + line for line in ddl.strip("\n").splitlines())
+    return f"""
+        IF OBJECT_ID({name}, N'U') IS NULL
+        BEGIN
+            EXEC sp_getapplock @Resource = {name}, @LockMode = 'Exclusive',
+                @LockOwner = 'Session'
+            BEGIN TRY
+                IF OBJECT_ID({name}, N'U') IS NULL
+                BEGIN
+{body}
+                END
+            END TRY
+            BEGIN CATCH
+                IF ERROR_NUMBER() NOT IN ({_ALREADY_EXISTS})
+                BEGIN
+                    {release}; THROW
+                END
+            END CATCH
+            {release}
+        END"""
+
+
+_QUEUE_DDL = """
+    CREATE TABLE {queue} (
+        Id uniqueidentifier NOT NULL,
+        CorrelationId varchar(255),
+        ReplyToAddress varchar(255),
+        Recoverable bit NOT NULL,
+        Expires datetime,
+        Headers nvarchar(max) NOT NULL,
+        Body varbinary(max),
+        RowVersion bigint IDENTITY(1,1) NOT NULL
+    )
+    CREATE NONCLUSTERED INDEX [Index_RowVersion] ON {queue} (RowVersion)
+    CREATE NONCLUSTERED INDEX [Index_Expires] ON {queue} (Expires) INCLUDE (Id, RowVersion)
+        WHERE Expires IS NOT NULL"""
+
+_RETRY_DDL = """
+    CREATE TABLE {retry} (
+        seq bigint IDENTITY(1,1) NOT NULL PRIMARY KEY,
+        id uniqueidentifier NOT NULL,
+        forwarder nvarchar(200) NOT NULL,
+        destination nvarchar(1000) NOT NULL,
+        destination_database nvarchar(200) NULL,
+        expires datetime2,
+        headers nvarchar(max) NOT NULL,
+        body varbinary(max),
+        attempts int NOT NULL,
+        first_failure_at datetime2 NOT NULL,
+        next_attempt_at datetime2 NOT NULL,
+        last_error nvarchar(max) NOT NULL
+    )
+    CREATE INDEX {retry_index_due} ON {retry} (forwarder, next_attempt_at)"""
+
+# The key stays within the 1700 bytes of a nonclustered index key (SQL Server 2016 and later);
+# clustering on the time keeps the table compact while old entries are cleaned out.
+_LEDGER_DDL = """
+    CREATE TABLE {ledger} (
+        message_id nvarchar(200) NOT NULL,
+        destination nvarchar(600) NOT NULL,
+        forwarded_at datetime2 NOT NULL,
+        PRIMARY KEY NONCLUSTERED (message_id, destination)
+    )
+    CREATE CLUSTERED INDEX {ledger_index_forwarded} ON {ledger} (forwarded_at)"""
+
+_COUNTERS_DDL = """
+    CREATE TABLE {counters} (
+        forwarder nvarchar(200) NOT NULL,
+        counter nvarchar(100) NOT NULL,
+        slot int NOT NULL,
+        value bigint NOT NULL,
+        PRIMARY KEY (forwarder, counter, slot)
+    )"""
+
+_DESTINATION_STATES_DDL = """
+    CREATE TABLE {destination_states} (
+        destination_database nvarchar(200) NOT NULL PRIMARY KEY,
+        state nvarchar(20) NOT NULL,
+        since datetime2 NOT NULL,
+        last_error nvarchar(max) NULL,
+        next_probe_at datetime2 NULL,
+        updated_at datetime2 NOT NULL,
+        reported_by nvarchar(200) NOT NULL
+    )"""
+
+_EVENT_TYPES_DDL = """
+    CREATE TABLE {event_types} (
+        forwarder nvarchar(200) NOT NULL,
+        event_type nvarchar(600) NOT NULL,
+        last_seen_at datetime2 NOT NULL,
+        subscribers nvarchar(max) NOT NULL,
+        PRIMARY KEY NONCLUSTERED (forwarder, event_type)
+    )"""
+
+STATEMENTS: dict[str, str] = {
+    "create_schema": """
+        IF NOT EXISTS (SELECT 1 FROM sys.schemas WHERE QUOTENAME(name) = N{schema_literal})
+        BEGIN
+            BEGIN TRY
+                EXEC (N'CREATE SCHEMA ' + N{schema_literal})
+            END TRY
+            BEGIN CATCH
+                IF ERROR_NUMBER() <> 2714 THROW
+            END CATCH
+        END""",
+    "create_queue": _create_if_missing("queue", _QUEUE_DDL),
+    "create_retry_table": _create_if_missing("retry", _RETRY_DDL),
+    "create_ledger_table": _create_if_missing("ledger", _LEDGER_DDL),
+    "create_counters_table": _create_if_missing("counters", _COUNTERS_DDL),
+    "create_event_types_table": _create_if_missing("event_types", _EVENT_TYPES_DDL),
+    "create_destination_states_table": _create_if_missing(
+        "destination_states", _DESTINATION_STATES_DDL
+    ),
+    # The transport's peek (6.2+): rows other receivers hold are skipped, not waited for.
+    "peek": """
+        SELECT COALESCE(MAX(RowVersion) - MIN(RowVersion) + 1, 0)
+        FROM {queue} WITH (READPAST, READCOMMITTEDLOCK)""",
+    # The transport's receive, TOP(?) rows at a time instead of one.
+    "receive_batch": f"""
+        WITH message AS (
+            SELECT TOP (?) * FROM {{queue}} WITH (UPDLOCK, READPAST, ROWLOCK)
+            ORDER BY RowVersion)
+        DELETE FROM message
+        OUTPUT deleted.Id, {_EXPIRED_QUEUE} AS expired, deleted.Expires, deleted.Headers,
+               deleted.Body, deleted.RowVersion AS seq""",
+    # A bulk drain's claim: the receive inside one RowVersion range; the caller binds (first,
+    # last, limit) as for the other dialects, hence the variables.
+    "receive_range": f"""
+        DECLARE @first bigint = ?, @last bigint = ?, @limit int = ?;
+        WITH message AS (
+            SELECT TOP (@limit) * FROM {{queue}} WITH (UPDLOCK, READPAST, ROWLOCK)
+            WHERE RowVersion BETWEEN @first AND @last
+            ORDER BY RowVersion)
+        DELETE FROM message
+        OUTPUT deleted.Id, {_EXPIRED_QUEUE} AS expired, deleted.Expires, deleted.Headers,
+               deleted.Body, deleted.RowVersion AS seq""",
+    "queue_seq_bounds": """
+        SELECT MIN(RowVersion), MAX(RowVersion), COUNT_BIG(*) FROM {queue} WITH (READPAST)""",
+    # The transport's send with Recoverable = 1; tables without that column get the variants
+    # in WITHOUT_RECOVERABLE. CorrelationId and ReplyToAddress stay NULL, as since 7.0.
+    "send": f"""
+        INSERT INTO {{queue}} (Id, Recoverable, Expires, Headers, Body)
+        VALUES (?, 1, ?, {_HEADERS}, {_BODY})""",
+    "send_many": "INSERT INTO {queue} (Id, Recoverable, Expires, Headers, Body) VALUES {rows}",
+    "send_row": f"(?, 1, ?, {_HEADERS}, {_BODY})",
+    "dead_letter": f"""
+        INSERT INTO {{queue}} (Id, Recoverable, Expires, Headers, Body)
+        VALUES (?, 1, NULL, {_HEADERS}, {_BODY})""",
+    "retry_store": f"""
+        INSERT INTO {{retry}} (id, forwarder, destination, destination_database, expires,
+                             headers, body, attempts, first_failure_at, next_attempt_at,
+                             last_error)
+        VALUES (?, ?, ?, ?, ?, {_HEADERS}, {_BODY}, ?, ?, ?, {_HEADERS})""",
+    # TOP must come first, the caller binds (forwarder, due by, '|waiting|databases|', give up
+    # by, limit): hence the variables. Messages for a database waiting out an outage stay put
+    # unless they waited past the give-up time or expired.
+    "retry_claim_due": f"""
+        DECLARE @forwarder nvarchar(200) = ?, @due_by datetime2 = ?, @waiting nvarchar(max) = ?,
+                @give_up_by datetime2 = ?, @limit int = ?;
+        WITH due AS (
+            SELECT TOP (@limit) * FROM {{retry}} WITH (UPDLOCK, READPAST, ROWLOCK)
+            WHERE forwarder = @forwarder AND next_attempt_at <= @due_by
+              AND (destination_database IS NULL
+                   OR CHARINDEX(N'|' + destination_database + N'|', @waiting) = 0
+                   OR first_failure_at <= @give_up_by OR expires <= SYSUTCDATETIME())
+            ORDER BY next_attempt_at, seq)
+        DELETE FROM due
+        OUTPUT deleted.id, {_EXPIRED_RETRY} AS expired, deleted.expires, deleted.headers,
+               deleted.body, deleted.seq, deleted.attempts, deleted.first_failure_at,
+               deleted.last_error""",
+    "retry_summary": """
+        SELECT r.destination, COUNT(*), MIN(r.first_failure_at), MIN(r.next_attempt_at),
+               MAX(r.attempts),
+               (SELECT TOP (1) r2.last_error FROM {retry} AS r2
+                WHERE r2.forwarder = r.forwarder AND r2.destination = r.destination
+                ORDER BY r2.seq DESC)
+        FROM {retry} AS r WHERE r.forwarder = ?
+        GROUP BY r.forwarder, r.destination ORDER BY r.destination""",
+    # No ON CONFLICT in T-SQL: insert what is not there yet. UPDLOCK + HOLDLOCK lock the key
+    # range, so a second daemon recording the same key waits for the first to commit and then
+    # finds it, instead of both inserting (the primary key would stop that too, as an error).
+    "ledger_record": """
+        INSERT INTO {ledger} (message_id, destination, forwarded_at)
+        SELECT v.message_id, v.destination, SYSUTCDATETIME()
+        FROM (VALUES (?, ?)) AS v (message_id, destination)
+        WHERE NOT EXISTS (
+            SELECT 1 FROM {ledger} AS l WITH (UPDLOCK, HOLDLOCK)
+            WHERE l.message_id = v.message_id AND l.destination = v.destination)""",
+    "ledger_record_many": """
+        INSERT INTO {ledger} (message_id, destination, forwarded_at)
+        OUTPUT inserted.message_id, inserted.destination
+        SELECT v.message_id, v.destination, SYSUTCDATETIME()
+        FROM (VALUES {rows}) AS v (message_id, destination)
+        WHERE NOT EXISTS (
+            SELECT 1 FROM {ledger} AS l WITH (UPDLOCK, HOLDLOCK)
+            WHERE l.message_id = v.message_id AND l.destination = v.destination)""",
+    "ledger_record_row": "(?, ?)",
+    "ledger_cleanup": "DELETE FROM {ledger} WHERE forwarded_at < ?",
+    "counters_add": """
+        MERGE {counters} WITH (HOLDLOCK) AS c
+        USING (SELECT ? AS forwarder, ? AS counter, ? AS slot, ? AS value) AS v
+        ON c.forwarder = v.forwarder AND c.counter = v.counter AND c.slot = v.slot
+        WHEN MATCHED THEN UPDATE SET value = c.value + v.value
+        WHEN NOT MATCHED THEN INSERT (forwarder, counter, slot, value)
+            VALUES (v.forwarder, v.counter, v.slot, v.value);""",
+    "counters_read": """
+        SELECT counter, SUM(value) FROM {counters} WHERE forwarder = ?
+        GROUP BY counter ORDER BY counter""",
+    # NServiceBus's own subscriber lookup in its `SubscriptionRouting` table (native
+    # publish/subscribe).
+    "subscribers_many": "SELECT DISTINCT QueueAddress FROM {subscriptions} WHERE Topic IN ({rows})",
+    "subscribers_row": "?",
+    "event_type_seen": f"""
+        MERGE {{event_types}} WITH (HOLDLOCK) AS e
+        USING (SELECT ? AS forwarder, ? AS event_type, ? AS last_seen_at,
+                      {_HEADERS} AS subscribers) AS v
+        ON e.forwarder = v.forwarder AND e.event_type = v.event_type
+        WHEN MATCHED THEN UPDATE SET last_seen_at = v.last_seen_at, subscribers = v.subscribers
+        WHEN NOT MATCHED THEN INSERT (forwarder, event_type, last_seen_at, subscribers)
+            VALUES (v.forwarder, v.event_type, v.last_seen_at, v.subscribers);""",
+    "event_types_read": """
+        SELECT event_type, last_seen_at, subscribers FROM {event_types} WHERE forwarder = ?
+        ORDER BY event_type""",
+    # SQL Server has no RELEASE SAVEPOINT: a savepoint lives until the transaction ends, and
+    # ROLLBACK TRANSACTION goes back to the latest one of that name.
+    "retry_add_destination_database": """
+        IF COL_LENGTH({retry_literal}, 'destination_database') IS NULL
+            ALTER TABLE {retry} ADD destination_database nvarchar(200) NULL""",
+    "retry_waiting": """
+        SELECT destination_database, COUNT(*), MIN(next_attempt_at) FROM {retry}
+        WHERE destination_database IS NOT NULL GROUP BY destination_database""",
+    "destination_state_save": """
+        DECLARE @database nvarchar(200) = ?, @state nvarchar(20) = ?, @since datetime2 = ?,
+                @last_error nvarchar(max) = ?, @next_probe_at datetime2 = ?,
+                @updated_at datetime2 = ?, @reported_by nvarchar(200) = ?;
+        UPDATE {destination_states} WITH (UPDLOCK, HOLDLOCK)
+        SET state = @state, since = @since, last_error = @last_error,
+            next_probe_at = @next_probe_at, updated_at = @updated_at, reported_by = @reported_by
+        WHERE destination_database = @database;
+        IF @@ROWCOUNT = 0
+            INSERT INTO {destination_states} (destination_database, state, since, last_error,
+                                              next_probe_at, updated_at, reported_by)
+            VALUES (@database, @state, @since, @last_error, @next_probe_at, @updated_at,
+                    @reported_by)""",
+    "destination_states_read": """
+        SELECT destination_database, state, since, last_error, next_probe_at, updated_at,
+               reported_by
+        FROM {destination_states} ORDER BY destination_database""",
+    "table_probe": "SELECT 1 FROM {table} WHERE 1 = 0",
+    "retry_read": """
+        SELECT destination, attempts, first_failure_at, last_error FROM {retry}
+        WHERE forwarder = ?""",
+    "queue_read_headers": "SELECT Headers FROM {queue} WITH (READPAST)",
+    "ledger_read_since": """
+        SELECT message_id, destination, forwarded_at FROM {ledger} WHERE forwarded_at >= ?""",
+    # CREATE TABLE in the database and ALTER on the schema, as CREATE TABLE needs.
+    "can_create_tables": """
+        SELECT CASE WHEN HAS_PERMS_BY_NAME(NULL, NULL, 'CREATE TABLE') = 1
+                     AND HAS_PERMS_BY_NAME(?, 'SCHEMA', 'ALTER') = 1 THEN 1 ELSE 0 END""",
+    "savepoint": "SAVE TRANSACTION sfbridge_local",
+    "rollback_to_savepoint": "ROLLBACK TRANSACTION sfbridge_local",
+    "release_savepoint": "",
+    # Status reads skip rows that in-flight batches hold rather than wait for them.
+    "queue_count": "SELECT COUNT_BIG(*) FROM {queue} WITH (READPAST)",
+    "queue_oldest_headers": """
+        SELECT TOP (1) Headers FROM {queue} WITH (READPAST) ORDER BY RowVersion""",
+    # The catalog views of the queue's catalog (the connection's database without one).
+    "list_tables": """
+        SELECT s.name, t.name FROM {queue_catalog}sys.tables AS t
+        JOIN {queue_catalog}sys.schemas AS s ON s.schema_id = t.schema_id""",
+    "table_columns": """
+        SELECT LOWER(c.name), ty.name
+        FROM {queue_catalog}sys.columns AS c
+        JOIN {queue_catalog}sys.types AS ty ON ty.user_type_id = c.user_type_id
+        JOIN {queue_catalog}sys.tables AS t ON t.object_id = c.object_id
+        JOIN {queue_catalog}sys.schemas AS s ON s.schema_id = t.schema_id
+        WHERE s.name = ? AND t.name = ?""",
+    # One row per index: its name and "<kind> (<key columns>)[ where <filter>]", lower case,
+    # e.g. "nonclustered (expires) where ([expires] is not null)".
+    "table_indexes": """
+        SELECT i.name,
+               LOWER(i.type_desc) + ' ('
+               + STRING_AGG(LOWER(c.name), ', ') WITHIN GROUP (ORDER BY ic.key_ordinal) + ')'
+               + COALESCE(' where ' + LOWER(MAX(i.filter_definition)), '')
+        FROM {queue_catalog}sys.indexes AS i
+        JOIN {queue_catalog}sys.tables AS t ON t.object_id = i.object_id
+        JOIN {queue_catalog}sys.schemas AS s ON s.schema_id = t.schema_id
+        JOIN {queue_catalog}sys.index_columns AS ic
+            ON ic.object_id = i.object_id AND ic.index_id = i.index_id AND ic.key_ordinal > 0
+        JOIN {queue_catalog}sys.columns AS c
+            ON c.object_id = ic.object_id AND c.column_id = ic.column_id
+        WHERE s.name = ? AND t.name = ?
+        GROUP BY i.index_id, i.name, i.type_desc""",
+}
+
+# The writes into a queue table that has no `Recoverable` column.
+WITHOUT_RECOVERABLE: dict[str, str] = {
+    "send": f"""
+        INSERT INTO {{queue}} (Id, Expires, Headers, Body)
+        VALUES (?, ?, {_HEADERS}, {_BODY})""",
+    "send_many": "INSERT INTO {queue} (Id, Expires, Headers, Body) VALUES {rows}",
+    "send_row": f"(?, ?, {_HEADERS}, {_BODY})",
+    "dead_letter": f"""
+        INSERT INTO {{queue}} (Id, Expires, Headers, Body)
+        VALUES (?, NULL, {_HEADERS}, {_BODY})""",
+}
+
+# -1: no such table; otherwise how many `Recoverable` columns it has (0 or 1). Parameters:
