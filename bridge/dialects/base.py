@@ -43,6 +43,7 @@ class ConfiguredDatabase(Protocol):
     @property
     def connect_timeout(self) -> float: ...
 
+
 # Every dialect defines exactly these statements (a unit test holds them to it).
 STATEMENT_NAMES = frozenset(
     {
@@ -143,6 +144,18 @@ class Connector(Protocol):
     """
 
     def __call__(self, database: ConfiguredDatabase, *, create: bool = False) -> Connection: ...
+
+
+def decode_uuid(value: Any) -> uuid.UUID:
+    """A uuid column's value as uuid.UUID (drivers give UUID objects or their text)."""
+    return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
+
+
+def require_naive_utc(value: datetime | None) -> datetime | None:
+    """Timestamps are bound as naive UTC wall-clock times, as the transports store them."""
+    if value is not None and value.tzinfo is not None:
+        raise ValueError("timestamps must be naive UTC")
+    return value
 
 
 def sql_string_literal(text: str) -> str:
@@ -255,4 +268,3 @@ class Dialect:
     def bridge_table(self, table: str, schema: str | None) -> QueueAddress:
         """Address of one of the bridge's own tables, in a database with default `schema`."""
         return self.grammar.resolve(QueueAddress(table), schema, None)
-

@@ -13,12 +13,11 @@
 
 from __future__ import annotations
 
-import uuid
 from datetime import datetime
 from typing import Any
 
 from bridge.addressing import AddressError, QueueAddress, check_characters, check_table
-from bridge.dialects.base import ConfiguredDatabase, Dialect
+from bridge.dialects.base import ConfiguredDatabase, Dialect, decode_uuid, require_naive_utc
 from bridge.drivers.base import Connection
 from bridge.drivers.odbc import OdbcConnection, with_required_options
 
@@ -325,17 +324,6 @@ STATEMENTS: dict[str, str] = {
 }
 
 
-def _decode_id(value: Any) -> uuid.UUID:
-    return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
-
-
-def _identity_timestamp(value: datetime | None) -> datetime | None:
-    # timestamp without time zone holds UTC wall-clock; bind naive UTC datetimes.
-    if value is not None and value.tzinfo is not None:
-        raise ValueError("timestamps must be naive UTC")
-    return value
-
-
 def _decode_timestamp(value: Any) -> datetime | None:
     return value if value is None or isinstance(value, datetime) else datetime.fromisoformat(value)
 
@@ -380,7 +368,7 @@ DIALECT = Dialect(
     queue_indexed_columns=("seq",),
     keep_destination_connections=True,
     encode_id=lambda value: value,
-    decode_id=_decode_id,
-    encode_timestamp=_identity_timestamp,
+    decode_id=decode_uuid,
+    encode_timestamp=require_naive_utc,
     decode_timestamp=_decode_timestamp,
 )

@@ -29,6 +29,7 @@ from bridge.drivers.sqlite import SqliteConnection
 # Queue addresses
 # --------------------------------------------------------------------------------------------
 
+
 class SqliteGrammar:
     """The bare table name; SQL Server addresses are accepted and reduced to their table."""
 

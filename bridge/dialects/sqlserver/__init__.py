@@ -29,11 +29,10 @@ with Microsoft's ODBC Driver 18 or FreeTDS.
 from __future__ import annotations
 
 import re
-import uuid
 from datetime import datetime
 from typing import Any
 
-from bridge.dialects.base import ConfiguredDatabase, Dialect
+from bridge.dialects.base import ConfiguredDatabase, Dialect, decode_uuid, require_naive_utc
 from bridge.dialects.sqlserver.grammar import GRAMMAR, SQLSERVER_DEFAULT_SCHEMA, SqlServerGrammar
 from bridge.dialects.sqlserver.queue_tables import (
     PERMISSIONS_QUERY,
@@ -89,17 +88,6 @@ SESSION_SETUP = (
     "SET NOCOUNT OFF",
     "SET XACT_ABORT OFF",
 )
-
-
-def _decode_id(value: Any) -> uuid.UUID:
-    return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
-
-
-def _naive_utc(value: datetime | None) -> datetime | None:
-    # datetime / datetime2 hold UTC wall-clock time; bind naive UTC datetimes.
-    if value is not None and value.tzinfo is not None:
-        raise ValueError("timestamps must be naive UTC")
-    return value
 
 
 def _decode_timestamp(value: Any) -> datetime | None:
@@ -197,8 +185,8 @@ DIALECT = Dialect(
     queue_indexed_columns=("rowversion",),
     keep_destination_connections=True,
     encode_id=lambda value: value,
-    decode_id=_decode_id,
-    encode_timestamp=_naive_utc,
+    decode_id=decode_uuid,
+    encode_timestamp=require_naive_utc,
     decode_timestamp=_decode_timestamp,
     queue_shapes=RecoverableColumn(),
     inspect_queue_table=inspect_queue_table,
