@@ -18,7 +18,7 @@ from typing import Any
 from bridge.config.model import BridgeConfig
 from bridge.connections import Connections
 from bridge.dialects import dialect_for
-from bridge.drivers import DatabaseError
+from bridge.drivers import DatabaseError, QueueNotFound
 from bridge.headers import MESSAGE_ID_HEADER, PoisonHeaders, parse_headers
 from bridge.ledger import ledger_address, ledger_databases, ledger_key
 from bridge.settle import CLAIMED, FAN_OUT_COPIES, OUTCOMES
@@ -117,9 +117,17 @@ def _destinations(
         without_id: dict[str, int] = {}
         for destination in sorted({destination for _, destination in ledger_rows}):
             address = grammar.resolve(grammar.parse(destination), target.schema, None)
-            for (headers_text,) in connection.query(
-                dialect.sql("queue_read_headers", queue=address)
-            ):
+            try:
+                rows = connection.query(dialect.sql("queue_read_headers", queue=address))
+            except QueueNotFound:
+                connection.rollback()
+                connection.begin()
+                discrepancies.append(
+                    f"{destination} in database '{database}': the ledger names it, but the "
+                    "queue table does not exist (dropped since?)"
+                )
+                continue
+            for (headers_text,) in rows:
                 message_id = _message_id(headers_text)
                 if message_id is None:
                     without_id[destination] = without_id.get(destination, 0) + 1
