@@ -116,7 +116,7 @@ def _first_words(text: str | None) -> str:
 
 def build_report(spark: Any, config: BridgeConfig) -> dict[str, Any]:
     raw, problems = collect_rows(config)
-    now_iso = datetime.now(UTC).replace(tzinfo=None).isoformat()
+    now_iso = datetime.now(UTC).replace(tzinfo=None).isoformat(timespec="seconds")
     described = spark.sparkContext.parallelize(raw or [], max(1, min(8, len(raw) // 500 + 1)))
     frame = spark.createDataFrame(described.map(lambda row: describe(row, now_iso)), ROW_SCHEMA)
     frame.cache()
