@@ -124,3 +124,15 @@ def test_the_daemon_and_the_cli_never_import_pyspark() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.stdout.strip() == "False", result.stderr
+
+
+def test_without_java_the_session_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("pyspark")
+    import shutil
+
+    from bridge.spark import session
+
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    with pytest.raises(session.SparkUnavailable, match="openjdk-17-jre-headless"):
+        session.spark_session("local[1]", "test")
