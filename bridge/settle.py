@@ -307,13 +307,18 @@ class Settlement:
 
         Returns the outcome counts (the claim bookkeeping goes to the table only).
         """
-        statement = self._dialect.sql("counters_add", counters=self._tables.counters)
-        with owned_table("counters", self._dialect.grammar.render(self._tables.counters)):
-            for name in sorted(self.counts):
-                if self.counts[name]:
-                    self._connection.execute(
-                        statement, (self._forwarder.name, name, self._slot, self.counts[name])
-                    )
+        counted = [(name, value) for name, value in sorted(self.counts.items()) if value]
+        if counted:
+            statement = self._dialect.sql(
+                "counters_add_many", rows=len(counted), counters=self._tables.counters
+            )
+            parameters = [
+                value
+                for name, count in counted
+                for value in (self._forwarder.name, name, self._slot, count)
+            ]
+            with owned_table("counters", self._dialect.grammar.render(self._tables.counters)):
+                self._connection.execute(statement, parameters)
         for database, count in self._waiting.items():
             # The outage itself is logged once, when it starts (bridge.outages).
             log.info("%d message(s) wait in retry storage for database '%s'", count, database)

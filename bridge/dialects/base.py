@@ -70,6 +70,8 @@ STATEMENT_NAMES = frozenset(
         "send_row",
         "ledger_cleanup",
         "counters_add",
+        "counters_add_many",
+        "counters_add_row",
         "counters_read",
         "queue_count",
         "queue_oldest_headers",

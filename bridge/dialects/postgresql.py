@@ -269,6 +269,11 @@ STATEMENTS: dict[str, str] = {
     "counters_add": """
         INSERT INTO {counters} AS c (forwarder, counter, slot, value) VALUES (?, ?, ?, ?)
         ON CONFLICT (forwarder, counter, slot) DO UPDATE SET value = c.value + EXCLUDED.value""",
+    # All of a batch's counters in one round trip.
+    "counters_add_many": """
+        INSERT INTO {counters} AS c (forwarder, counter, slot, value) VALUES {rows}
+        ON CONFLICT (forwarder, counter, slot) DO UPDATE SET value = c.value + EXCLUDED.value""",
+    "counters_add_row": "(?, ?, ?, ?)",
     "counters_read": """
         SELECT counter, sum(value) FROM {counters} WHERE forwarder = ?
         GROUP BY counter ORDER BY counter""",

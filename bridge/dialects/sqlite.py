@@ -198,6 +198,10 @@ STATEMENTS: dict[str, str] = {
     "counters_add": """
         INSERT INTO {counters} (forwarder, counter, slot, value) VALUES (?, ?, ?, ?)
         ON CONFLICT (forwarder, counter, slot) DO UPDATE SET value = value + excluded.value""",
+    "counters_add_many": """
+        INSERT INTO {counters} (forwarder, counter, slot, value) VALUES {rows}
+        ON CONFLICT (forwarder, counter, slot) DO UPDATE SET value = value + excluded.value""",
+    "counters_add_row": "(?, ?, ?, ?)",
     "counters_read": """
         SELECT counter, sum(value) FROM {counters} WHERE forwarder = ?
         GROUP BY counter ORDER BY counter""",

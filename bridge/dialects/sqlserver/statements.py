@@ -230,6 +230,14 @@ STATEMENTS: dict[str, str] = {
         WHEN MATCHED THEN UPDATE SET value = c.value + v.value
         WHEN NOT MATCHED THEN INSERT (forwarder, counter, slot, value)
             VALUES (v.forwarder, v.counter, v.slot, v.value);""",
+    "counters_add_many": """
+        MERGE {counters} WITH (HOLDLOCK) AS c
+        USING (VALUES {rows}) AS v (forwarder, counter, slot, value)
+        ON c.forwarder = v.forwarder AND c.counter = v.counter AND c.slot = v.slot
+        WHEN MATCHED THEN UPDATE SET value = c.value + v.value
+        WHEN NOT MATCHED THEN INSERT (forwarder, counter, slot, value)
+            VALUES (v.forwarder, v.counter, v.slot, v.value);""",
+    "counters_add_row": "(CAST(? AS nvarchar(200)), CAST(? AS nvarchar(100)), ?, ?)",
     "counters_read": """
         SELECT counter, SUM(value) FROM {counters} WHERE forwarder = ?
         GROUP BY counter ORDER BY counter""",
