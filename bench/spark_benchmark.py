@@ -107,7 +107,7 @@ def main() -> int:
         print(f"{'measurement':34} {'msg/s':>8} {'vs daemon':>10} {'vs ceiling':>11}  exactly-once")
         labels = {"ceiling": "ceiling: one DELETE..INSERT", "daemon": "daemon, concurrency 2"}
         for key, rate in rates.items():
-            label = labels.get(key, f"spark drain, {key.split('-')[1]} partition(s)")
+            label = labels.get(key) or f"spark drain, {key.removeprefix('spark-')} partition(s)"
             print(
                 f"{label:34} {rate:8.0f} {rate / rates['daemon']:10.2f} "
                 f"{rate / rates['ceiling']:11.3f}  {checks[key]}"
