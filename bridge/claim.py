@@ -8,6 +8,7 @@ they are still there for every other reader; a rollback puts them back.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -63,7 +64,7 @@ def claim_batch(
         table = ("retry storage", dialect.grammar.render(tables.retry))
     with owned_table(*table):
         rows = connection.query_named(statement, parameters)
-    messages = [decode_row(dialect, row) for row in rows]
+    messages = [_decode_or_poison(dialect, row) for row in rows]
     # RETURNING gives no order guarantee; FIFO is restored here.
     messages.sort(key=lambda message: message.order)
     return messages
@@ -83,6 +84,35 @@ def decode_row(dialect: Dialect, row: Mapping[str, Any]) -> ClaimedMessage:
         first_failure_at=dialect.decode_timestamp(row["first_failure_at"]) if retried else None,
         last_error=row["last_error"] if retried else None,
     )
+
+
+def _decode_or_poison(dialect: Dialect, row: Mapping[str, Any]) -> ClaimedMessage:
+    """A row that cannot be decoded must not block its queue (the claim would roll back and
+    take it again forever): it becomes an unreadable message, which classify calls poison."""
+    try:
+        return decode_row(dialect, row)
+    except (ValueError, TypeError) as error:
+        try:
+            row_id = dialect.decode_id(row["id"])
+        except (ValueError, TypeError):
+            row_id = uuid.uuid4()  # the error queue needs an Id its table can hold
+        headers, body = row.get("headers"), row.get("body")
+        return ClaimedMessage(
+            row_id=row_id,
+            expired=False,
+            expires=None,
+            headers_text=headers if isinstance(headers, str) or headers is None else str(headers),
+            body=body.encode("utf-8") if isinstance(body, str) else _bytes_or_none(body),
+            order=int(row["seq"]),
+            unreadable=f"the row cannot be read as a message ({error})",
+        )
+
+
+def _bytes_or_none(value: object) -> bytes | None:
+    try:
+        return _as_bytes(value)
+    except TypeError:
+        return str(value).encode("utf-8")
 
 
 def _as_bytes(value: object) -> bytes | None:

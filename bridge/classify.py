@@ -30,6 +30,8 @@ def classify(message: ClaimedMessage, router: Router) -> Decision:
     endpoint that writes both headers leaves the destination empty when publishing). A routing
     header that is there but empty is rejected saying so, not as missing.
     """
+    if message.unreadable:
+        return Poison(message.unreadable)
     try:
         headers = parse_headers(message.headers_text)
     except PoisonHeaders as error:

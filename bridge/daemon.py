@@ -131,7 +131,7 @@ class Worker(threading.Thread):
                     backoff = min(backoff * 2, MAX_SOURCE_BACKOFF)
                 except QueueNotFound as error:
                     connections.discard(self.forwarder.database)
-                    if isinstance(error, BridgeTableMissing) and error.description:
+                    if isinstance(error, BridgeTableMissing) and error.healable:
                         try:
                             batches.heal_forwarding_tables(error)
                             continue

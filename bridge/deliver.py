@@ -298,7 +298,10 @@ class RemoteDelivery:
         except (NotIsolated, ItemWriteError, BridgeTableMissing):
             connection.rollback()
             raise
-        except DatabaseError:
+        except BaseException:
+            # Anything else (a lost connection, a bug, a value that cannot be bound) must not
+            # leave this transaction open: its ledger rows, committed later by another batch
+            # on the same connection, would turn these messages into "duplicates" never sent.
             self._connections.discard(target.name)
             raise
         if not target.dialect.keep_destination_connections:

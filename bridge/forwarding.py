@@ -18,6 +18,7 @@ One call of `BatchForwarder.forward_batch` is one source transaction:
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -93,6 +94,7 @@ class BatchForwarder:
         self._writer = writer or QueueWriter()
         self._remote: dict[str, RemoteDelivery] = {}
         self._retry_table_checked = False
+        self._next_unhealed_log = 0.0
 
     # -- the data path -------------------------------------------------------------------
 
@@ -113,12 +115,24 @@ class BatchForwarder:
         try:
             report = self._forward_batch_once(source, seq_range)
         except BridgeTableMissing as missing:
+            if not missing.healable:
+                raise
             self.heal_forwarding_tables(missing)
             report = self._forward_batch_once(source, seq_range)
         noted, self.published.missing_table = self.published.missing_table, None
         if noted is not None:
-            self.heal_forwarding_tables(noted)
+            try:
+                self.heal_forwarding_tables(noted)
+            except DatabaseError as error:
+                # Only what status shows is missing; the batch itself is done.
+                self._note_unhealed(error)
         return report
+
+    def _note_unhealed(self, error: DatabaseError) -> None:
+        now = time.monotonic()
+        if now >= self._next_unhealed_log:
+            log.warning("forwarder '%s': %s", self.forwarder.name, error)
+            self._next_unhealed_log = now + 600
 
     def _forward_batch_once(self, source: Source, seq_range: tuple[int, int] | None) -> BatchReport:
         connection = self.connections.get(self.forwarder.database)
@@ -226,6 +240,13 @@ class BatchForwarder:
             created = create_tables(connection, self.dialect, steps, only_missing=True)
         except PermissionDenied as error:
             raise missing.with_advice(cannot_create_advice(error.detail)) from None
+        if not created:
+            # Nothing to create, yet the table was not found (a name that differs only in
+            # case, say): a person has to look.
+            raise missing.with_advice(
+                "the bridge found nothing to create: check the table's name and case with "
+                "'sfbridge check'"
+            )
         for step in created:
             log.warning(
                 "forwarder '%s': created %s in database '%s' (it was missing)",

@@ -35,6 +35,9 @@ class ClaimedMessage:
     attempts: int = 0
     first_failure_at: datetime | None = None
     last_error: str | None = None
+    # Why the row could not be read as a message (a value of the wrong type in an untyped
+    # SQLite column); such a message is poison, moved to the error queue as it was.
+    unreadable: str | None = None
 
 
 # -- decisions (bridge.classify) --------------------------------------------------------------

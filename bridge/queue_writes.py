@@ -165,10 +165,10 @@ def _batched(
     for address, positions in by_address.items():
         for start in range(0, len(positions), ROWS_PER_STATEMENT):
             chunk = positions[start : start + ROWS_PER_STATEMENT]
-            parameters: list[Any] = []
-            for position in chunk:
-                parameters += _row(dialect, items[position])
             try:
+                parameters: list[Any] = []
+                for position in chunk:
+                    parameters += _row(dialect, items[position])
                 writer.write(connection, dialect, "send_many", address, parameters, len(chunk))
             except QueueNotFound as error:
                 raise ItemWriteError(chunk[0], error) from None

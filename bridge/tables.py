@@ -23,7 +23,14 @@ from bridge.dialects.base import (
     EVENT_TYPES_TABLE,
     RETRY_TABLE,
 )
-from bridge.drivers import AlreadyExists, Connection, DatabaseError, DuplicateKey, QueueNotFound
+from bridge.drivers import (
+    AlreadyExists,
+    Connection,
+    DatabaseError,
+    DuplicateKey,
+    PermissionDenied,
+    QueueNotFound,
+)
 
 
 @dataclass(frozen=True)
@@ -132,6 +139,8 @@ class BridgeTableMissing(QueueNotFound):
         self.error = error
         self.description = description
         self.table = table
+        # With advice, healing was tried or is not allowed: what is left is for a person.
+        self.healable = advice is None
 
     def with_advice(self, advice: str) -> BridgeTableMissing:
         return BridgeTableMissing(self.error, self.description, self.table, advice)
@@ -159,18 +168,26 @@ def upgrade_retry_table(
         raise QueueNotFound(connection.database, f"{dialect.grammar.render(retry)} does not exist")
     if "destination_database" in columns:
         return False
-    if not allowed:
-        missing = QueueNotFound(connection.database, "column destination_database is missing")
-        raise BridgeTableMissing(
+    statement = dialect.sql("retry_add_destination_database", retry=retry)
+    missing = QueueNotFound(connection.database, "column destination_database is missing")
+
+    def person_must(why: str) -> BridgeTableMissing:
+        return BridgeTableMissing(
             missing,
             "retry storage column destination_database in",
             dialect.grammar.render(retry),
-            "install.at_runtime is false: run 'sfbridge install' to add it",
+            f"{why}: run 'sfbridge install', or have a DBA run: {' '.join(statement.split())}",
         )
+
+    if not allowed:
+        raise person_must("install.at_runtime is false")
     connection.begin()
     try:
-        connection.execute(dialect.sql("retry_add_destination_database", retry=retry))
+        connection.execute(statement)
         connection.commit()
+    except PermissionDenied as error:
+        connection.rollback()
+        raise person_must(f"the bridge's login may not add it ({error.detail})") from None
     except BaseException:
         connection.rollback()
         raise

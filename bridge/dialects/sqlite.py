@@ -16,7 +16,7 @@ standard library's sqlite3.
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from bridge.addressing import AddressError, QueueAddress, check_table
@@ -269,9 +269,14 @@ def _encode_timestamp(value: datetime | None) -> str | None:
 
 
 def _decode_timestamp(value: Any) -> datetime | None:
-    if value is None or isinstance(value, datetime):
-        return value
-    return datetime.fromisoformat(str(value))
+    """Naive UTC, also from text an application wrote with an offset (SQLite columns are
+    untyped, so `2099-01-01T00:00:00+00:00` is as possible as the transport's own format)."""
+    if value is None:
+        return None
+    moment = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+    if moment.tzinfo is not None:
+        moment = moment.astimezone(UTC).replace(tzinfo=None)
+    return moment
 
 
 # --------------------------------------------------------------------------------------------

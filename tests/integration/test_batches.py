@@ -242,3 +242,83 @@ def test_an_event_type_of_kilobytes_does_not_hold_up_its_batch(
         connections.close()
     assert report.counts == Counter({"delivered": 1, "published-without-subscribers": 1})
     assert pg_count(sender, '"public"."sfbridge_event_types"') == 0
+
+
+def _sqlite_edge(tmp_path: Path, new_pg_database: Any) -> tuple[Any, Path, str]:
+    edge, central = tmp_path / "edge.db", new_pg_database()
+    path = write_config(
+        tmp_path / "edge.yaml",
+        {
+            "databases": {
+                "edge": {"dialect": "sqlite", "path": str(edge)},
+                "central": {"dialect": "postgresql", "connection": central},
+            },
+            "forwarders": [{"name": "e", "database": "edge", "queue": "forward"}],
+            "routes": [{"match": "*", "database": "central"}],
+        },
+    )
+    assert sfbridge("-c", str(path), "install").returncode == 0
+    pg_create_queue(central, '"public"."Good"')
+    config, _ = load_config(path)
+    return config, edge, central
+
+
+def _edge_rows(edge: Path, rows: list[tuple[object, object, str, object]]) -> None:
+    with sqlite3.connect(edge) as connection:
+        connection.executemany(
+            'INSERT INTO "forward" (Id, Recoverable, Expires, Headers, Body) '
+            "VALUES (?, 1, ?, ?, ?)",
+            rows,
+        )
+
+
+def test_an_expires_written_with_an_offset_is_delivered_not_lost(
+    tmp_path: Path, new_pg_database: Any
+) -> None:
+    # SQLite columns are untyped: an application may write Expires with an offset. That once
+    # raised after the ledger insert, left the destination transaction open, and the next batch
+    # committed the ledger rows alone: three messages counted as duplicates, none delivered.
+    config, edge, central = _sqlite_edge(tmp_path, new_pg_database)
+    headers = [nsb_message_headers("Good") for _ in range(3)]
+    _edge_rows(edge, [
+        (str(uuid.uuid4()), expires, json.dumps(h), b"x")
+        for h, expires in zip(headers, [None, "2099-01-01T00:00:00+00:00", None], strict=True)
+    ])  # fmt: skip
+    connections = Connections(config.databases)
+    try:
+        forwarder = BatchForwarder(config, config.forwarders[0], connections)
+        assert forwarder.forward_batch().counts == Counter({"delivered": 3})
+        assert forwarder.forward_batch().claimed == 0
+    finally:
+        connections.close()
+    received = pg_nsb_receive_all(central, '"public"."Good"')
+    assert sorted(m["headers"]["NServiceBus.MessageId"] for m in received) == sorted(
+        h["NServiceBus.MessageId"] for h in headers
+    )
+    expires = [m["expires"] for m in received if m["expires"] is not None]
+    assert [str(e)[:19] for e in expires] == ["2099-01-01 00:00:00"]
+
+
+def test_a_row_that_cannot_be_read_goes_to_the_error_queue_and_does_not_block_the_queue(
+    tmp_path: Path, new_pg_database: Any
+) -> None:
+    config, edge, central = _sqlite_edge(tmp_path, new_pg_database)
+    good = nsb_message_headers("Good")
+    _edge_rows(edge, [
+        ("not-a-uuid", None, json.dumps(nsb_message_headers("Good")), "text, not a blob"),
+        (str(uuid.uuid4()), None, json.dumps(good), b"fine"),
+    ])  # fmt: skip
+    connections = Connections(config.databases)
+    try:
+        report = BatchForwarder(config, config.forwarders[0], connections).forward_batch()
+    finally:
+        connections.close()
+    assert report.counts == Counter({"delivered": 1, "sent-to-error-queue": 1})
+    received = pg_nsb_receive_all(central, '"public"."Good"')
+    assert [m["headers"]["NServiceBus.MessageId"] for m in received] == [
+        good["NServiceBus.MessageId"]
+    ]
+    with sqlite3.connect(edge) as connection:
+        assert connection.execute('SELECT count(*) FROM "forward"').fetchone() == (0,)
+        [(body,)] = connection.execute('SELECT Body FROM "error"').fetchall()
+    assert body == b"text, not a blob"

@@ -81,10 +81,12 @@ _RETRY_DDL = """
 
 # The key stays within the 1700 bytes of a nonclustered index key (SQL Server 2016 and later);
 # clustering on the time keeps the table compact while old entries are cleaned out.
+# Binary collation: the database default is usually case- and trailing-space-insensitive, and
+# message ids `Order-1` and `order-1` (NServiceBus allows any) must stay two messages.
 _LEDGER_DDL = """
     CREATE TABLE {ledger} (
-        message_id nvarchar(200) NOT NULL,
-        destination nvarchar(600) NOT NULL,
+        message_id nvarchar(200) COLLATE Latin1_General_100_BIN2 NOT NULL,
+        destination nvarchar(600) COLLATE Latin1_General_100_BIN2 NOT NULL,
         forwarded_at datetime2 NOT NULL,
         PRIMARY KEY NONCLUSTERED (message_id, destination)
     )
