@@ -7,7 +7,7 @@ import json
 import os
 import sys
 import time
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from bridge.config.model import BridgeConfig
@@ -86,6 +86,9 @@ def _drain(config: BridgeConfig, args: argparse.Namespace) -> int:
         plans = plan_drain(config, forwarders, partitions)
         _print_plans(plans)
         began = time.monotonic()
+        # What this drain (and any daemon meanwhile) delivered is held against the queues; what
+        # receiving endpoints consumed before it is not its business.
+        drain_started = datetime.now(UTC).replace(tzinfo=None) - timedelta(seconds=5)
         tasks = run_drain(spark, config, config.source_path or args.config, plans, sys.stdout)
         took = time.monotonic() - began
         claimed = sum(task["claimed"] for task in tasks)
@@ -93,7 +96,7 @@ def _drain(config: BridgeConfig, args: argparse.Namespace) -> int:
             f"drain finished in {took:.1f} s: the tasks claimed {claimed} message(s) "
             f"({claimed / took if took else 0:,.0f} msg/s); reconciling from the databases"
         )
-        return _reconcile(spark, config, None, args.report)
+        return _reconcile(spark, config, drain_started, args.report)
     finally:
         spark.stop()
 
