@@ -124,7 +124,7 @@ def read_subscribers(
     address = grammar.resolve(grammar.parse(table.table), database.schema, None)
     connection = connect(database)
     try:
-        connection.begin()
+        connection.begin_read()
         rows = connection.query(
             dialect.sql("subscribers_many", rows=len(topics), subscriptions=address), list(topics)
         )

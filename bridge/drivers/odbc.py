@@ -194,6 +194,9 @@ class OdbcConnection:
     def begin(self) -> None:
         """ODBC connections with autocommit off are always inside a transaction."""
 
+    def begin_read(self) -> None:
+        """As `begin`: always inside a transaction."""
+
     def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
         try:
             cursor = self._cursor_for(sql)

@@ -75,6 +75,10 @@ class SqliteConnection:
         # with SQLITE_BUSY on lock upgrade.
         self._run("BEGIN IMMEDIATE")
 
+    def begin_read(self) -> None:
+        # Deferred: readers never wait for the writer in WAL mode.
+        self._run("BEGIN")
+
     def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
         cursor = self._run(sql, params)
         return cursor.rowcount

@@ -230,3 +230,49 @@ def test_sqlite_edge_publishes_to_sqlite_and_postgresql_subscribers_and_drops_un
         "delivered": 10,
         "published-without-subscribers": 1,
     }
+
+
+def test_a_subscription_table_in_the_sqlite_forwarding_file_itself_is_read_during_a_batch(
+    tmp_path: Path,
+) -> None:
+    # The lookup runs while the batch holds the file's write lock; it must only read.
+    from collections import Counter
+
+    from bridge.config import load_config
+    from bridge.connections import Connections
+    from bridge.forwarding import BatchForwarder
+
+    edge = tmp_path / "edge.db"
+    config_path = write_config(
+        tmp_path / "sfbridge.yaml",
+        {
+            "databases": {"edge": {"dialect": "sqlite", "path": str(edge)}},
+            "forwarders": [{"name": "edge", "database": "edge", "queue": "forward"}],
+            "routes": [{"match": "*", "database": "edge"}],
+            "subscription_tables": [{"database": "edge"}],
+        },
+    )
+    assert sfbridge("-c", str(config_path), "install").returncode == 0
+    with sqlite3.connect(edge) as connection:
+        connection.execute(SQLSERVER_SHAPED_QUEUE.format("Reports"))
+        connection.execute(
+            "CREATE TABLE SubscriptionRouting (QueueAddress TEXT NOT NULL, "
+            "Endpoint TEXT NOT NULL, Topic TEXT NOT NULL, PRIMARY KEY (Endpoint, Topic))"
+        )
+        connection.execute("INSERT INTO SubscriptionRouting VALUES ('Reports', 'Reports', ?)",
+                           (CONCRETE,))  # fmt: skip
+        for headers in [published_event() for _ in range(3)]:
+            connection.execute(
+                'INSERT INTO "forward" (Id, Recoverable, Expires, Headers, Body) '
+                "VALUES (?, 1, NULL, ?, ?)",
+                (str(uuid.uuid4()), json.dumps(headers), b"e"),
+            )
+    config, _ = load_config(config_path)
+    connections = Connections(config.databases)
+    try:
+        report = BatchForwarder(config, config.forwarders[0], connections).forward_batch()
+    finally:
+        connections.close()
+    assert report.counts == Counter({"delivered": 3})
+    with sqlite3.connect(edge) as connection:
+        assert connection.execute('SELECT count(*) FROM "Reports"').fetchone() == (3,)
