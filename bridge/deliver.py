@@ -38,10 +38,21 @@ from bridge.drivers import (
     QueueNotFound,
     TransientDatabaseError,
 )
-from bridge.ledger import RUNTIME_DDL_OFF_ADVICE, cannot_create_advice, ensure_ledger
+from bridge.ledger import (
+    RUNTIME_DDL_OFF_ADVICE,
+    cannot_create_advice,
+    ensure_ledger,
+    ledger_problem,
+)
 from bridge.messages import Deliver, DeliveryResult, Failed, Item, Unit
 from bridge.outages import OutageTracker
-from bridge.queue_writes import ItemWriteError, NotIsolated, QueueWriter, write_messages
+from bridge.queue_writes import (
+    ItemWriteError,
+    LedgerDenied,
+    NotIsolated,
+    QueueWriter,
+    write_messages,
+)
 from bridge.routing import nearest_table
 from bridge.tables import BridgeTableMissing
 
@@ -254,6 +265,11 @@ class RemoteDelivery:
                 if problem is None:
                     healed = True
                     continue
+                self._outages.record_trouble(name, "not-ready", problem)
+                return [Failed(problem, outage=True)] * len(items)
+            except LedgerDenied as error:
+                advice = cannot_create_advice(error.detail)
+                problem = ledger_problem(self._target.config, name, advice)
                 self._outages.record_trouble(name, "not-ready", problem)
                 return [Failed(problem, outage=True)] * len(items)
             except DatabaseError as error:

@@ -24,6 +24,8 @@ from bridge.tables import TableStep, create_tables, owned_table, schema_steps, s
 log = logging.getLogger(__name__)
 
 LEDGER_DESCRIPTION = "dedup ledger"
+# What the probe writes (and rolls back) to see that the login may insert into the ledger.
+PROBE_KEY = ("$sfbridge-probe", "$sfbridge-probe")
 
 # The ledger's message_id column holds 200 characters (SQL Server: 200 UTF-16 code units).
 # NServiceBus lets an endpoint set any message id, so longer ones are stored as a digest.
@@ -99,7 +101,8 @@ def ensure_ledger(
 
     `connection` must have no transaction open; none is left open. With `create` False a
     missing ledger raises BridgeTableMissing. Raises PermissionDenied when the login may not
-    create it, and the DatabaseError family (an unreachable database among them).
+    create it or may not insert into it (tried and rolled back), and the DatabaseError family
+    (an unreachable database among them).
     """
     dialect = dialect_for(config.databases[database].dialect)
     ledger = ledger_address(config, database)
@@ -107,12 +110,18 @@ def ensure_ledger(
         connection.begin()
         with owned_table(LEDGER_DESCRIPTION, dialect.grammar.render(ledger)):
             connection.query(dialect.sql("table_probe", table=ledger))
-        connection.commit()
+            # Delivery writes the ledger: a login that may read it but not insert is not
+            # ready either. The probe row is rolled back.
+            connection.execute(dialect.sql("ledger_record", ledger=ledger), PROBE_KEY)
+        connection.rollback()
         return False
     except QueueNotFound:
         connection.rollback()
         if not create:
             raise
+    except BaseException:
+        connection.rollback()
+        raise
     created = create_tables(connection, dialect, ledger_steps(config, database), only_missing=True)
     if created:
         log.warning(

@@ -18,6 +18,7 @@ from bridge.drivers import (
     Connection,
     DatabaseError,
     DatabaseUnavailable,
+    PermissionDenied,
     QueueNotFound,
     TransientDatabaseError,
 )
@@ -197,6 +198,8 @@ def _record_in_ledger(
                     dialect.sql("ledger_record_many", rows=len(chunk), ledger=ledger),
                     [value for key in chunk for value in key],
                 )
+        except PermissionDenied as error:
+            raise LedgerDenied(error.database, error.detail) from None
         except (DatabaseUnavailable, TransientDatabaseError, BridgeTableMissing):
             raise
         except (DatabaseError, ValueError, TypeError):
@@ -218,16 +221,13 @@ def _one_by_one(
         try:
             if ledger is not None:
                 with owned_table(LEDGER_DESCRIPTION, dialect.grammar.render(ledger)):
-                    recorded = connection.execute(
-                        dialect.sql("ledger_record", ledger=ledger),
-                        (ledger_key(decision.message_id), decision.destination.canonical),
-                    )
+                    recorded = _record_one(connection, dialect, ledger, decision)
                 if recorded == 0:
                     results[position] = Duplicate()
                     continue
             address = decision.destination.address
             writer.write(connection, dialect, "send", address, _row(dialect, item))
-        except (DatabaseUnavailable, TransientDatabaseError, BridgeTableMissing):
+        except (DatabaseUnavailable, TransientDatabaseError, BridgeTableMissing, LedgerDenied):
             raise
         except DatabaseError as error:
             raise ItemWriteError(position, error) from None
@@ -236,6 +236,22 @@ def _one_by_one(
             raise ItemWriteError(position, problem, retryable=False) from None
         results[position] = Delivered()
     return results
+
+
+class LedgerDenied(PermissionDenied):
+    """The login may not write the ledger: the whole database is not ready, not one message."""
+
+
+def _record_one(
+    connection: Connection, dialect: Dialect, ledger: QueueAddress, decision: Any
+) -> int:
+    try:
+        return connection.execute(
+            dialect.sql("ledger_record", ledger=ledger),
+            (ledger_key(decision.message_id), decision.destination.canonical),
+        )
+    except PermissionDenied as error:
+        raise LedgerDenied(error.database, error.detail) from None
 
 
 def _row(dialect: Dialect, item: Item) -> list[Any]:

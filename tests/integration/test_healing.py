@@ -8,6 +8,7 @@ restarted by its own installer, which recreates the database and only its own qu
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -367,3 +368,56 @@ def test_ledger_cleanup_does_not_nag_about_a_database_that_is_down(
     assert ledger_records() == []  # known down: not even tried
     assert cleanup_ledgers(config) == 0
     assert ledger_records() == ["DEBUG"]  # tried, failed, said quietly
+
+
+def test_a_ledger_the_login_may_read_but_not_write_makes_the_database_wait_not_each_message(
+    tmp_path: Path, postgres: Any
+) -> None:
+    world = setup(tmp_path, postgres, {"retries": {"delay": "1s", "during_outage": "wait"}})
+    receiver_name = world["names"]["receiver"]
+    role = f"sfb_reader_{uuid.uuid4().hex[:8]}"
+    with postgres.admin() as admin:
+        admin.execute(f"CREATE ROLE {role} LOGIN")
+        admin.execute(f'GRANT CONNECT ON DATABASE "{receiver_name}" TO {role}')
+    with pg_connect(world["receiver"]) as connection:
+        connection.execute(f"GRANT SELECT, INSERT ON {RECEIVER} TO {role}")
+        connection.execute(f"GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO {role}")
+        connection.execute(f"GRANT SELECT ON public.sfbridge_ledger TO {role}")  # no INSERT
+        connection.commit()
+    raw = load_config_raw(world["config"])
+    raw["databases"]["receiver"]["connection"] = world["receiver"].replace(
+        "Uid=postgres", f"Uid={role}"
+    )
+    write_config(world["config"], raw)
+    try:
+        with DaemonProcess(world["config"], tmp_path / "daemon.log") as daemon:
+            ids = send(world["sender"], 8)
+
+            def not_ready_with_all_waiting() -> bool:
+                entry = destination(world["config"], "receiver")
+                return entry.get("state") == "not-ready" and entry.get("waiting") == 8
+
+            wait_until(not_ready_with_all_waiting, 30, "the receiver to be not ready")
+            entry = destination(world["config"], "receiver")
+            assert "sfbridge_ledger" in entry["last_error"]
+            assert "permission denied" in entry["last_error"]
+            time.sleep(3)  # several probes: each one tries the insert and stays not ready
+            assert pg_rows(world["sender"], f"SELECT max(attempts) FROM {RETRY}") == [(0,)]
+            assert destination(world["config"], "receiver")["state"] == "not-ready"
+            with pg_connect(world["receiver"]) as connection:
+                connection.execute(f"GRANT INSERT ON public.sfbridge_ledger TO {role}")
+                connection.commit()
+            wait_until(lambda: pg_count(world["receiver"], RECEIVER) >= 8, 30, "delivery")
+            assert daemon.stop() == 0, daemon.output()
+        received = message_ids(world["receiver"], RECEIVER)
+        assert ids <= set(received) and max(received.values()) == 1
+        assert pg_count(world["sender"], ERROR) == 0
+        assert daemon.output().count("is not ready for the bridge") == 1
+    finally:
+        with postgres.admin() as admin:
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = ?", role
+            )
+        drop_database(postgres, receiver_name)
+        with postgres.admin() as admin:
+            admin.execute(f"DROP ROLE {role}")
