@@ -18,7 +18,7 @@ from bridge.config.durations import format_duration
 from bridge.config.messages import join_path, suggestion
 from bridge.config.model import RouteConfig
 from bridge.config.problems import ProblemLog
-from bridge.config.schema import RETRIES, SUBSCRIPTIONS
+from bridge.config.schema import LEDGER, RETRIES, SUBSCRIPTIONS
 from bridge.config.walker import Document, Entry, Item
 from bridge.dialects.registry import dialects, grammar_for
 
@@ -302,4 +302,25 @@ def check_retries(document: Document, log: ProblemLog) -> None:
             join_path(retries.path, key),
             f"{format_duration(value)}{default} is less than retries.delay "
             f"{format_duration(delay)}; it must be at least the delay",
+        )
+    _check_wait_within_ledger_retention(document, log, retries)
+
+
+def _check_wait_within_ledger_retention(
+    document: Document, log: ProblemLog, retries: Entry
+) -> None:
+    """A delivery whose commit was never confirmed (the connection broke during it) is tried
+    again later; the ledger only recognises it while it remembers the message."""
+    ledger = document.mappings.get(LEDGER.name)
+    max_wait = retries.values.get("max_wait")
+    retention = ledger.values.get("retention") if ledger is not None else None
+    if retries.values.get("during_outage") != "wait" or max_wait is None or retention is None:
+        return
+    if max_wait > retention:
+        log.warning(
+            join_path(retries.path, "max_wait"),
+            f"{format_duration(max_wait)} is longer than ledger.retention "
+            f"{format_duration(retention)}: a message whose delivery was committed but not "
+            "confirmed, and that then waits longer than the ledger remembers, could arrive "
+            "twice; make ledger.retention at least as long",
         )

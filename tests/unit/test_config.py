@@ -1832,3 +1832,13 @@ def test_runtime_table_creation_is_on_unless_turned_off() -> None:
     assert the_error(with_(minimal(), "install", {"at_runtim": False})).startswith(
         "install.at_runtim: unknown key"
     )
+
+
+def test_waiting_longer_than_the_ledger_remembers_draws_a_warning() -> None:
+    raw = with_(minimal(), "retries", {"during_outage": "wait", "max_wait": "30d"})
+    _, problems = validate(raw, {})
+    [warning] = [p for p in problems if p.severity == "warning"]
+    assert warning.path == "retries.max_wait"
+    assert "longer than ledger.retention 7d" in warning.message
+    fine = with_(with_(raw, "ledger", {"retention": "30d"}), "retries.during_outage", "wait")
+    assert [p for p in validate(fine, {})[1] if p.severity == "warning"] == []
