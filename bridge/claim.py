@@ -102,17 +102,17 @@ def _decode_or_poison(dialect: Dialect, row: Mapping[str, Any]) -> ClaimedMessag
             expired=False,
             expires=None,
             headers_text=headers if isinstance(headers, str) or headers is None else str(headers),
-            body=body.encode("utf-8") if isinstance(body, str) else _bytes_or_none(body),
+            body=_raw_bytes(body),
             order=int(row["seq"]),
             unreadable=f"the row cannot be read as a message ({error})",
         )
 
 
-def _bytes_or_none(value: object) -> bytes | None:
-    try:
+def _raw_bytes(value: object) -> bytes | None:
+    """Whatever an untyped column held, as bytes, to move it to the error queue as it was."""
+    if isinstance(value, (bytes, bytearray, memoryview)) or value is None:
         return _as_bytes(value)
-    except TypeError:
-        return str(value).encode("utf-8")
+    return str(value).encode("utf-8")
 
 
 def _as_bytes(value: object) -> bytes | None:

@@ -41,7 +41,7 @@ from bridge.notify import notify, watchdog_interval
 from bridge.observability import report_exception
 from bridge.outages import OutageTracker
 from bridge.queue_writes import QueueWriter
-from bridge.tables import BridgeTableMissing, forwarder_tables, owned_table
+from bridge.tables import BridgeTableMissing, forwarder_tables
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +84,6 @@ class Worker(threading.Thread):
             outages=self._outages,
             writer=self._writer,
         )
-        peek_sql = batches.dialect.sql("peek", queue=batches.tables.queue)
         batch_size = self.forwarder.batch_size
         next_retry_poll = 0.0
         retry_backlog = queue_backlog = False
@@ -99,12 +98,7 @@ class Worker(threading.Thread):
                         retry_backlog = self._forward(batches, "retry").claimed >= batch_size
                         if not retry_backlog:
                             next_retry_poll = time.monotonic() + self.forwarder.peek_interval
-                    estimate = 1
-                    if not queue_backlog:
-                        source = connections.get(self.forwarder.database)
-                        with owned_table("forwarding queue", batches.tables.queue_canonical):
-                            estimate = source.query(peek_sql)[0][0] or 0
-                        source.commit()
+                    estimate = 1 if queue_backlog else batches.queue_estimate()
                     if source_down_since is not None:
                         log.warning(
                             "forwarder '%s': database '%s' is reachable again after %.0f s",
@@ -130,15 +124,8 @@ class Worker(threading.Thread):
                     self.stop.wait(backoff)
                     backoff = min(backoff * 2, MAX_SOURCE_BACKOFF)
                 except QueueNotFound as error:
+                    # What could be healed was (BatchForwarder heals its own tables).
                     connections.discard(self.forwarder.database)
-                    if isinstance(error, BridgeTableMissing) and error.healable:
-                        try:
-                            batches.heal_forwarding_tables(error)
-                            continue
-                        except BridgeTableMissing as unhealed:
-                            error = unhealed
-                        except DatabaseError as failure:
-                            error = failure  # type: ignore[assignment]
                     # A deployment problem, not an outage: say what to do, once a minute.
                     if time.monotonic() >= next_missing_table_log:
                         advice = "" if ";" in str(error) else "; run 'sfbridge install'"

@@ -265,17 +265,19 @@ class RemoteDelivery:
                 if problem is None:
                     healed = True
                     continue
-                self._outages.record_trouble(name, "not-ready", problem)
-                return [Failed(problem, outage=True)] * len(items)
+                return self._not_ready(items, problem)
             except LedgerDenied as error:
                 advice = cannot_create_advice(error.detail)
-                problem = ledger_problem(self._target.config, name, advice)
-                self._outages.record_trouble(name, "not-ready", problem)
-                return [Failed(problem, outage=True)] * len(items)
+                return self._not_ready(items, ledger_problem(self._target.config, name, advice))
             except DatabaseError as error:
                 return self._fail_all(items, error)
             self._outages.record_up(name)
             return results
+
+    def _not_ready(self, items: Sequence[Item], problem: str) -> list[DeliveryResult]:
+        """The database is reachable but not usable by the bridge: a state, like an outage."""
+        self._outages.record_trouble(self._target.name, "not-ready", problem)
+        return [Failed(problem, outage=True)] * len(items)
 
     def _fail_all(self, items: Sequence[Item], error: DatabaseError) -> list[DeliveryResult]:
         outage = isinstance(error, DatabaseUnavailable)

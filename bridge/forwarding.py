@@ -20,8 +20,10 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import TypeVar
 
 from bridge.claim import claim_batch
 from bridge.classify import classify
@@ -43,10 +45,13 @@ from bridge.tables import (
     create_tables,
     forwarder_table_steps,
     forwarder_tables,
+    owned_table,
     upgrade_retry_table,
 )
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -112,13 +117,7 @@ class BatchForwarder:
         that could not be created); the source transaction is then rolled back and every
         claimed row is back where it was.
         """
-        try:
-            report = self._forward_batch_once(source, seq_range)
-        except BridgeTableMissing as missing:
-            if not missing.healable:
-                raise
-            self.heal_forwarding_tables(missing)
-            report = self._forward_batch_once(source, seq_range)
+        report = self._healing(lambda: self._forward_batch_once(source, seq_range))
         noted, self.published.missing_table = self.published.missing_table, None
         if noted is not None:
             try:
@@ -127,6 +126,33 @@ class BatchForwarder:
                 # Only what status shows is missing; the batch itself is done.
                 self._note_unhealed(error)
         return report
+
+    def queue_estimate(self) -> int:
+        """How many rows the forwarding queue holds, roughly (the transport's cheap peek: rows
+        other workers hold are counted too). Heals a missing queue like `forward_batch`."""
+        return self._healing(self._peek)
+
+    def _peek(self) -> int:
+        connection = self.connections.get(self.forwarder.database)
+        try:
+            with owned_table("forwarding queue", self.tables.queue_canonical):
+                estimate = connection.query(self.dialect.sql("peek", queue=self.tables.queue))
+            connection.commit()
+        except BaseException:
+            connection.rollback()
+            raise
+        return int(estimate[0][0] or 0)
+
+    def _healing(self, attempt: Callable[[], T]) -> T:
+        """`attempt()`; when it finds one of the forwarder's tables missing, create what is
+        missing and try once more. Raises BridgeTableMissing (with advice) when not allowed."""
+        try:
+            return attempt()
+        except BridgeTableMissing as missing:
+            if not missing.healable:
+                raise
+            self.heal_forwarding_tables(missing)
+            return attempt()
 
     def _note_unhealed(self, error: DatabaseError) -> None:
         now = time.monotonic()

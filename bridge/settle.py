@@ -108,7 +108,7 @@ def fate_of(
     now: datetime,
 ) -> Fate:
     """What becomes of one unit, given its delivery result (None unless it was delivered)."""
-    message, outcome = unit.message, unit.outcome
+    outcome = unit.outcome
     if isinstance(outcome, Poison):
         return DeadLetterAsIs(outcome.reason)
     if isinstance(outcome, Expired):
@@ -131,7 +131,7 @@ def fate_of(
     if isinstance(outcome, SubscribersUnknown):
         destination = f"subscribers of {outcome.publish.topics[0]}"
         failure = Failed(outcome.error)
-        return retry_fate(message, outcome.publish.headers, unit, destination, None, failure,
+        return retry_fate(unit, outcome.publish.headers, destination, None, failure,
                           policy, now)  # fmt: skip
     assert isinstance(outcome, Deliver), outcome
     if isinstance(result, Delivered):
@@ -140,14 +140,13 @@ def fate_of(
         return Count(DUPLICATES)
     assert isinstance(result, Failed), result
     target = outcome.destination
-    return retry_fate(message, outcome.headers, unit, target.canonical, target.database,
+    return retry_fate(unit, outcome.headers, target.canonical, target.database,
                       result, policy, now)  # fmt: skip
 
 
 def retry_fate(
-    message: ClaimedMessage,
-    headers: Headers,
     unit: Unit,
+    headers: Headers,
     destination: str,
     destination_database: str | None,
     failure: Failed,
@@ -159,6 +158,7 @@ def retry_fate(
     With `retries.during_outage: wait` an outage spends no attempt; the message waits, up to
     `retries.max_wait` from its first failure.
     """
+    message = unit.message
     waits = failure.outage and policy.during_outage == "wait"
     attempts = message.attempts + (0 if waits else 1)
     first_failure_at = message.first_failure_at or now
