@@ -11,9 +11,11 @@ from bridge.config.model import BridgeConfig, ForwarderConfig, SubscriptionTable
 from bridge.connections import Connections
 from bridge.dialects import Dialect, dialect_for
 from bridge.drivers import Connection, DatabaseError
+from bridge.drivers.odbc import driver_log_switches
 from bridge.ledger import ledger_address, ledger_databases
 from bridge.messages import Deliver, NoSubscribers, Publish
 from bridge.multicast import fan_out
+from bridge.proxies import proxy_destination
 from bridge.routing import Router
 from bridge.subscriptions import SubscriberDirectory
 from bridge.tables import forwarder_tables
@@ -21,12 +23,17 @@ from bridge.tables import forwarder_tables
 
 @dataclass(frozen=True)
 class Finding:
+    """One thing `check` found; a `warning` is ok (it does not fail the check) but worth a
+    look."""
+
     ok: bool
     subject: str
     detail: str
+    warning: bool = False
 
     def __str__(self) -> str:
-        return f"{'ok     ' if self.ok else 'PROBLEM'}  {self.subject}: {self.detail}"
+        label = "PROBLEM" if not self.ok else "WARNING" if self.warning else "ok     "
+        return f"{label}  {self.subject}: {self.detail}"
 
 
 def run_checks(config: BridgeConfig) -> list[Finding]:
@@ -35,6 +42,7 @@ def run_checks(config: BridgeConfig) -> list[Finding]:
     connections = Connections(config.databases)
     reachable: set[str] = set()
     try:
+        findings.extend(_driver_logging(config))
         for name in config.databases:
             try:
                 connection = connections.get(name)
@@ -69,6 +77,9 @@ def run_checks(config: BridgeConfig) -> list[Finding]:
                 findings.extend(
                     _check_exists(config, connection, dialect, address, f"{label} {what}")
                 )
+        for forwarder in config.forwarders:
+            if forwarder.destination is not None:
+                findings.extend(_check_proxy(config, forwarder, connections, reachable))
         for table in config.subscription_tables:
             if table.database in reachable:
                 findings.extend(_check_subscription_table(config, connections, table))
@@ -91,6 +102,30 @@ def run_checks(config: BridgeConfig) -> list[Finding]:
     finally:
         connections.close()
     return findings
+
+
+def _driver_logging(config: BridgeConfig) -> Iterator[Finding]:
+    """ODBC drivers whose registry entry turns their own log files on (each once)."""
+    seen: set[tuple[str, str]] = set()
+    for database in config.databases.values():
+        if database.connection is None:
+            continue
+        found = driver_log_switches(database.connection)
+        if found is None or found[:2] in seen:
+            continue
+        path, section, switches = found
+        seen.add((path, section))
+        settings = ", ".join(f"{name}=1" for name in switches)
+        yield Finding(
+            True,
+            f"ODBC driver '{section}'",
+            f"{path} sets {settings}: every process that connects (the daemon, each "
+            "sfbridge command) leaves a psqlodbc_*.log file in /tmp. The bridge turns the "
+            "logging off per connection, but the driver creates the file before it reads the "
+            f"connection string: set {' and '.join(f'{n}=0' for n in switches)} in "
+            f"[{section}] there",
+            warning=True,
+        )
 
 
 def _columns(connection: Connection, dialect: Dialect, address: QueueAddress) -> dict[str, str]:
@@ -197,6 +232,87 @@ def _check_queue(
         yield Finding(False, subject, f"{rendered}: {problem}")
     if not problems:
         yield Finding(True, subject, f"{rendered} has the NServiceBus queue shape")
+
+
+def _check_proxy(
+    config: BridgeConfig,
+    forwarder: ForwarderConfig,
+    connections: Connections,
+    reachable: set[str],
+) -> Iterator[Finding]:
+    """A proxy's destination queue exists with the queue shape; its own queue does not shadow
+    an endpoint that lives in the proxy's database."""
+    destination = proxy_destination(config, forwarder)
+    assert destination is not None
+    label = f"forwarder '{forwarder.name}'"
+    if forwarder.database in reachable:
+        yield from _check_shadowing(config, forwarder, connections.get(forwarder.database))
+    if destination.database not in reachable:
+        return
+    subject = f"{label} destination in database '{destination.database}'"
+    connection = connections.get(destination.database)
+    dialect = dialect_for(config.databases[destination.database].dialect)
+    if not _columns(connection, dialect, destination.address):
+        yield Finding(
+            False,
+            subject,
+            f"{destination.canonical} does not exist: the endpoint creates it when it is "
+            "installed; until then the proxy's messages wait in retry storage",
+        )
+        return
+    yield from _check_queue(config, connection, dialect, destination.address, subject)
+
+
+def _check_shadowing(
+    config: BridgeConfig, forwarder: ForwarderConfig, connection: Connection
+) -> Iterator[Finding]:
+    """Signs that the endpoint the proxy is named after also receives in this database: its
+    `<queue>.Delayed` table (the transport's native delayed delivery), or a subscription it
+    made from this queue. The proxy would then take that endpoint's messages."""
+    database = config.databases[forwarder.database]
+    dialect = dialect_for(database.dialect)
+    queue = forwarder_tables(config, forwarder).queue
+    rendered = dialect.grammar.render(queue)
+    signs: list[str] = []
+    delayed = QueueAddress(f"{queue.table}.Delayed", queue.schema, queue.catalog)
+    if _columns(connection, dialect, delayed):
+        signs.append(f"its delayed-delivery table {dialect.grammar.render(delayed)} exists")
+    for table in _subscription_tables_in(config, forwarder.database):
+        try:
+            rows = connection.query(
+                dialect.sql("subscribers_by_endpoint", subscriptions=table),
+                (queue.table, rendered),
+            )
+            connection.commit()
+        except DatabaseError:
+            connection.rollback()  # no such table here: nothing to learn from it
+            continue
+        if rows and rows[0][0]:
+            where = dialect.grammar.render(table)
+            signs.append(f"it subscribes to events from this queue ({where})")
+    if signs:
+        yield Finding(
+            True,
+            f"forwarder '{forwarder.name}' queue",
+            f"{rendered} looks like the queue of a real endpoint in database "
+            f"'{forwarder.database}' ({'; '.join(signs)}): the proxy would take that "
+            "endpoint's messages. Give the proxy its own database, or route by headers",
+            warning=True,
+        )
+
+
+def _subscription_tables_in(config: BridgeConfig, database_name: str) -> list[QueueAddress]:
+    """The subscription tables to look in: the configured ones in that database, and the
+    transport's default `SubscriptionRouting` in its default schema."""
+    database = config.databases[database_name]
+    grammar = dialect_for(database.dialect).grammar
+    names = [t.table for t in config.subscription_tables if t.database == database_name]
+    tables: list[QueueAddress] = []
+    for name in [*names, "SubscriptionRouting"]:
+        address = grammar.resolve(grammar.parse(name), database.schema, None)
+        if address not in tables:
+            tables.append(address)
+    return tables
 
 
 def _dialect_problems(

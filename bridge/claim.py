@@ -16,10 +16,12 @@ from typing import Any
 from bridge.config.model import ForwarderConfig, RetryConfig
 from bridge.dialects import Dialect
 from bridge.drivers import Connection
+from bridge.headers import with_legacy_reply_to
 from bridge.messages import ClaimedMessage, Source
 from bridge.tables import ForwarderTables, owned_table
 
 # The columns every claim statement returns, by name; retry storage adds its bookkeeping.
+# Queues with the SQL Server transport's legacy columns also return `legacy_reply_to`.
 QUEUE_COLUMNS = ("id", "expired", "expires", "headers", "body", "seq")
 RETRY_COLUMNS = (*QUEUE_COLUMNS, "attempts", "first_failure_at", "last_error")
 
@@ -73,11 +75,17 @@ def claim_batch(
 def decode_row(dialect: Dialect, row: Mapping[str, Any]) -> ClaimedMessage:
     """A claimed row, by column name (see QUEUE_COLUMNS and RETRY_COLUMNS)."""
     retried = "attempts" in row
+    headers_text = row["headers"]
+    legacy_reply_to = row.get("legacy_reply_to")
+    if legacy_reply_to:
+        # Written by a transport before 7.0; its receivers let the column win over the header,
+        # and the bridge writes the column NULL, so the header has to carry it on.
+        headers_text = with_legacy_reply_to(headers_text, str(legacy_reply_to))
     return ClaimedMessage(
         row_id=dialect.decode_id(row["id"]),
         expired=bool(row["expired"]),
         expires=dialect.decode_timestamp(row["expires"]),
-        headers_text=row["headers"],
+        headers_text=headers_text,
         body=_as_bytes(row["body"]),
         order=int(row["seq"]),
         attempts=int(row["attempts"]) if retried else 0,

@@ -16,10 +16,9 @@ from bridge.headers import (
     PoisonHeaders,
     parse_headers,
     serialize_headers,
-    without_routing_headers,
 )
 from bridge.messages import ClaimedMessage, Decision, Deliver, Expired, Poison, Publish, Reject
-from bridge.routing import Router, Unroutable
+from bridge.routing import Destination, Router, Unroutable
 from bridge.typenames import TypeNameError, topics_for
 
 
@@ -27,8 +26,9 @@ def classify(message: ClaimedMessage, router: Router) -> Decision:
     """What to do with one claimed message.
 
     A non-blank destination is routed; otherwise a non-blank event type makes it a publish (an
-    endpoint that writes both headers leaves the destination empty when publishing). A routing
-    header that is there but empty is rejected saying so, not as missing.
+    endpoint that writes both headers leaves the destination empty when publishing); otherwise
+    a proxy forwarder's message goes to the proxy's destination. Elsewhere a routing header
+    that is there but empty is rejected saying so, not as missing.
     """
     if message.unreadable:
         return Poison(message.unreadable)
@@ -42,6 +42,9 @@ def classify(message: ClaimedMessage, router: Router) -> Decision:
     if destination_header is not None and destination_header.strip():
         return _route(message, headers, destination_header, router)
     event_type = headers.get(EVENT_TYPE_HEADER)
+    if router.proxy is not None and not (event_type and event_type.strip()):
+        # A proxy queue: an ordinary send from an unchanged endpoint.
+        return _deliver(message, headers, router.proxy, router)
     if event_type is not None and event_type.strip():
         try:
             topics = topics_for(event_type, headers.get(ENCLOSED_TYPES_HEADER))
@@ -85,11 +88,16 @@ def _route(
     decision = router.route(destination_header, headers.get(ADDRESS_DATABASE_HEADER))
     if isinstance(decision, Unroutable):
         return Reject(headers, "unroutable", decision.reason)
-    outgoing = without_routing_headers(headers)
+    return _deliver(message, headers, decision, router)
+
+
+def _deliver(
+    message: ClaimedMessage, headers: Headers, destination: Destination, router: Router
+) -> Deliver:
     return Deliver(
         headers=headers,
-        destination=decision,
-        headers_text=serialize_headers(outgoing),
+        destination=destination,
+        headers_text=serialize_headers(router.outgoing_headers(headers, destination)),
         message_id=headers.get(MESSAGE_ID_HEADER) or str(message.row_id),
     )
 

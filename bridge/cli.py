@@ -51,7 +51,12 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true", help="machine-readable output")
 
     send = commands.add_parser("send", help="put test messages into a forwarding queue")
-    send.add_argument("destination", help="destination queue address (the routing header)")
+    send.add_argument(
+        "destination",
+        nargs="?",
+        help="destination queue address (the routing header); leave it out for a proxy "
+        "forwarder to send as an unchanged endpoint does",
+    )
     send.add_argument("--forwarder", help="forwarder whose queue to write (default: the first)")
     send.add_argument("--count", type=int, default=1, help="how many messages (default 1)")
     send.add_argument("--body", default='{"test": true}', help="message body text (UTF-8)")
@@ -60,6 +65,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--header", action="append", default=[], metavar="NAME=VALUE", help="extra header"
     )
     send.add_argument("--ttbr", help="time to be received, e.g. 30s (sets Expires)")
+
+    for verb, what in (
+        ("pause", "stop a forwarder claiming, or hold its messages for one destination database"),
+        ("resume", "undo 'pause'"),
+    ):
+        command = commands.add_parser(verb, help=what)
+        command.add_argument("forwarder", help="the forwarder's name")
+        command.add_argument(
+            "--destination",
+            metavar="DB",
+            help="only its deliveries to this database (a name under 'databases')",
+        )
+        if verb == "pause":
+            command.add_argument("--reason", help="shown by status, e.g. 'receiver upgrade'")
 
     spark = commands.add_parser(
         "spark", help="bulk work on Apache Spark: drain, reconcile, report (needs PySpark)"
@@ -71,7 +90,23 @@ def build_parser() -> argparse.ArgumentParser:
     demo = commands.add_parser("demo", help="replay the store-and-forward sample on SQLite files")
     demo.add_argument("--dir", help="folder for the demo databases (default: a new temp folder)")
     demo.add_argument("--messages", type=int, default=5, help="messages to send (default 5)")
+    _accept_config_after_the_command(parser)
     return parser
+
+
+def _accept_config_after_the_command(parser: argparse.ArgumentParser) -> None:
+    """`sfbridge status -c FILE` works like `sfbridge -c FILE status`, for every subcommand.
+
+    The option is added to each subcommand's parser with no default of its own, so it only
+    overrides the top-level value when it is given there.
+    """
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for subcommand in action.choices.values():
+                subcommand.add_argument(
+                    "-c", "--config", default=argparse.SUPPRESS, help="configuration file"
+                )
+                _accept_config_after_the_command(subcommand)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -88,6 +123,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         setup_logging(config.logging.level, verbose=args.verbose)
         return COMMANDS[args.command](config, args)
     except ConfigError as error:
+        if _is_missing_file(error):
+            print(
+                f"sfbridge: configuration file {args.config} not found; point at one with "
+                "-c FILE (before or after the command) or SFBRIDGE_CONFIG=FILE "
+                f"(default {DEFAULT_CONFIG}); `sfbridge demo` needs none",
+                file=sys.stderr,
+            )
+            return EXIT_CONFIG
         print(f"sfbridge: invalid configuration {args.config}:\n{error}", file=sys.stderr)
         return EXIT_CONFIG
     except DatabaseError as error:
@@ -97,6 +140,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_UNAVAILABLE
     except KeyboardInterrupt:
         return 130
+
+
+def _is_missing_file(error: ConfigError) -> bool:
+    return len(error.problems) == 1 and error.problems[0].message == (
+        "configuration file not found"
+    )
 
 
 def _load(path: str) -> BridgeConfig:
@@ -180,9 +229,17 @@ def _send(config: BridgeConfig, args: argparse.Namespace) -> int:
     if args.count < 1:
         print("sfbridge send: --count must be at least 1", file=sys.stderr)
         return EXIT_CONFIG
+    forwarder = config.forwarder(name)
+    if args.destination is None and forwarder.destination is None:
+        print(
+            f"sfbridge send: forwarder '{name}' routes by the destination header: give the "
+            "destination queue address (only a proxy forwarder takes messages without one)",
+            file=sys.stderr,
+        )
+        return EXIT_CONFIG
     ids = send_test_messages(
         config,
-        config.forwarder(name),
+        forwarder,
         destination=args.destination,
         count=args.count,
         body=args.body.encode(),
@@ -190,10 +247,34 @@ def _send(config: BridgeConfig, args: argparse.Namespace) -> int:
         extra_headers=extra,
         time_to_be_received=ttbr,
     )
-    print(f"sent {len(ids)} message(s) to {args.destination} through forwarder '{name}'")
+    if args.destination is None:
+        assert forwarder.destination is not None
+        where = f"the proxy's destination in database '{forwarder.destination.database}'"
+    else:
+        where = args.destination
+    print(f"sent {len(ids)} message(s) to {where} through forwarder '{name}'")
     if len(ids) <= 10:
         for message_id in ids:
             print(f"  {message_id}")
+    return EXIT_OK
+
+
+def _pause_or_resume(config: BridgeConfig, args: argparse.Namespace) -> int:
+    from bridge.pauses import PauseRequestError, change_pause
+
+    try:
+        print(
+            change_pause(
+                config,
+                args.forwarder,
+                args.destination,
+                pause=args.command == "pause",
+                reason=getattr(args, "reason", None),
+            )
+        )
+    except PauseRequestError as error:
+        print(f"sfbridge {args.command}: {error}", file=sys.stderr)
+        return EXIT_CONFIG
     return EXIT_OK
 
 
@@ -204,4 +285,6 @@ COMMANDS = {
     "status": _status,
     "spark": _spark,
     "send": _send,
+    "pause": _pause_or_resume,
+    "resume": _pause_or_resume,
 }

@@ -94,6 +94,10 @@ class Worker(threading.Thread):
             while not self.stop.is_set():
                 self.last_progress = time.monotonic()
                 try:
+                    if batches.pause_state().forwarder is not None:
+                        retry_backlog = queue_backlog = False
+                        self.stop.wait(self.forwarder.peek_interval)
+                        continue
                     if retry_backlog or time.monotonic() >= next_retry_poll:
                         retry_backlog = self._forward(batches, "retry").claimed >= batch_size
                         if not retry_backlog:

@@ -1,19 +1,21 @@
-"""`sfbridge demo`: NServiceBus's store-and-forward sample, replayed on SQLite files.
+"""`sfbridge demo`: NServiceBus's store-and-forward sample, replayed whole on SQLite files.
 
-No server and no config needed. A sender database with its forwarding queue, a receiver
-database with the Receiver endpoint's queue, the real daemon in background threads. The
-receiver database is taken away while messages are sent; they wait in retry storage, are
-retried on a timer, and arrive exactly once when it comes back.
+No server and no config needed. The Sender endpoint in sender.db sends `OrderSubmitted`
+through its forwarding queue; the Receiver endpoint in receiver.db replies `OrderAccepted` with
+an ordinary send into a proxy queue named after the Sender, which the bridge carries back. The
+real daemon runs in background threads. The receiver database is taken away while orders are
+sent; they wait in retry storage, are retried on a timer, and arrive exactly once when it comes
+back, and so do the replies.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import tempfile
 import time
 import types
+import uuid
 from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -22,18 +24,20 @@ from pathlib import Path
 from bridge.config.model import (
     BridgeConfig,
     DatabaseConfig,
+    FixedDestination,
     ForwarderConfig,
     RetryConfig,
     RouteConfig,
 )
 from bridge.connections import connect
 from bridge.daemon import Daemon
+from bridge.demo_endpoints import DemoEndpoint
 from bridge.dialects import dialect_for
-from bridge.headers import MESSAGE_ID_HEADER, parse_headers
+from bridge.headers import MESSAGE_ID_HEADER, serialize_headers
 from bridge.install import run_install
-from bridge.send import send_test_messages
 from bridge.tables import forwarder_tables
 
+SENDER_QUEUE = "Samples.StoreAndForward.Sender"
 RECEIVER_QUEUE = "Samples.StoreAndForward.Receiver"
 FORWARDING_QUEUE = "Samples.StoreAndForward.Sender.Forward"
 RETRY_DELAY = 2.0
@@ -45,9 +49,16 @@ databases:
   sender:   {{dialect: sqlite, path: "{sender}"}}
   receiver: {{dialect: sqlite, path: "{receiver}"}}
 forwarders:
+  # The Sender's forwarding queue: each message names its destination in a header.
   - name: sender
     database: sender
-    queue: {queue}
+    queue: {forwarding}
+    peek_interval: 200ms
+  # A proxy queue named after the Sender, in the receiver database: the Receiver's replies.
+  - name: replies
+    database: receiver
+    queue: {sender_queue}
+    destination: {{database: sender}}
     peek_interval: 200ms
 routes:
   - {{match: "Samples.StoreAndForward.Receiver*", database: receiver}}
@@ -57,14 +68,23 @@ retries: {{delay: {delay}s, max_attempts: 100}}
 
 
 def demo_config(folder: Path) -> BridgeConfig:
-    """Two SQLite databases, one forwarder, routes like the sample's connection callback."""
+    """Two SQLite databases; routes like the sample's connection callback, and a proxy."""
     databases = {
         "sender": DatabaseConfig("sender", "sqlite", path=str(folder / "sender.db")),
         "receiver": DatabaseConfig("receiver", "sqlite", path=str(folder / "receiver.db")),
     }
     return BridgeConfig(
         databases=types.MappingProxyType(databases),
-        forwarders=(ForwarderConfig("sender", "sender", FORWARDING_QUEUE, peek_interval=0.2),),
+        forwarders=(
+            ForwarderConfig("sender", "sender", FORWARDING_QUEUE, peek_interval=0.2),
+            ForwarderConfig(
+                "replies",
+                "receiver",
+                SENDER_QUEUE,
+                peek_interval=0.2,
+                destination=FixedDestination("sender"),
+            ),
+        ),
         routes=(
             RouteConfig("Samples.StoreAndForward.Receiver*", "receiver"),
             RouteConfig("*", "sender"),
@@ -86,8 +106,39 @@ class Account:
         print(f"\n== {title}", flush=True)
 
 
+class Sample:
+    """The sample's two endpoints and what they did."""
+
+    def __init__(self, config: BridgeConfig) -> None:
+        self.sender = DemoEndpoint(SENDER_QUEUE, config.databases["sender"])
+        self.receiver = DemoEndpoint(RECEIVER_QUEUE, config.databases["receiver"])
+        self.receiver_running = True
+        self.orders: list[str] = []
+
+    def submit(self, count: int) -> list[str]:
+        ids = self.sender.submit_orders(FORWARDING_QUEUE, RECEIVER_QUEUE, count)
+        self.orders += ids
+        return ids
+
+    def run_endpoints(self) -> None:
+        """One round of both endpoints' message pumps."""
+        if self.receiver_running:
+            self.receiver.handle_waiting(reply_type="Shared.OrderAccepted, Shared")
+        self.sender.handle_waiting()
+
+    def orders_received(self) -> Counter[str]:
+        return Counter(str(h[MESSAGE_ID_HEADER]) for h in self.receiver.handled)
+
+    def replies_received(self) -> Counter[str]:
+        return Counter(str(h["NServiceBus.CorrelationId"]) for h in self.sender.handled)
+
+    def all_answered(self) -> bool:
+        self.run_endpoints()
+        return set(self.replies_received()) >= set(self.orders)
+
+
 def run_demo(folder: str | None = None, message_count: int = 5) -> int:
-    """Run the demo; returns 0 when every message arrived exactly once, 1 otherwise."""
+    """Run the demo; returns 0 when every order and every reply arrived exactly once."""
     logging.getLogger("bridge").setLevel(logging.CRITICAL)  # the account below tells the story
     base = Path(folder) if folder else Path(tempfile.mkdtemp(prefix="sfbridge-demo-"))
     base.mkdir(parents=True, exist_ok=True)
@@ -100,53 +151,68 @@ def run_demo(folder: str | None = None, message_count: int = 5) -> int:
             config=config_path,
             sender=base / "sender.db",
             receiver=base / "receiver.db",
-            queue=FORWARDING_QUEUE,
+            forwarding=FORWARDING_QUEUE,
+            sender_queue=SENDER_QUEUE,
             delay=int(RETRY_DELAY),
         )
     )
     account = Account()
-    print(f"sfbridge demo: store-and-forward between two SQLite databases in {base}")
+    print(f"sfbridge demo: the store-and-forward sample between two SQLite databases in {base}")
 
     account.step("1. Install")
+    sample = Sample(config)
     run_install(config)
-    _create_receiver_queue(config)
-    account.say(f"sender.db: forwarding queue {FORWARDING_QUEUE!r}, error queue, retry storage")
+    sample.sender.install()
+    sample.receiver.install()
     account.say(
-        f"receiver.db: the Receiver endpoint's queue {RECEIVER_QUEUE!r} and the dedup ledger"
+        f"sender.db: the Sender's queue {SENDER_QUEUE!r}; sfbridge's forwarding queue "
+        f"{FORWARDING_QUEUE!r}, error queue, retry storage, dedup ledger"
+    )
+    account.say(
+        f"receiver.db: the Receiver's queue {RECEIVER_QUEUE!r}; sfbridge's proxy queue "
+        f"{SENDER_QUEUE!r} (named after the Sender, for the replies) and dedup ledger"
     )
 
     daemon = Daemon(config)
     daemon.start()
-    sent: list[str] = []
     try:
-        account.step("2. Receiver database up: messages flow straight through")
-        sent += _send(config, 2)
-        account.say(f"sent {len(sent)} OrderSubmitted message(s) to the local forwarding queue")
-        _wait_for(lambda: len(_received_ids(config)) >= 2, "first messages to arrive")
-        account.say(f"receiver has {len(_received_ids(config))} message(s)")
+        account.step("2. Receiver database up: orders go through, replies come back")
+        sample.submit(2)
+        account.say("Sender: sent 2 OrderSubmitted through its forwarding queue")
+        _wait_for(sample.all_answered, "the first replies")
+        account.say(
+            f"Receiver: handled {sum(sample.orders_received().values())} order(s), replied "
+            f"OrderAccepted to their ReplyToAddress {SENDER_QUEUE!r}: in receiver.db, the proxy"
+        )
+        account.say(f"Sender: {sum(sample.replies_received().values())} OrderAccepted arrived")
 
-        account.step("3. Receiver database taken away")
+        account.step("3. Receiver stopped, its database taken away")
+        sample.receiver_running = False
         receiver = Path(str(config.databases["receiver"].path))
         offline = receiver.with_name("receiver.db.offline")
         receiver.rename(offline)
         account.say(f"moved {receiver.name} to {offline.name}")
-        more = _send(config, message_count)
-        sent += more
-        account.say(f"sent {len(more)} more message(s): sending still works, nothing is lost")
+        more = sample.submit(message_count)
+        account.say(f"Sender: sent {len(more)} more: sending still works, nothing is lost")
         _show_retries(config, account, until_attempt=3)
 
-        account.step("4. Receiver database restored")
+        account.step("4. Receiver database restored, Receiver started")
         offline.rename(receiver)
+        sample.receiver_running = True
         account.say(f"moved {offline.name} back to {receiver.name}")
-        _wait_for(lambda: len(_received_ids(config)) >= len(sent), "retries to deliver")
-        account.say(f"receiver has {len(_received_ids(config))} message(s); retry storage is empty")
+        _wait_for(sample.all_answered, "every order to be answered")
+        account.say(
+            f"Receiver: {sum(sample.orders_received().values())} order(s) handled; Sender: "
+            f"{sum(sample.replies_received().values())} OrderAccepted; retry storage is empty"
+        )
 
         account.step("5. A crash between the two commits, replayed")
-        replayed = _replay_copy_of_first_message(config)
+        replayed = _replay_copy_of_first_order(config, sample)
         _wait_for(lambda: _queued(config) == 0, "the replayed copy to be forwarded")
-        time.sleep(0.3)
+        time.sleep(0.5)
+        sample.run_endpoints()
         account.say(
-            f"put a second copy of message {replayed[:8]}... into the forwarding queue (what a "
+            f"put a second copy of order {replayed[:8]}... into the forwarding queue (what a "
             "crash after the receiver commit leaves behind); the dedup ledger recognised it"
         )
     except TimeoutError as error:
@@ -156,22 +222,24 @@ def run_demo(folder: str | None = None, message_count: int = 5) -> int:
         daemon.stop()
 
     account.step("Result")
-    received = Counter(_received_ids(config))
-    exactly_once = all(received[message_id] == 1 for message_id in sent) and len(received) == len(
-        sent
+    orders, replies = sample.orders_received(), sample.replies_received()
+    once = all(orders[i] == 1 and replies[i] == 1 for i in sample.orders) and (
+        len(orders) == len(replies) == len(sample.orders)
+    )
+    forward_headers = any(
+        key.startswith("$.store-and-forward") for h in sample.sender.handled for key in h
     )
     totals = daemon.totals()
     account.say(
-        f"{len(sent)} sent, {sum(received.values())} received, "
-        f"{'every message exactly once' if exactly_once else 'MISMATCH'}; "
+        f"{len(sample.orders)} orders sent, {sum(orders.values())} received, "
+        f"{sum(replies.values())} replies: "
+        f"{'every order and every reply exactly once' if once else 'MISMATCH'}; "
         f"retries scheduled {totals['retries-scheduled']}, "
-        f"duplicates skipped {totals['duplicates-skipped']}"
+        f"duplicates skipped {totals['duplicates-skipped']}; the replies were ordinary sends "
+        f"and arrived {'WITH' if forward_headers else 'without'} store-and-forward headers"
     )
     print(f"\nLook around:  {_own_command()} -c {config_path} status")
-    print(
-        f"              sqlite3 {base / 'receiver.db'} 'SELECT Headers FROM \"{RECEIVER_QUEUE}\"'"
-    )
-    return 0 if exactly_once and totals["duplicates-skipped"] >= 1 else 1
+    return 0 if once and not forward_headers and totals["duplicates-skipped"] >= 1 else 1
 
 
 def _own_command() -> str:
@@ -180,48 +248,6 @@ def _own_command() -> str:
     if invoked.name == "sfbridge" and invoked.is_file():
         return str(invoked) if invoked.parent != Path(".") else "sfbridge"
     return f"{sys.executable} -m bridge"
-
-
-def _create_receiver_queue(config: BridgeConfig) -> None:
-    # What the Receiver endpoint's installers would do on its first start.
-    receiver = config.databases["receiver"]
-    dialect = dialect_for(receiver.dialect)
-    queue = dialect.grammar.resolve(dialect.grammar.parse(RECEIVER_QUEUE), None, None)
-    connection = connect(receiver, create=True)
-    try:
-        connection.begin()
-        for statement in dialect.sql("create_queue", queue=queue).split(";\n"):
-            connection.execute(statement)
-        connection.commit()
-    finally:
-        connection.close()
-
-
-def _send(config: BridgeConfig, count: int) -> list[str]:
-    return send_test_messages(
-        config,
-        config.forwarders[0],
-        destination=RECEIVER_QUEUE,
-        count=count,
-        body=b'{"OrderId":"' + os.urandom(4).hex().encode() + b'","Value":42}',
-        message_type="Shared.OrderSubmitted, Shared",
-        extra_headers={},
-        time_to_be_received=None,
-    )
-
-
-def _received_ids(config: BridgeConfig) -> list[str]:
-    receiver = config.databases["receiver"]
-    if not Path(str(receiver.path)).exists():
-        return []
-    dialect = dialect_for(receiver.dialect)
-    queue = dialect.grammar.resolve(dialect.grammar.parse(RECEIVER_QUEUE), None, None)
-    connection = connect(receiver)
-    try:
-        rows = connection.query(f"SELECT Headers FROM {dialect.grammar.qualified_name(queue)}")
-    finally:
-        connection.close()
-    return [str(parse_headers(row[0]).get(MESSAGE_ID_HEADER)) for row in rows]
 
 
 def _queued(config: BridgeConfig) -> int:
@@ -268,37 +294,23 @@ def _show_retries(config: BridgeConfig, account: Account, until_attempt: int) ->
     raise TimeoutError("retries did not show up in time")
 
 
-def _replay_copy_of_first_message(config: BridgeConfig) -> str:
-    """Insert a second copy of a delivered message, as an interrupted forward would leave it."""
-    receiver = config.databases["receiver"]
-    dialect = dialect_for("sqlite")
-    queue = dialect.grammar.resolve(dialect.grammar.parse(RECEIVER_QUEUE), None, None)
-    connection = connect(receiver)
-    try:
-        table = dialect.grammar.qualified_name(queue)
-        headers_text = connection.query(f"SELECT Headers FROM {table} ORDER BY RowVersion LIMIT 1")[
-            0
-        ][0]
-    finally:
-        connection.close()
-    headers = parse_headers(headers_text)
-    message_id = str(headers[MESSAGE_ID_HEADER])
+def _replay_copy_of_first_order(config: BridgeConfig, sample: Sample) -> str:
+    """Insert a second copy of a delivered order, as an interrupted forward would leave it."""
+    headers = dict(sample.receiver.handled[0])
+    headers["$.store-and-forward.destination"] = RECEIVER_QUEUE
     forwarder = config.forwarders[0]
+    dialect = dialect_for("sqlite")
     source = connect(config.databases[forwarder.database])
     try:
-        import json
-        import uuid
-
-        headers["$.store-and-forward.destination"] = RECEIVER_QUEUE
         source.begin()
         source.execute(
             dialect.sql("send", queue=forwarder_tables(config, forwarder).queue),
-            (str(uuid.uuid4()), None, json.dumps(headers), b"{}"),
+            (dialect.encode_id(uuid.uuid4()), None, serialize_headers(headers), b"{}"),
         )
         source.commit()
     finally:
         source.close()
-    return message_id
+    return str(headers[MESSAGE_ID_HEADER])
 
 
 def _wait_for(condition: Callable[[], bool], what: str) -> None:

@@ -36,8 +36,9 @@ from bridge.ledger import RUNTIME_DDL_OFF_ADVICE, cannot_create_advice, ledger_a
 from bridge.messages import ClaimedMessage, Decision, Poison, Publish, Source, Unit
 from bridge.multicast import PublishedEvents
 from bridge.outages import OutageTracker
+from bridge.pauses import PauseBoard, PausedDelivery, PauseState, read_pauses
+from bridge.proxies import forwarder_router
 from bridge.queue_writes import QueueWriter
-from bridge.routing import Router
 from bridge.settle import Settlement
 from bridge.subscriptions import SubscriberDirectory
 from bridge.tables import (
@@ -87,7 +88,7 @@ class BatchForwarder:
         source_database = config.databases[forwarder.database]
         self.dialect: Dialect = dialect_for(source_database.dialect)
         self.tables = forwarder_tables(config, forwarder)
-        self.router = Router(source_database, config.routes, config.databases)
+        self.router = forwarder_router(config, forwarder)
         self.published = PublishedEvents(
             forwarder.name,
             self.dialect,
@@ -96,6 +97,7 @@ class BatchForwarder:
             SubscriberDirectory(config, forwarder.database),
         )
         self._outages = outages or OutageTracker(probe_interval(config))
+        self._pauses = PauseBoard(forwarder.peek_interval)
         self._writer = writer or QueueWriter()
         self._remote: dict[str, RemoteDelivery] = {}
         self._retry_table_checked = False
@@ -117,6 +119,7 @@ class BatchForwarder:
         that could not be created); the source transaction is then rolled back and every
         claimed row is back where it was.
         """
+        self.pause_state()
         report = self._healing(lambda: self._forward_batch_once(source, seq_range))
         noted, self.published.missing_table = self.published.missing_table, None
         if noted is not None:
@@ -126,6 +129,17 @@ class BatchForwarder:
                 # Only what status shows is missing; the batch itself is done.
                 self._note_unhealed(error)
         return report
+
+    def pause_state(self) -> PauseState:
+        """The forwarder's pauses, read again once per peek interval (`sfbridge pause`)."""
+        if self._pauses.stale():
+            connection = self.connections.get(self.forwarder.database)
+            self._pauses.update(
+                self._healing(
+                    lambda: read_pauses(connection, self.dialect, self.tables, self.forwarder.name)
+                )
+            )
+        return self._pauses.state
 
     def queue_estimate(self) -> int:
         """How many rows the forwarding queue holds, roughly (the transport's cheap peek: rows
@@ -151,8 +165,18 @@ class BatchForwarder:
         except BridgeTableMissing as missing:
             if not missing.healable:
                 raise
-            self.heal_forwarding_tables(missing)
+            created = self.heal_forwarding_tables(missing)
+        try:
             return attempt()
+        except BridgeTableMissing as again:
+            if created or not again.healable:
+                raise
+            # Nothing was missing when looked for (another worker had just created it), yet
+            # the table is still not found: a name that differs only in case, say.
+            raise again.with_advice(
+                "the bridge found nothing to create: check the table's name and case with "
+                "'sfbridge check'"
+            ) from None
 
     def _note_unhealed(self, error: DatabaseError) -> None:
         now = time.monotonic()
@@ -225,12 +249,17 @@ class BatchForwarder:
             return Poison(f"sfbridge could not process the message: {error!r}")
 
     def _waiting_databases(self) -> list[str]:
-        """Databases whose messages stay in retry storage while they are in trouble."""
-        if self.config.retries.during_outage != "wait":
-            return []
-        return self._outages.waiting_databases()
+        """Databases whose messages stay in retry storage: paused ones, and with
+        `retries.during_outage: wait` those in trouble."""
+        waiting = list(self._pauses.state.destinations)
+        if self.config.retries.during_outage == "wait":
+            waiting += [d for d in self._outages.waiting_databases() if d not in waiting]
+        return waiting
 
     def _delivery(self, connection: Connection, database: str) -> Delivery:
+        pause = self._pauses.state.destinations.get(database)
+        if pause is not None:
+            return PausedDelivery(database, pause)
         if database == self.forwarder.database:
             return LocalDelivery(connection, self.dialect, self._writer)
         delivery = self._remote.get(database)
@@ -254,9 +283,10 @@ class BatchForwarder:
 
     # -- healing the forwarding database -------------------------------------------------
 
-    def heal_forwarding_tables(self, missing: BridgeTableMissing) -> None:
-        """Create the forwarder's missing tables in its database, or raise BridgeTableMissing
-        saying why that is not done (runtime creation off, no permission)."""
+    def heal_forwarding_tables(self, missing: BridgeTableMissing) -> bool:
+        """Create the forwarder's missing tables in its database; False when none was missing
+        any more (another worker created them). Raises BridgeTableMissing saying why they are
+        not created (runtime creation off, no permission)."""
         database = self.forwarder.database
         if not self.config.install.at_runtime:
             raise missing.with_advice(RUNTIME_DDL_OFF_ADVICE) from None
@@ -266,14 +296,9 @@ class BatchForwarder:
             created = create_tables(connection, self.dialect, steps, only_missing=True)
         except PermissionDenied as error:
             raise missing.with_advice(cannot_create_advice(error.detail)) from None
-        if not created:
-            # Nothing to create, yet the table was not found (a name that differs only in
-            # case, say): a person has to look.
-            raise missing.with_advice(
-                "the bridge found nothing to create: check the table's name and case with "
-                "'sfbridge check'"
-            )
         for step in created:
+            if step.table is None:
+                continue  # a schema: created only if absent, and only with a table
             log.warning(
                 "forwarder '%s': created %s in database '%s' (it was missing)",
                 self.forwarder.name,
@@ -281,6 +306,7 @@ class BatchForwarder:
                 database,
             )
         self._retry_table_checked = False
+        return bool(created)
 
     def _upgrade_retry_table(self, connection: Connection) -> None:
         """Retry storage made by an earlier sfbridge lacks `destination_database`: add it."""

@@ -20,6 +20,7 @@ ADDRESS_DATABASE_HEADER = "$.sfbridge.address-database"
 ROUTING_HEADERS = (DESTINATION_HEADER, EVENT_TYPE_HEADER, ADDRESS_DATABASE_HEADER)
 
 MESSAGE_ID_HEADER = "NServiceBus.MessageId"
+REPLY_TO_ADDRESS_HEADER = "NServiceBus.ReplyToAddress"
 ENCLOSED_TYPES_HEADER = "NServiceBus.EnclosedMessageTypes"
 TIME_SENT_HEADER = "NServiceBus.TimeSent"
 FAILED_QUEUE_HEADER = "NServiceBus.FailedQ"
@@ -82,6 +83,23 @@ def serialize_headers(headers: Mapping[str, str | None]) -> str:
 def without_routing_headers(headers: Mapping[str, str | None]) -> Headers:
     """The headers a destination receives: everything but the routing headers."""
     return {key: value for key, value in headers.items() if key not in ROUTING_HEADERS}
+
+
+def with_legacy_reply_to(headers_text: str | None, reply_to: str) -> str | None:
+    """The Headers column with `ReplyToAddress` set from the legacy column of the same name.
+
+    Transports before 7.0 wrote that column beside the header and, on receive, let a
+    non-empty column replace the header; the bridge writes the column NULL, so the header
+    carries the value on. Headers that do not parse are left as they are (poison anyway).
+    """
+    try:
+        headers = parse_headers(headers_text)
+    except PoisonHeaders:
+        return headers_text
+    if headers.get(REPLY_TO_ADDRESS_HEADER) == reply_to:
+        return headers_text
+    headers[REPLY_TO_ADDRESS_HEADER] = reply_to
+    return serialize_headers(headers)
 
 
 def wire_date(moment: datetime) -> str:

@@ -53,9 +53,17 @@ def ledger_address(config: BridgeConfig, database: str) -> QueueAddress:
 
 
 def ledger_databases(config: BridgeConfig) -> list[str]:
-    """Databases that hold a ledger: route targets some forwarder delivers to from elsewhere."""
+    """Databases that hold a ledger: route targets some forwarder delivers to from elsewhere,
+    and proxy destinations in another database than their proxy."""
     forwarding = {forwarder.database for forwarder in config.forwarders}
-    return sorted({route.database for route in config.routes if forwarding - {route.database}})
+    targets = {route.database for route in config.routes if forwarding - {route.database}}
+    targets |= {
+        forwarder.destination.database
+        for forwarder in config.forwarders
+        if forwarder.destination is not None
+        and forwarder.destination.database != forwarder.database
+    }
+    return sorted(targets)
 
 
 def ledger_steps(config: BridgeConfig, database: str) -> list[TableStep]:

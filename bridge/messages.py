@@ -139,12 +139,15 @@ class Failed:
 
     `outage`: the whole database failed (unreachable, or lacking a bridge table it may not
     create), not this message; with `retries.during_outage: wait` that spends no attempt.
+    `paused`: nothing was tried, the database is paused (`sfbridge pause`): no attempt spent,
+    however long the pause.
     """
 
     error: str
     retryable: bool = True
     missing_queue: bool = False
     outage: bool = False
+    paused: bool = False
 
 
 DeliveryResult = Delivered | Duplicate | Failed

@@ -32,7 +32,6 @@ from bridge.headers import (
     MESSAGE_ID_HEADER,
     Headers,
     serialize_headers,
-    without_routing_headers,
 )
 from bridge.messages import (
     ClaimedMessage,
@@ -78,7 +77,8 @@ def fan_out(
     """One copy per distinct destination, in the order the subscribers were found."""
     if not subscribers:
         return NoSubscribers(publish)
-    outgoing_text = serialize_headers(without_routing_headers(publish.headers))
+    # Per destination database: reply addresses are rewritten for the database they enter.
+    outgoing_texts: dict[str, str] = {}
     message_id = publish.headers.get(MESSAGE_ID_HEADER) or fallback_message_id
     by_destination: dict[object, list[Subscriber]] = {}
     decisions: dict[object, Deliver | Reject] = {}
@@ -86,10 +86,13 @@ def fan_out(
         routed = router.route(subscriber.address, subscriber.address_database)
         if isinstance(routed, Destination):
             key: object = (routed.database, routed.canonical)
+            if routed.database not in outgoing_texts:
+                outgoing = router.outgoing_headers(publish.headers, routed)
+                outgoing_texts[routed.database] = serialize_headers(outgoing)
             decision: Deliver | Reject = Deliver(
                 headers=copy_as_unicast(publish.headers, subscriber, router.source_database),
                 destination=routed,
-                headers_text=outgoing_text,
+                headers_text=outgoing_texts[routed.database],
                 message_id=message_id,
             )
         else:

@@ -154,8 +154,7 @@ class OutageTracker:
         what = "cannot be reached" if kind == "unreachable" else "is not ready for the bridge"
         still = f" (still, for {_duration(_utcnow() - since)})" if since else ""
         log.error(
-            "database '%s' %s%s: %s; its messages wait in retry storage and it is probed "
-            "every %s",
+            "database '%s' %s%s: %s; its messages wait in retry storage and it is probed every %s",
             database,
             what,
             still,

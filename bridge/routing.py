@@ -10,10 +10,12 @@ from __future__ import annotations
 import difflib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from bridge.addressing import AddressError, QueueAddress
 from bridge.config.model import DatabaseConfig, RouteConfig
 from bridge.dialects.registry import grammar_for
+from bridge.headers import Headers, without_routing_headers
 
 
 @dataclass(frozen=True)
@@ -36,23 +38,46 @@ class Unroutable:
     reason: str
 
 
+class ReplyRewriter(Protocol):
+    """Rewrites the reply addresses of a message crossing databases (`bridge.proxies`)."""
+
+    def rewrite(self, headers: Headers, from_database: str, to_database: str) -> Headers: ...
+
+
 class Router:
-    """Routes destination headers for one forwarding database. Decisions are cached."""
+    """Routes destination headers for one forwarder. Decisions are cached.
+
+    `proxy` is where a proxy forwarder delivers messages without a routing header (None for
+    a forwarder that routes by headers only); `replies` rewrites reply addresses on the way.
+    """
 
     def __init__(
         self,
         source: DatabaseConfig,
         routes: Sequence[RouteConfig],
         databases: Mapping[str, DatabaseConfig],
+        *,
+        proxy: Destination | None = None,
+        replies: ReplyRewriter | None = None,
     ) -> None:
         self._source = source
         self._routes = tuple(routes)
         self._databases = databases
         self._cache: dict[tuple[str, str | None], Destination | Unroutable] = {}
+        self.proxy = proxy
+        self._replies = replies
 
     @property
     def source_database(self) -> str:
         return self._source.name
+
+    def outgoing_headers(self, headers: Headers, destination: Destination) -> Headers:
+        """What `destination` receives: every header but the routing headers, with reply
+        addresses rewritten for the destination's database."""
+        outgoing = without_routing_headers(headers)
+        if self._replies is None:
+            return outgoing
+        return self._replies.rewrite(outgoing, self._source.name, destination.database)
 
     def route(
         self, destination_header: str, address_database: str | None = None

@@ -16,9 +16,10 @@ from bridge.tables import forwarder_tables
 
 
 def test_message_headers(
-    destination: str, message_type: str, extra: Mapping[str, str], *, now: datetime
+    destination: str | None, message_type: str, extra: Mapping[str, str], *, now: datetime
 ) -> Headers:
-    """The headers an NServiceBus endpoint writes for a Send, plus the routing header."""
+    """The headers an NServiceBus endpoint writes for a Send, plus the routing header (none
+    for a proxy queue: `destination` None)."""
     message_id = str(uuid.uuid4())
     headers: Headers = {
         "NServiceBus.MessageId": message_id,
@@ -31,8 +32,9 @@ def test_message_headers(
         "NServiceBus.EnclosedMessageTypes": message_type,
         "NServiceBus.TimeSent": wire_date(now),
         "NServiceBus.Version": "9.2.0",
-        DESTINATION_HEADER: destination,
     }
+    if destination is not None:
+        headers[DESTINATION_HEADER] = destination
     headers.update(extra)
     return headers
 
@@ -41,7 +43,7 @@ def send_test_messages(
     config: BridgeConfig,
     forwarder: ForwarderConfig,
     *,
-    destination: str,
+    destination: str | None,
     count: int,
     body: bytes,
     message_type: str,

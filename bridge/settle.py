@@ -156,9 +156,21 @@ def retry_fate(
     """A failed delivery: stored for a later attempt, or given up on after the last one.
 
     With `retries.during_outage: wait` an outage spends no attempt; the message waits, up to
-    `retries.max_wait` from its first failure.
+    `retries.max_wait` from its first failure. A paused database spends none either, and a
+    message waits for it as long as the pause lasts.
     """
     message = unit.message
+    if failure.paused:
+        return StoreForRetry(
+            headers_text=unit.retry_headers_text,
+            destination=destination,
+            destination_database=destination_database,
+            attempts=message.attempts,
+            first_failure_at=message.first_failure_at or now,
+            due=next_attempt_at(now, max(message.attempts, 1), policy),
+            error=failure.error,
+            waiting=True,
+        )
     waits = failure.outage and policy.during_outage == "wait"
     attempts = message.attempts + (0 if waits else 1)
     first_failure_at = message.first_failure_at or now

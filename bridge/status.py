@@ -10,10 +10,12 @@ from typing import Any
 from bridge.config.model import BridgeConfig
 from bridge.connections import Connections
 from bridge.destination_states import read_states
-from bridge.dialects import dialect_for
-from bridge.drivers import DatabaseError, QueueNotFound
+from bridge.dialects import Dialect, dialect_for
+from bridge.drivers import Connection, DatabaseError, QueueNotFound
 from bridge.headers import TIME_SENT_HEADER, PoisonHeaders, parse_headers, parse_wire_date
-from bridge.tables import forwarder_tables
+from bridge.pauses import read_pauses
+from bridge.proxies import proxy_destination
+from bridge.tables import ForwarderTables, forwarder_tables
 
 # Destination states older than this were written by a daemon that is probably not running.
 STALE_STATE_SECONDS = 120.0
@@ -106,6 +108,9 @@ def _forwarder_status(config: BridgeConfig, name: str, connections: Connections)
         "queue": tables.queue_canonical,
         "error_queue": dialect.grammar.render(tables.error_queue),
     }
+    proxy = proxy_destination(config, forwarder)
+    if proxy is not None:
+        status["proxy_for"] = {"database": proxy.database, "queue": proxy.canonical}
     try:
         connection = connections.get(forwarder.database)
         connection.begin()
@@ -146,10 +151,29 @@ def _forwarder_status(config: BridgeConfig, name: str, connections: Connections)
             )
         ]
         connection.commit()
+        status["paused"] = _pauses(connection, dialect, tables, forwarder.name)
     except DatabaseError as error:
         connections.discard(forwarder.database)
         status["error"] = str(error)
     return status
+
+
+def _pauses(
+    connection: Connection, dialect: Dialect, tables: ForwarderTables, forwarder: str
+) -> list[dict[str, Any]]:
+    """The forwarder's pauses; none when the table is not there yet (made on first pause)."""
+    try:
+        state = read_pauses(connection, dialect, tables, forwarder)
+    except QueueNotFound:
+        return []
+    return [
+        {
+            "destination_database": pause.database,
+            "since": _iso(pause.paused_at),
+            "reason": pause.reason,
+        }
+        for pause in state.pauses
+    ]
 
 
 def _age_of(headers_text: str | None) -> float | None:
@@ -207,9 +231,20 @@ def _render_forwarders(statuses: list[dict[str, Any]]) -> list[str]:
             f"forwarder {status['forwarder']}  ({status['queue']} in database "
             f"'{status['database']}')"
         )
+        if "proxy_for" in status:
+            proxy = status["proxy_for"]
+            lines.append(f"  proxy for          {proxy['queue']} in database '{proxy['database']}'")
         if "error" in status:
             lines.append(f"  UNAVAILABLE: {status['error']}")
             continue
+        for pause in status["paused"]:
+            what = (
+                f"deliveries to database '{pause['destination_database']}'"
+                if pause["destination_database"]
+                else "the whole forwarder: claims nothing"
+            )
+            because = f" ({pause['reason']})" if pause["reason"] else ""
+            lines.append(f"  PAUSED             {what}, since {pause['since']}{because}")
         age = status["oldest_age_seconds"]
         lines.append(
             f"  queued             {status['queued']}"

@@ -21,6 +21,7 @@ from bridge.dialects.base import (
     COUNTERS_TABLE,
     DESTINATION_STATES_TABLE,
     EVENT_TYPES_TABLE,
+    PAUSES_TABLE,
     RETRY_TABLE,
 )
 from bridge.drivers import (
@@ -43,6 +44,7 @@ class ForwarderTables:
     counters: QueueAddress
     event_types: QueueAddress
     destination_states: QueueAddress
+    pauses: QueueAddress
     queue_canonical: str
 
 
@@ -59,6 +61,7 @@ def forwarder_tables(config: BridgeConfig, forwarder: ForwarderConfig) -> Forwar
         counters=dialect.bridge_table(COUNTERS_TABLE, database.schema),
         event_types=dialect.bridge_table(EVENT_TYPES_TABLE, database.schema),
         destination_states=dialect.bridge_table(DESTINATION_STATES_TABLE, database.schema),
+        pauses=dialect.bridge_table(PAUSES_TABLE, database.schema),
         queue_canonical=grammar.render(queue),
     )
 
@@ -88,7 +91,9 @@ def forwarder_table_steps(config: BridgeConfig, forwarder: ForwarderConfig) -> l
     tables = forwarder_tables(config, forwarder)
     name = forwarder.database
     steps = schema_steps(
-        name, dialect, (tables.queue, tables.error_queue, tables.retry, tables.destination_states)
+        name,
+        dialect,
+        (tables.queue, tables.error_queue, tables.retry, tables.destination_states, tables.pauses),
     )
 
     def step(description: str, table: QueueAddress, template: str, key: str) -> None:
@@ -107,6 +112,7 @@ def forwarder_table_steps(config: BridgeConfig, forwarder: ForwarderConfig) -> l
         "create_destination_states_table",
         "destination_states",
     )
+    step("pauses", tables.pauses, "create_pauses_table", "pauses")
     return steps
 
 
@@ -118,9 +124,7 @@ def schema_steps(
     for schema in dict.fromkeys(address.schema for address in addresses):
         statement = dialect.create_schema_sql(schema)
         if statement:
-            steps.append(
-                TableStep(database, f"schema {schema}", None, (statement,), schema=schema)
-            )
+            steps.append(TableStep(database, f"schema {schema}", None, (statement,), schema=schema))
     return steps
 
 
@@ -262,7 +266,5 @@ def _missing_steps(
         return []
     schemas = {step.table.schema for step in missing if step.table}
     return [
-        step
-        for step in steps
-        if step in missing or (step.table is None and step.schema in schemas)
+        step for step in steps if step in missing or (step.table is None and step.schema in schemas)
     ]

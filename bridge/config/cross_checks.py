@@ -16,15 +16,17 @@ from collections.abc import Mapping
 from bridge.addressing import AddressError, QueueAddress
 from bridge.config.durations import format_duration
 from bridge.config.messages import join_path, suggestion
-from bridge.config.model import RouteConfig
+from bridge.config.model import DatabaseConfig, FixedDestination, RouteConfig
 from bridge.config.problems import ProblemLog
-from bridge.config.schema import LEDGER, RETRIES, SUBSCRIPTIONS
+from bridge.config.proxy_addresses import fixed_destination_address
+from bridge.config.schema import LEDGER, RETRIES, ROUTES, SUBSCRIPTIONS
 from bridge.config.walker import Document, Entry, Item
 from bridge.dialects.registry import dialects, grammar_for
 
 __all__ = [
     "check_across_keys",
     "check_forwarders",
+    "check_proxies",
     "check_references",
     "check_retries",
     "check_routes",
@@ -41,6 +43,7 @@ def check_across_keys(document: Document, log: ProblemLog) -> None:
     """
     check_references(document, log)
     check_forwarders(document, log)
+    check_proxies(document, log)
     check_routes(document, log)
     check_subscriptions(document, log)
     check_subscription_tables(document, log)
@@ -57,19 +60,125 @@ def _seen_before(first: dict[object, str], value: object, path: str) -> str | No
 
 
 def check_references(document: Document, log: ProblemLog) -> None:
-    """Every `database` of a forwarder, route or subscription table names a database."""
+    """Every `database` of a forwarder, proxy destination, route or subscription table names
+    a database."""
     for entries in (document.forwarders, document.routes, document.subscription_tables):
         for entry in entries:
-            if entry is None or "database" not in entry.values:
+            if entry is None:
                 continue
-            name = entry.values["database"]
-            if name in document.database_names:
-                continue
-            known = sorted(document.database_names)
-            hint = suggestion(name, known)
-            if not hint:
-                hint = f" (databases: {', '.join(known)})" if known else " (none is defined)"
-            log.error(join_path(entry.path, "database"), f"no database named {name!r}{hint}")
+            if "database" in entry.values:
+                _check_reference(document, log, entry.values["database"], entry.path)
+            fixed = entry.values.get("destination")
+            if isinstance(fixed, FixedDestination):
+                path = join_path(entry.path, "destination")
+                _check_reference(document, log, fixed.database, path)
+
+
+def _check_reference(document: Document, log: ProblemLog, name: str, path: str) -> None:
+    if name in document.database_names:
+        return
+    known = sorted(document.database_names)
+    hint = suggestion(name, known)
+    if not hint:
+        hint = f" (databases: {', '.join(known)})" if known else " (none is defined)"
+    log.error(join_path(path, "database"), f"no database named {name!r}{hint}")
+
+
+def _database_config(document: Document, name: object) -> DatabaseConfig | None:
+    """What addressing needs of a database (its dialect and schema); None when unknown."""
+    entry = document.databases.get(name) if isinstance(name, str) else None
+    if entry is None or entry.values.get("dialect") is None:
+        return None
+    return DatabaseConfig(
+        name=str(name),
+        dialect=entry.values["dialect"],
+        connection=entry.values.get("connection"),
+        schema=entry.values.get("schema"),
+    )
+
+
+def check_proxies(document: Document, log: ProblemLog) -> None:
+    """A proxy's destination is a queue its database can hold, is not the proxy itself, and
+    no forwarder drains a queue that a proxy delivers to (an endpoint's real queue); routes
+    are required unless every forwarder is a proxy."""
+    delivered_to: dict[tuple[str, object], str] = {}
+    drained: list[tuple[Entry, tuple[str, object]]] = []
+    for entry in document.forwarders:
+        if entry is None:
+            continue
+        source = _database_config(document, entry.values.get("database"))
+        queue = entry.values.get("queue")
+        if source is None or queue is None:
+            continue
+        try:
+            grammar = grammar_for(source.dialect)
+            own = grammar.resolve(grammar.parse(queue), source.schema, None)
+        except AddressError:
+            continue  # reported with the forwarder's other checks
+        drained.append((entry, (source.name, own)))
+        fixed = entry.values.get("destination")
+        target = (
+            _database_config(document, fixed.database)
+            if isinstance(fixed, FixedDestination)
+            else None
+        )
+        if not isinstance(fixed, FixedDestination) or target is None:
+            continue
+        path = join_path(entry.path, "destination")
+        try:
+            destination = fixed_destination_address(queue, source, fixed, target)
+        except AddressError as exc:
+            where = "queue" if fixed.queue is not None else "database"
+            given = (
+                "" if fixed.queue is not None else f" (the default: the proxy's queue {queue!r})"
+            )
+            log.error(
+                join_path(path, where),
+                f"cannot be a {target.dialect} queue in database {target.name!r}{given}: {exc}",
+            )
+            continue
+        if target.name == source.name and destination == own:
+            log.error(
+                path,
+                f"is the proxy's own queue {grammar_for(target.dialect).render(own)}: every "
+                "message would be forwarded to where it came from; name the endpoint's queue "
+                "in another database",
+            )
+            continue
+        delivered_to.setdefault((target.name, destination), entry.path)
+    for entry, queue_key in drained:
+        earlier = delivered_to.get(queue_key)
+        if earlier is not None and earlier != entry.path:
+            log.error(
+                join_path(entry.path, "queue"),
+                f"is the queue {earlier} delivers to, an endpoint's real queue; a forwarder "
+                "draining it would take that endpoint's messages",
+            )
+    _check_routes_given(document, log)
+
+
+def _check_routes_given(document: Document, log: ProblemLog) -> None:
+    if any(entry is not None for entry in document.routes):
+        return
+    if not any(entry is not None for entry in document.forwarders) and not document.routes:
+        log.error(
+            ROUTES.name,
+            "required key is missing; expected a list of routes (only a config whose "
+            "forwarders all have a 'destination' needs none)",
+        )
+        return
+    routed = [
+        entry.path
+        for entry in document.forwarders
+        if entry is not None and entry.values.get("destination") is None
+    ]
+    if routed:
+        log.error(
+            ROUTES.name,
+            f"at least 1 route is required: {', '.join(routed)} "
+            f"{'has' if len(routed) == 1 else 'have'} no 'destination', so "
+            f"{'its' if len(routed) == 1 else 'their'} messages go where routes send them",
+        )
 
 
 def check_forwarders(document: Document, log: ProblemLog) -> None:

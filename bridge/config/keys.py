@@ -6,6 +6,7 @@ description and the reference renderer documents it.
 
 from __future__ import annotations
 
+import builtins
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -21,7 +22,9 @@ class _Required:
 
 REQUIRED: Final = _Required()
 
-KeyType = Literal["string", "integer", "boolean", "duration", "choice", "address", "topic"]
+KeyType = Literal[
+    "string", "integer", "boolean", "duration", "choice", "address", "topic", "mapping"
+]
 SectionShape = Literal["mapping", "named", "list", "multimap"]
 
 
@@ -38,6 +41,9 @@ class Key:
     else `pattern_message` is reported (with the value, unless `secret`). `expand_env` enables
     `${VAR}` expansion; `secret` forbids echoing the value in messages; `empty_is_none` turns
     an empty string into None instead of an error.
+
+    A `mapping` key holds a nested mapping of its own `fields` (keys checked like a section's,
+    with paths such as `forwarders[0].destination.queue`), built into `model`.
     """
 
     name: str
@@ -60,6 +66,9 @@ class Key:
     empty_is_none: bool = False
     dialects: tuple[str, ...] = ()
     dialect_hint: str = ""
+    fields: tuple[Key, ...] = ()
+    # `builtins.type`: within this class, `type` is the field above.
+    model: builtins.type[Any] | None = None
 
     @property
     def required(self) -> bool:

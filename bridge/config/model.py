@@ -33,8 +33,24 @@ class DatabaseConfig:
 
 
 @dataclass(frozen=True)
+class FixedDestination:
+    """Where every message of a proxy queue goes: a queue in another database.
+
+    `queue` None: the proxy's own queue address, re-rendered in that database's grammar.
+    """
+
+    database: str
+    queue: str | None = None
+
+
+@dataclass(frozen=True)
 class ForwarderConfig:
-    """One local forwarding queue and the workers that drain it."""
+    """One local forwarding queue and the workers that drain it.
+
+    With `destination`, the queue is a *proxy*: a table named after a remote endpoint that
+    unchanged endpoints send to; its messages go to that destination unless they carry a
+    routing header.
+    """
 
     name: str
     database: str
@@ -43,6 +59,11 @@ class ForwarderConfig:
     batch_size: int = 100
     concurrency: int = 2
     peek_interval: float = 1.0
+    destination: FixedDestination | None = None
+
+    @property
+    def is_proxy(self) -> bool:
+        return self.destination is not None
 
 
 @dataclass(frozen=True)
@@ -128,7 +149,7 @@ class SentryConfig:
 class BridgeConfig:
     databases: Mapping[str, DatabaseConfig]
     forwarders: tuple[ForwarderConfig, ...]
-    routes: tuple[RouteConfig, ...]
+    routes: tuple[RouteConfig, ...] = ()
     retries: RetryConfig = field(default_factory=RetryConfig)
     install: InstallConfig = field(default_factory=InstallConfig)
     ledger: LedgerConfig = field(default_factory=LedgerConfig)

@@ -32,6 +32,8 @@ def describe_type(key: Key) -> str:
         return "queue address"
     if key.type == "topic":
         return "type full name"
+    if key.type == "mapping":
+        return "mapping of " + ", ".join(f"`{field.name}`" for field in key.fields)
     if key.type in ("integer", "duration"):
         low, high = key.minimum, key.maximum
         if low is not None and high is not None:
@@ -64,6 +66,8 @@ def describe_default(key: Key) -> str:
 
 
 def _describe_example(key: Key) -> str:
+    if isinstance(key.example, dict):
+        return "`{" + ", ".join(f"{k}: {v}" for k, v in key.example.items()) + "}`"
     if isinstance(key.example, bool):
         return f"`{str(key.example).lower()}`"
     return f"`{key.example}`"
@@ -118,6 +122,16 @@ def _rows(sec: Section) -> list[tuple[str, str, str, str, str]]:
             _describe_example(key),
         )
         rows.append(cells)
+        for field in key.fields:
+            rows.append(
+                (
+                    f"`{key.name}.{field.name}`",
+                    describe_type(field),
+                    describe_default(field),
+                    field.description,
+                    _describe_example(field),
+                )
+            )
     return rows
 
 

@@ -269,7 +269,45 @@ class _Walker:
             else:
                 self.log.error(path, "required key is missing")
             return
-        converted = self.values.convert(key, value, path)
+        if key.type == "mapping":
+            converted = self.nested(key, value, path)
+        else:
+            converted = self.values.convert(key, value, path)
         if converted is not INVALID:
             entry.values[key.name] = converted
             entry.given.add(key.name)
+
+    def nested(self, key: Key, raw: object, path: str) -> object:
+        """Check a `mapping` key's value against its fields and build its model; `INVALID`
+        (after reporting every problem) when anything is wrong."""
+        assert key.model is not None
+        if not isinstance(raw, Mapping):
+            hint = ""
+            if isinstance(raw, str) and key.fields:
+                hint = f"; write e.g. {key.name}: {{{key.fields[0].name}: {json.dumps(raw)}}}"
+            self.log.error(
+                path,
+                f"expected a mapping with the keys {', '.join(f.name for f in key.fields)}, "
+                f"got {describe_value(raw)}{hint}",
+            )
+            return INVALID
+        self.check_keys(raw, [field.name for field in key.fields], path)
+        values: dict[str, Any] = {}
+        valid = True
+        for field_key in key.fields:
+            field_path = join_path(path, field_key.name)
+            value = raw.get(field_key.name)
+            if value is None:
+                if field_key.required:
+                    missing = "has no value (null)" if field_key.name in raw else "is missing"
+                    self.log.error(field_path, f"required key {missing}")
+                    valid = False
+                else:
+                    values[field_key.name] = field_key.default
+                continue
+            converted = self.values.convert(field_key, value, field_path)
+            if converted is INVALID:
+                valid = False
+            else:
+                values[field_key.name] = converted
+        return key.model(**values) if valid else INVALID

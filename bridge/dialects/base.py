@@ -62,6 +62,7 @@ STATEMENT_NAMES = frozenset(
         "ledger_record_many",
         "subscribers_many",
         "subscribers_row",
+        "subscribers_by_endpoint",
         "create_event_types_table",
         "event_type_seen",
         "event_types_read",
@@ -94,6 +95,10 @@ STATEMENT_NAMES = frozenset(
         "create_destination_states_table",
         "destination_state_save",
         "destination_states_read",
+        "create_pauses_table",
+        "pause_set",
+        "pause_clear",
+        "pauses_read",
     }
 )
 
@@ -105,6 +110,7 @@ LEDGER_TABLE = "sfbridge_ledger"
 COUNTERS_TABLE = "sfbridge_counters"
 EVENT_TYPES_TABLE = "sfbridge_event_types"
 DESTINATION_STATES_TABLE = "sfbridge_destination_states"
+PAUSES_TABLE = "sfbridge_pauses"
 
 
 class QueueShapes(Protocol):

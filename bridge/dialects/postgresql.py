@@ -19,7 +19,7 @@ from typing import Any
 from bridge.addressing import AddressError, QueueAddress, check_characters, check_table
 from bridge.dialects.base import ConfiguredDatabase, Dialect, decode_uuid, require_naive_utc
 from bridge.drivers.base import Connection
-from bridge.drivers.odbc import OdbcConnection, with_required_options
+from bridge.drivers.odbc import OdbcConnection, with_default_options, with_required_options
 
 # --------------------------------------------------------------------------------------------
 # Queue addresses
@@ -250,6 +250,9 @@ STATEMENTS: dict[str, str] = {
     # publish/subscribe); its columns are unquoted, so lower case.
     "subscribers_many": "SELECT DISTINCT QueueAddress FROM {subscriptions} WHERE Topic IN ({rows})",
     "subscribers_row": "?",
+    # `check`: has an endpoint of this name subscribed from this database?
+    "subscribers_by_endpoint": """
+        SELECT COUNT(*) FROM {subscriptions} WHERE Endpoint = ? OR QueueAddress = ?""",
     "create_event_types_table": """
         CREATE TABLE IF NOT EXISTS {event_types} (
             forwarder varchar(200) NOT NULL,
@@ -303,6 +306,24 @@ STATEMENTS: dict[str, str] = {
         SELECT destination_database, state, since, last_error, next_probe_at, updated_at,
                reported_by
         FROM {destination_states} ORDER BY destination_database""",
+    # Pauses: destination_database '' pauses the whole forwarder. Pausing again keeps the time
+    # the pause began and takes the new reason.
+    "create_pauses_table": """
+        CREATE TABLE IF NOT EXISTS {pauses} (
+            forwarder varchar(200) NOT NULL,
+            destination_database varchar(200) NOT NULL,
+            paused_at timestamp NOT NULL,
+            reason text,
+            PRIMARY KEY (forwarder, destination_database)
+        )""",
+    "pause_set": """
+        INSERT INTO {pauses} AS p (forwarder, destination_database, paused_at, reason)
+        VALUES (?, ?, ?, ?) ON CONFLICT (forwarder, destination_database) DO UPDATE SET
+            reason = EXCLUDED.reason""",
+    "pause_clear": "DELETE FROM {pauses} WHERE forwarder = ? AND destination_database = ?",
+    "pauses_read": """
+        SELECT destination_database, paused_at, reason FROM {pauses} WHERE forwarder = ?
+        ORDER BY destination_database""",
     "table_probe": "SELECT 1 FROM {table} WHERE 1 = 0",
     "retry_read": """
         SELECT destination, attempts, first_failure_at, last_error FROM {retry}
@@ -349,13 +370,21 @@ POSTGRESQL_REQUIRED_OPTIONS = {
 }
 
 
+# Debian's odbcinst.ini turns psqlODBC's communication log on, which writes a file per process
+# into /tmp (psqlodbc_<program>_<user><pid>.log) for as long as it runs: off unless the
+# connection string asks for it.
+POSTGRESQL_DEFAULT_OPTIONS = {"CommLog": "0", "Debug": "0"}
+
+
 def connect(database: ConfiguredDatabase, *, create: bool = False) -> Connection:
-    """An ODBC connection with `POSTGRESQL_REQUIRED_OPTIONS` set. `create` has no effect: a
-    server database is never created by the bridge. Raises ConnectionFailed."""
+    """An ODBC connection with `POSTGRESQL_REQUIRED_OPTIONS` set, and the
+    `POSTGRESQL_DEFAULT_OPTIONS` the string does not set. `create` has no effect: a server
+    database is never created by the bridge. Raises ConnectionFailed."""
     assert database.connection is not None
+    text = with_default_options(database.connection, POSTGRESQL_DEFAULT_OPTIONS)
     return OdbcConnection(
         database.name,
-        with_required_options(database.connection, POSTGRESQL_REQUIRED_OPTIONS),
+        with_required_options(text, POSTGRESQL_REQUIRED_OPTIONS),
         timeout=database.connect_timeout,
     )
 

@@ -137,12 +137,14 @@ STATEMENTS: dict[str, str] = {
     "receive_batch": f"""
         DELETE FROM {{queue}} WHERE RowVersion IN (
             SELECT RowVersion FROM {{queue}} ORDER BY RowVersion LIMIT ?)
-        RETURNING Id, {_EXPIRED} AS expired, Expires, Headers, Body, RowVersion AS seq""",
+        RETURNING Id, {_EXPIRED} AS expired, Expires, Headers, Body, RowVersion AS seq,
+                  ReplyToAddress AS legacy_reply_to""",
     "receive_range": f"""
         DELETE FROM {{queue}} WHERE RowVersion IN (
             SELECT RowVersion FROM {{queue}} WHERE RowVersion BETWEEN ? AND ?
             ORDER BY RowVersion LIMIT ?)
-        RETURNING Id, {_EXPIRED} AS expired, Expires, Headers, Body, RowVersion AS seq""",
+        RETURNING Id, {_EXPIRED} AS expired, Expires, Headers, Body, RowVersion AS seq,
+                  ReplyToAddress AS legacy_reply_to""",
     "queue_seq_bounds": "SELECT min(RowVersion), max(RowVersion), count(*) FROM {queue}",
     "send": """
         INSERT INTO {queue} (Id, Recoverable, Expires, Headers, Body) VALUES (?, 1, ?, ?, ?)""",
@@ -179,6 +181,9 @@ STATEMENTS: dict[str, str] = {
     "send_row": "(?, 1, ?, ?, ?)",
     "subscribers_many": "SELECT DISTINCT QueueAddress FROM {subscriptions} WHERE Topic IN ({rows})",
     "subscribers_row": "?",
+    # `check`: has an endpoint of this name subscribed from this database?
+    "subscribers_by_endpoint": """
+        SELECT COUNT(*) FROM {subscriptions} WHERE Endpoint = ? OR QueueAddress = ?""",
     "create_event_types_table": """
         CREATE TABLE IF NOT EXISTS {event_types} (
             forwarder TEXT NOT NULL,
@@ -231,6 +236,24 @@ STATEMENTS: dict[str, str] = {
         SELECT destination_database, state, since, last_error, next_probe_at, updated_at,
                reported_by
         FROM {destination_states} ORDER BY destination_database""",
+    # Pauses: destination_database '' pauses the whole forwarder. Pausing again keeps the time
+    # the pause began and takes the new reason.
+    "create_pauses_table": """
+        CREATE TABLE IF NOT EXISTS {pauses} (
+            forwarder TEXT NOT NULL,
+            destination_database TEXT NOT NULL,
+            paused_at TEXT NOT NULL,
+            reason TEXT,
+            PRIMARY KEY (forwarder, destination_database)
+        )""",
+    "pause_set": """
+        INSERT INTO {pauses} (forwarder, destination_database, paused_at, reason)
+        VALUES (?, ?, ?, ?) ON CONFLICT (forwarder, destination_database) DO UPDATE SET
+            reason = excluded.reason""",
+    "pause_clear": "DELETE FROM {pauses} WHERE forwarder = ? AND destination_database = ?",
+    "pauses_read": """
+        SELECT destination_database, paused_at, reason FROM {pauses} WHERE forwarder = ?
+        ORDER BY destination_database""",
     "table_probe": "SELECT 1 FROM {table} WHERE 1 = 0",
     "retry_read": """
         SELECT destination, attempts, first_failure_at, last_error FROM {retry}

@@ -11,6 +11,8 @@ pyodbc is imported lazily so that the SQLite-only demo runs on a machine without
 
 from __future__ import annotations
 
+import configparser
+import os
 import re
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
@@ -71,6 +73,52 @@ def with_required_options(text: str, required: dict[str, str]) -> str:
     pairs = [(k, v) for k, v in parse_connection_string(text) if k.lower() not in lowered]
     pairs.extend(required.items())
     return ";".join(f"{key}={value}" for key, value in pairs) + ";"
+
+
+def with_default_options(text: str, defaults: dict[str, str]) -> str:
+    """Return the connection string with `defaults` added where the user set no value."""
+    pairs = parse_connection_string(text)
+    given = {key.lower() for key, _ in pairs}
+    missing = [(key, value) for key, value in defaults.items() if key.lower() not in given]
+    if not missing:
+        return text
+    return ";".join(f"{key}={value}" for key, value in [*pairs, *missing]) + ";"
+
+
+def driver_log_switches(connection_string: str) -> tuple[str, str, list[str]] | None:
+    """Where unixODBC's driver registry turns the connection's driver's own logging on:
+    (odbcinst.ini path, driver section, the switches that are on), or None.
+
+    psqlODBC reads `CommLog` and `Debug` from its odbcinst.ini section when the driver loads,
+    before it sees the connection string, and then leaves a log file per process in /tmp even
+    when the string turns them off (Debian ships `CommLog=1`). Only the registry can stop that.
+    """
+    driver = next(
+        (
+            value
+            for key, value in parse_connection_string(connection_string)
+            if key.strip().lower() == "driver"
+        ),
+        None,
+    )
+    if driver is None:
+        return None
+    folder = os.environ.get("ODBCSYSINI", "/etc")
+    path = os.path.join(folder, os.environ.get("ODBCINSTINI", "odbcinst.ini"))
+    parser = configparser.ConfigParser(interpolation=None, strict=False)
+    try:
+        parser.read(path, encoding="utf-8")
+    except (configparser.Error, UnicodeDecodeError):
+        return None
+    section = driver.strip().strip("{}")
+    if not parser.has_section(section):
+        return None
+    switches = [
+        name
+        for name in ("CommLog", "Debug")
+        if parser.get(section, name, fallback="0").strip() not in ("", "0")
+    ]
+    return (path, section, switches) if switches else None
 
 
 def _state_and_message(error: Exception) -> tuple[str, str]:

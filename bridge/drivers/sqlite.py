@@ -32,9 +32,10 @@ def _translate(database: str, error: sqlite3.Error) -> DatabaseError:
         return QueueNotFound(database, text)
     if "already exists" in lowered:
         return AlreadyExists(database, text)
-    if "readonly database" in lowered or (isinstance(error, sqlite3.OperationalError) and (
-        "permission denied" in lowered or "authorization denied" in lowered
-    )):
+    if "readonly database" in lowered or (
+        isinstance(error, sqlite3.OperationalError)
+        and ("permission denied" in lowered or "authorization denied" in lowered)
+    ):
         return PermissionDenied(database, text)
     if "unique constraint" in lowered or isinstance(error, sqlite3.IntegrityError):
         return (

@@ -552,15 +552,26 @@ class SqlServerEndpoint(NsbEndpoint):
 
 
 class CommitFailsOnce:
-    """Wraps the real source connection: its next commit dies as if the bridge crashed."""
+    """Wraps the real source connection: the next commit of a write transaction (`begin`, as a
+    batch's claim opens) dies as if the bridge crashed. Read transactions (`begin_read`) commit
+    normally, so a read between batches cannot take the crash meant for the batch."""
 
     def __init__(self, inner: Any) -> None:
         self._inner = inner
         self.database = inner.database
         self.armed = True
+        self._writing = False
+
+    def begin(self) -> None:
+        self._writing = True
+        self._inner.begin()
+
+    def begin_read(self) -> None:
+        self._writing = False
+        self._inner.begin_read()
 
     def commit(self) -> None:
-        if self.armed:
+        if self.armed and self._writing:
             self.armed = False
             self._inner.rollback()  # what the server does when the client vanishes
             raise ConnectionLost(self.database, "simulated crash before the source commit")

@@ -51,9 +51,7 @@ def create_database(postgres: Any, name: str) -> None:
         admin.execute(f'CREATE DATABASE "{name}"')
 
 
-def send(
-    sender: str, count: int, destination: str | None = RECEIVER, **extra: str
-) -> set[str]:
+def send(sender: str, count: int, destination: str | None = RECEIVER, **extra: str) -> set[str]:
     ids = set()
     with pg_connect(sender) as connection:
         for _ in range(count):
@@ -136,6 +134,7 @@ def test_the_receiver_database_recreated_by_its_own_installer_gets_every_message
 
         drop_database(postgres, world["names"]["receiver"])
         during = send(sender, 30)
+
         def waiting_for_the_receiver() -> bool:
             # Retry storage is read as it is; the state is published every 2 s.
             entry = destination(world["config"], "receiver")
@@ -276,6 +275,7 @@ def test_a_login_that_may_not_create_tables_keeps_messages_waiting_and_says_so(
         assert "dedup ledger" in check.stdout and "may not create tables" in check.stdout
         with DaemonProcess(world["config"], tmp_path / "daemon.log") as daemon:
             ids = send(world["sender"], 12)
+
             def not_ready_with_all_waiting() -> bool:
                 entry = destination(world["config"], "receiver")
                 return entry.get("state") == "not-ready" and entry.get("waiting") == 12

@@ -90,16 +90,22 @@ def test_edge_sqlite_queue_forwards_to_postgresql_exactly_once(
         assert connection.execute('SELECT count(*) FROM "Edge.Forward"').fetchone()[0] == 0
 
 
-def test_demo_replays_the_sample_and_delivers_every_message_exactly_once(tmp_path: Path) -> None:
+def test_demo_replays_the_whole_sample_replies_included_exactly_once(tmp_path: Path) -> None:
     started = time.monotonic()
     result = sfbridge("demo", "--dir", str(tmp_path / "demo"), timeout=90)
     assert result.returncode == 0, result.stdout + result.stderr
     assert time.monotonic() - started < 60
     assert "attempt 1 failed" in result.stdout
-    assert "7 sent, 7 received, every message exactly once" in result.stdout
+    assert (
+        "7 orders sent, 7 received, 7 replies: every order and every reply exactly once"
+        in result.stdout
+    )
+    assert "arrived without store-and-forward headers" in result.stdout
     status = sfbridge("-c", str(tmp_path / "demo" / "sfbridge.yaml"), "status", "--json")
-    counters = json.loads(status.stdout)["forwarders"][0]["counters"]
-    assert counters["delivered"] == 7 and counters["duplicates-skipped"] == 1
+    orders, replies = json.loads(status.stdout)["forwarders"]
+    assert orders["counters"]["delivered"] == 7 and orders["counters"]["duplicates-skipped"] == 1
+    assert replies["proxy_for"] == {"database": "sender", "queue": "Samples.StoreAndForward.Sender"}
+    assert replies["counters"]["delivered"] == 7
 
 
 def test_the_demo_runs_without_pyodbc_or_unixodbc(tmp_path: Path) -> None:
@@ -114,4 +120,4 @@ def test_the_demo_runs_without_pyodbc_or_unixodbc(tmp_path: Path) -> None:
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=90
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "every message exactly once" in result.stdout
+    assert "every order and every reply exactly once" in result.stdout

@@ -407,7 +407,8 @@ def test_every_missing_required_section_is_reported() -> None:
         "databases: required key is missing; expected a mapping of database name to database "
         "settings",
         "forwarders: required key is missing; expected a list of forwarders",
-        "routes: required key is missing; expected a list of routes",
+        "routes: required key is missing; expected a list of routes (only a config whose "
+        "forwarders all have a 'destination' needs none)",
     ]
 
 
@@ -443,7 +444,12 @@ def test_non_string_keys_are_reported() -> None:
         ("retries", [], "retries: expected a mapping of settings, got a list"),
         ("databases", {}, "databases: at least 1 database is required"),
         ("forwarders", [], "forwarders: at least 1 forwarder is required"),
-        ("routes", [], "routes: at least 1 route is required"),
+        (
+            "routes",
+            [],
+            "routes: at least 1 route is required: forwarders[0] has no 'destination', so its "
+            "messages go where routes send them",
+        ),
     ],
 )
 def test_a_section_of_the_wrong_shape_or_empty_is_reported(

@@ -123,7 +123,7 @@ def extra_dialects(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
     dialects.cache_clear()
 
 
-NEW_DIALECT = '''
+NEW_DIALECT = """
 import dataclasses
 
 from bridge.dialects.postgresql import DIALECT as POSTGRESQL
@@ -146,7 +146,7 @@ DIALECT = dataclasses.replace(
     POSTGRESQL, name="{name}", title="Example DB", grammar=Grammar(), connect=connect,
     single_writer=True,
 )
-'''
+"""
 
 
 def test_a_new_module_defining_dialect_is_a_new_dialect(extra_dialects: Path) -> None:
@@ -350,7 +350,8 @@ def test_a_postgresql_database_connects_through_odbc_with_the_psqlodbc_options(
     connection = connect(database)
     assert isinstance(connection, OdbcConnection)
     assert fake_pyodbc["string"] == (
-        "Driver={PostgreSQL Unicode};Protocol=7.4-0;ByteaAsLongVarBinary=1;BoolsAsChar=0;"
+        "Driver={PostgreSQL Unicode};CommLog=0;Debug=0;"
+        "Protocol=7.4-0;ByteaAsLongVarBinary=1;BoolsAsChar=0;"
     )
     assert fake_pyodbc["kwargs"] == {"autocommit": False, "timeout": 5}
     assert "setup" not in fake_pyodbc

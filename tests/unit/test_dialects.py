@@ -33,6 +33,7 @@ TABLE_PLACEHOLDERS = {
     "subscriptions",
     "event_types",
     "destination_states",
+    "pauses",
     "table",
 }
 

@@ -46,6 +46,7 @@ TABLE_PLACEHOLDERS = {
     "subscriptions",
     "event_types",
     "destination_states",
+    "pauses",
     "table",
 }
 PLACEHOLDER_SUFFIXES = ("", "_literal", "_catalog")
@@ -493,6 +494,11 @@ PARAMETERS: dict[str, int] = {
     "destination_states_read": 0,
     "table_probe": 0,
     "receive_range": 3,  # first, last, limit
+    "subscribers_by_endpoint": 2,  # endpoint, queue address
+    "create_pauses_table": 0,
+    "pause_set": 4,  # forwarder, destination database, paused at, reason
+    "pause_clear": 2,  # forwarder, destination database
+    "pauses_read": 1,  # forwarder
     "queue_seq_bounds": 0,
     "retry_read": 1,  # forwarder
     "queue_read_headers": 0,
@@ -538,7 +544,8 @@ def test_receive_takes_a_batch_in_rowversion_order_skipping_locked_rows() -> Non
         "WITH (UPDLOCK, READPAST, ROWLOCK) ORDER BY RowVersion) DELETE FROM message "
         "OUTPUT deleted.Id, CASE WHEN deleted.Expires IS NULL THEN 0 "
         "WHEN deleted.Expires > GETUTCDATE() THEN 0 ELSE 1 END AS expired, deleted.Expires, "
-        "deleted.Headers, deleted.Body, deleted.RowVersion AS seq"
+        "deleted.Headers, deleted.Body, deleted.RowVersion AS seq, "
+        "deleted.ReplyToAddress AS legacy_reply_to"
     )
 
 

@@ -112,6 +112,15 @@ _DESTINATION_STATES_DDL = """
         reported_by nvarchar(200) NOT NULL
     )"""
 
+_PAUSES_DDL = """
+    CREATE TABLE {pauses} (
+        forwarder nvarchar(200) NOT NULL,
+        destination_database nvarchar(200) NOT NULL,
+        paused_at datetime2 NOT NULL,
+        reason nvarchar(max) NULL,
+        PRIMARY KEY (forwarder, destination_database)
+    )"""
+
 _EVENT_TYPES_DDL = """
     CREATE TABLE {event_types} (
         forwarder nvarchar(200) NOT NULL,
@@ -151,7 +160,8 @@ STATEMENTS: dict[str, str] = {
             ORDER BY RowVersion)
         DELETE FROM message
         OUTPUT deleted.Id, {_EXPIRED_QUEUE} AS expired, deleted.Expires, deleted.Headers,
-               deleted.Body, deleted.RowVersion AS seq""",
+               deleted.Body, deleted.RowVersion AS seq,
+               deleted.ReplyToAddress AS legacy_reply_to""",
     # A bulk drain's claim: the receive inside one RowVersion range; the caller binds (first,
     # last, limit) as for the other dialects, hence the variables.
     "receive_range": f"""
@@ -162,7 +172,8 @@ STATEMENTS: dict[str, str] = {
             ORDER BY RowVersion)
         DELETE FROM message
         OUTPUT deleted.Id, {_EXPIRED_QUEUE} AS expired, deleted.Expires, deleted.Headers,
-               deleted.Body, deleted.RowVersion AS seq""",
+               deleted.Body, deleted.RowVersion AS seq,
+               deleted.ReplyToAddress AS legacy_reply_to""",
     "queue_seq_bounds": """
         SELECT MIN(RowVersion), MAX(RowVersion), COUNT_BIG(*) FROM {queue} WITH (READPAST)""",
     # The transport's send with Recoverable = 1; tables without that column get the variants
@@ -247,6 +258,9 @@ STATEMENTS: dict[str, str] = {
     # publish/subscribe).
     "subscribers_many": "SELECT DISTINCT QueueAddress FROM {subscriptions} WHERE Topic IN ({rows})",
     "subscribers_row": "?",
+    # `check`: has an endpoint of this name subscribed from this database?
+    "subscribers_by_endpoint": """
+        SELECT COUNT(*) FROM {subscriptions} WHERE Endpoint = ? OR QueueAddress = ?""",
     "event_type_seen": f"""
         MERGE {{event_types}} WITH (HOLDLOCK) AS e
         USING (SELECT ? AS forwarder, ? AS event_type, ? AS last_seen_at,
@@ -283,6 +297,21 @@ STATEMENTS: dict[str, str] = {
         SELECT destination_database, state, since, last_error, next_probe_at, updated_at,
                reported_by
         FROM {destination_states} ORDER BY destination_database""",
+    # Pauses: destination_database '' pauses the whole forwarder. Pausing again keeps the time
+    # the pause began and takes the new reason.
+    "create_pauses_table": _create_if_missing("pauses", _PAUSES_DDL),
+    "pause_set": """
+        DECLARE @forwarder nvarchar(200) = ?, @database nvarchar(200) = ?,
+                @paused_at datetime2 = ?, @reason nvarchar(max) = ?;
+        UPDATE {pauses} WITH (UPDLOCK, HOLDLOCK) SET reason = @reason
+        WHERE forwarder = @forwarder AND destination_database = @database;
+        IF @@ROWCOUNT = 0
+            INSERT INTO {pauses} (forwarder, destination_database, paused_at, reason)
+            VALUES (@forwarder, @database, @paused_at, @reason)""",
+    "pause_clear": "DELETE FROM {pauses} WHERE forwarder = ? AND destination_database = ?",
+    "pauses_read": """
+        SELECT destination_database, paused_at, reason FROM {pauses} WHERE forwarder = ?
+        ORDER BY destination_database""",
     "table_probe": "SELECT 1 FROM {table} WHERE 1 = 0",
     "retry_read": """
         SELECT destination, attempts, first_failure_at, last_error FROM {retry}

@@ -17,6 +17,7 @@ from typing import Any, Final
 from bridge.config.keys import Key, Section
 from bridge.config.model import (
     DatabaseConfig,
+    FixedDestination,
     ForwarderConfig,
     InstallConfig,
     LedgerConfig,
@@ -213,6 +214,33 @@ FORWARDERS = Section(
             warn_outside=(0.1, 10.0),
             **_POSITIVE,
         ),
+        Key(
+            "destination",
+            "mapping",
+            "Makes the queue a *proxy*: a table named after an endpoint in another database, "
+            "which unchanged endpoints send to with their ordinary send. Every message in it is "
+            "delivered to this queue (one carrying a routing header is still routed by it). "
+            'Replaces the transport\'s multi-instance mode; see "Proxy queues".',
+            example={"database": "receiver"},
+            default=None,
+            model=FixedDestination,
+            fields=(
+                Key(
+                    "database",
+                    "string",
+                    "Name of the database (under `databases`) that holds the endpoint's queue.",
+                    example="receiver",
+                ),
+                Key(
+                    "queue",
+                    "address",
+                    "The endpoint's queue in that database, in its dialect (default: the "
+                    "proxy's own `queue`, re-rendered for that database).",
+                    example="Samples.Receiver",
+                    default=None,
+                ),
+            ),
+        ),
     ),
 )
 
@@ -220,12 +248,10 @@ ROUTES = Section(
     name="routes",
     shape="list",
     entry="route",
-    required=True,
-    min_items=1,
     model=RouteConfig,
     description=(
         "Where messages go, by destination table name. Routes are tried in order and the first "
-        "match wins."
+        "match wins. Required unless every forwarder is a proxy (has a `destination`)."
     ),
     keys=(
         Key(

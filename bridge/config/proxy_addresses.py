@@ -1,0 +1,36 @@
+"""Where a proxy forwarder delivers, as an address: one rule for validation and the data path.
+
+It lives in the config package because validation needs it and `bridge.proxies`, which the data
+path uses, imports the config package.
+"""
+
+from __future__ import annotations
+
+from bridge.addressing import QueueAddress
+from bridge.config.model import DatabaseConfig, FixedDestination
+from bridge.dialects.registry import grammar_for
+
+__all__ = ["fixed_destination_address"]
+
+
+def fixed_destination_address(
+    proxy_queue: str, source: DatabaseConfig, fixed: FixedDestination, target: DatabaseConfig
+) -> QueueAddress:
+    """The queue a proxy delivers to, resolved for `target`.
+
+    Given the proxy's `queue` text (in `source`'s grammar) and its `destination`. Without
+    `destination.queue`, the proxy's own table name is used; its schema travels only between
+    databases of one dialect and its catalog never does (the destination is another database,
+    whatever the proxy's own address says). Raises AddressError when the queue cannot be a
+    queue of `target` (a bad address, a name `target` cannot hold).
+    """
+    grammar = grammar_for(target.dialect)
+    if fixed.queue is not None:
+        parsed = grammar.parse(fixed.queue)
+    else:
+        own = grammar_for(source.dialect).parse(proxy_queue)
+        same_dialect = source.dialect == target.dialect
+        parsed = QueueAddress(own.table, own.schema if same_dialect else None, None)
+    address = grammar.resolve(parsed, target.schema, None)
+    grammar.render(address)  # validates what only rendering checks
+    return address

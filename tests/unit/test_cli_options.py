@@ -1,0 +1,58 @@
+"""Command-line conveniences a new user runs into first."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from bridge.cli import build_parser, main
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["-c", "before.yaml", "status"], "before.yaml"),
+        (["status", "-c", "after.yaml"], "after.yaml"),
+        (["status", "--config", "after.yaml", "--json"], "after.yaml"),
+        (["-c", "before.yaml", "status", "-c", "after.yaml"], "after.yaml"),
+        (["spark", "report", "-c", "after.yaml"], "after.yaml"),
+    ],
+)
+def test_the_config_option_works_before_and_after_the_command(
+    argv: list[str], expected: str
+) -> None:
+    assert build_parser().parse_args(argv).config == expected
+
+
+def test_without_the_option_the_environment_then_the_default_applies(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SFBRIDGE_CONFIG", "/srv/bridge.yaml")
+    assert build_parser().parse_args(["status"]).config == "/srv/bridge.yaml"
+    monkeypatch.delenv("SFBRIDGE_CONFIG")
+    assert build_parser().parse_args(["check"]).config == "/etc/sfbridge/sfbridge.yaml"
+
+
+def test_a_missing_config_file_says_how_to_point_at_one(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["status", "-c", "/nonexistent/sfbridge.yaml"]) == 2
+    assert capsys.readouterr().err == (
+        "sfbridge: configuration file /nonexistent/sfbridge.yaml not found; point at one with "
+        "-c FILE (before or after the command) or SFBRIDGE_CONFIG=FILE (default "
+        "/etc/sfbridge/sfbridge.yaml); `sfbridge demo` needs none\n"
+    )
+
+
+def test_the_schema_module_runs_without_warnings() -> None:
+    result = subprocess.run(
+        [sys.executable, "-W", "error", "-m", "bridge.config.schema"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    assert result.stdout.startswith("### Configuration reference\n")
