@@ -37,13 +37,18 @@ from bridge.ledger import (
     ensure_ledger,
     ledger_problem,
 )
+from bridge.metrics import SAMPLE_INTERVAL, BridgeMetrics, MetricsStartError
 from bridge.notify import notify, watchdog_interval
 from bridge.observability import report_exception
+from bridge.observers import ForwardingObserver
 from bridge.outages import OutageTracker
 from bridge.queue_writes import QueueWriter
 from bridge.tables import BridgeTableMissing, forwarder_tables
 
 log = logging.getLogger(__name__)
+
+# `sfbridge run` exit code when the daemon cannot start (the metrics port is taken, say).
+EXIT_CANNOT_START = 1
 
 # How long a worker backs off when its own forwarding database is unreachable, at most.
 MAX_SOURCE_BACKOFF = 10.0
@@ -62,6 +67,7 @@ class Worker(threading.Thread):
         stop: threading.Event,
         outages: OutageTracker,
         writer: QueueWriter,
+        observer: ForwardingObserver | None = None,
     ) -> None:
         super().__init__(name=f"{forwarder.name}-{index}", daemon=True)
         self.config = config
@@ -72,6 +78,7 @@ class Worker(threading.Thread):
         self.last_progress = time.monotonic()
         self._outages = outages
         self._writer = writer
+        self._observer = observer
         self._lock = threading.Lock()
 
     def run(self) -> None:
@@ -83,6 +90,7 @@ class Worker(threading.Thread):
             slot=self.index,
             outages=self._outages,
             writer=self._writer,
+            observer=self._observer,
         )
         batch_size = self.forwarder.batch_size
         next_retry_poll = 0.0
@@ -111,6 +119,8 @@ class Worker(threading.Thread):
                             time.monotonic() - source_down_since,
                         )
                         source_down_since, backoff = None, 0.5
+                        if self._observer is not None:
+                            self._observer.database_seen(self.forwarder.database, True)
                     queue_backlog = (
                         estimate > 0 and self._forward(batches, "queue").claimed >= batch_size
                     )
@@ -120,6 +130,8 @@ class Worker(threading.Thread):
                     connections.discard(self.forwarder.database)
                     if source_down_since is None:
                         source_down_since = time.monotonic()
+                        if self._observer is not None:
+                            self._observer.database_seen(self.forwarder.database, False)
                         log.error(
                             "forwarder '%s' cannot read its queue: %s; retrying",
                             self.forwarder.name,
@@ -219,6 +231,11 @@ class Daemon:
         self._worker_stop = threading.Event()
         self._scheduler: BackgroundScheduler | None = None
         self._earlier_totals: Counter[str] = Counter()  # from workers replaced by a reload
+        # Metrics live as long as the process: a reload keeps the server and the counters.
+        self.metrics: BridgeMetrics | None = (
+            BridgeMetrics(config) if config.metrics.listen is not None else None
+        )
+        self._sampling = Connections(config.databases)
 
     # -- control -------------------------------------------------------------------------
 
@@ -245,7 +262,21 @@ class Daemon:
     # -- lifecycle -----------------------------------------------------------------------
 
     def run(self) -> int:
-        """Run until stopped. Returns the process exit code (0: clean stop)."""
+        """Run until stopped. Returns the process exit code (0: clean stop; 1: it could not
+        start, said in the log)."""
+        if self.metrics is not None and self.config.metrics.listen is not None:
+            try:
+                self.metrics.serve(self.config.metrics.listen)
+            except MetricsStartError as error:
+                log.error("cannot start: %s", error)
+                return EXIT_CANNOT_START
+        try:
+            return self._run_started()
+        finally:
+            if self.metrics is not None:
+                self.metrics.close()
+
+    def _run_started(self) -> int:
         self.start()
         notify("READY=1")
         notify(f"STATUS=forwarding {len(self.config.forwarders)} queue(s)")
@@ -275,6 +306,11 @@ class Daemon:
         self._workers = []
         outages = OutageTracker(probe_interval(self.config), external_probe=True)
         publisher = StatePublisher(self.config, outages)
+        if self.metrics is not None:
+            self.metrics.use_config(self.config, outages)
+            self.metrics.set_workers(
+                {f.name: worker_count(self.config, f) for f in self.config.forwarders}
+            )
         # Queue table shapes (SQL Server's optional Recoverable column) are learnt once.
         writer = QueueWriter()
         for forwarder in self.config.forwarders:
@@ -289,7 +325,15 @@ class Daemon:
             )
             for index in range(count):
                 self._workers.append(
-                    Worker(self.config, forwarder, index, self._worker_stop, outages, writer)
+                    Worker(
+                        self.config,
+                        forwarder,
+                        index,
+                        self._worker_stop,
+                        outages,
+                        writer,
+                        self.metrics,
+                    )
                 )
         for worker in self._workers:
             worker.start()
@@ -318,6 +362,17 @@ class Daemon:
         self._scheduler.add_job(
             self._log_progress, "interval", seconds=60, max_instances=1, coalesce=True
         )
+        if self.metrics is not None:
+            self._sampling = Connections(self.config.databases)
+            self._scheduler.add_job(
+                self.metrics.sample,
+                "interval",
+                args=[self._sampling],
+                seconds=SAMPLE_INTERVAL,
+                max_instances=1,
+                coalesce=True,
+                next_run_time=datetime.now(UTC),
+            )
         self._scheduler.start()
 
     def stop(self) -> None:
@@ -328,6 +383,7 @@ class Daemon:
             self._scheduler = None
         for worker in self._workers:
             worker.join()
+        self._sampling.close()
 
     def _workers_alive(self) -> bool:
         # A worker that has not looped for a long time is hung (a statement that never
@@ -346,6 +402,13 @@ class Daemon:
             log.error("reload failed, keeping the running configuration:\n%s", error)
             notify("READY=1")
             return
+        if new_config.metrics.listen != self.config.metrics.listen:
+            log.warning(
+                "metrics.listen changed (%s -> %s): that takes a restart; metrics stay %s",
+                self.config.metrics.listen or "off",
+                new_config.metrics.listen or "off",
+                f"at {self.config.metrics.listen}" if self.metrics else "off",
+            )
         log.info("configuration reloaded; restarting workers")
         self.stop()
         self._earlier_totals = self.totals()

@@ -44,7 +44,7 @@ from bridge.ledger import (
     ensure_ledger,
     ledger_problem,
 )
-from bridge.messages import Deliver, DeliveryResult, Failed, Item, Unit
+from bridge.messages import Deliver, Delivered, DeliveryResult, Failed, Item, Unit
 from bridge.outages import OutageTracker
 from bridge.queue_writes import (
     ItemWriteError,
@@ -68,11 +68,15 @@ class Delivery(Protocol):
 
 
 def deliver_units(
-    units: Sequence[Unit], delivery_for: Callable[[str], Delivery]
+    units: Sequence[Unit],
+    delivery_for: Callable[[str], Delivery],
+    delivered: Callable[[str, int], None] | None = None,
 ) -> list[DeliveryResult | None]:
     """Deliver every unit that is to be delivered, grouped per destination database.
 
-    Returns a result per unit, in order: None for units that are not deliveries.
+    Returns a result per unit, in order: None for units that are not deliveries. `delivered`
+    is told, right after each database's delivery returns, how many units it delivered (not
+    counting duplicates), for metrics.
     """
     groups: dict[str, list[int]] = {}
     for index, unit in enumerate(units):
@@ -81,8 +85,11 @@ def deliver_units(
     results: list[DeliveryResult | None] = [None] * len(units)
     for database, indexes in groups.items():
         items = [_item(units[index]) for index in indexes]
-        for index, result in zip(indexes, delivery_for(database).deliver(items), strict=True):
+        database_results = delivery_for(database).deliver(items)
+        for index, result in zip(indexes, database_results, strict=True):
             results[index] = result
+        if delivered is not None:
+            delivered(database, sum(isinstance(r, Delivered) for r in database_results))
     return results
 
 

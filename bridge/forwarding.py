@@ -35,6 +35,7 @@ from bridge.drivers import Connection, DatabaseError, PermissionDenied, QueueNot
 from bridge.ledger import RUNTIME_DDL_OFF_ADVICE, cannot_create_advice, ledger_address
 from bridge.messages import ClaimedMessage, Decision, Poison, Publish, Source, Unit
 from bridge.multicast import PublishedEvents
+from bridge.observers import ForwardingObserver, NoObserver, SafeObserver
 from bridge.outages import OutageTracker
 from bridge.pauses import PauseBoard, PausedDelivery, PauseState, read_pauses
 from bridge.proxies import forwarder_router
@@ -80,6 +81,7 @@ class BatchForwarder:
         slot: int = 0,
         outages: OutageTracker | None = None,
         writer: QueueWriter | None = None,
+        observer: ForwardingObserver | None = None,
     ) -> None:
         self.config = config
         self.forwarder = forwarder
@@ -99,6 +101,9 @@ class BatchForwarder:
         self._outages = outages or OutageTracker(probe_interval(config))
         self._pauses = PauseBoard(forwarder.peek_interval)
         self._writer = writer or QueueWriter()
+        self._observer: ForwardingObserver = (
+            NoObserver() if observer is None else SafeObserver(observer)
+        )
         self._remote: dict[str, RemoteDelivery] = {}
         self._retry_table_checked = False
         self._next_unhealed_log = 0.0
@@ -120,7 +125,19 @@ class BatchForwarder:
         claimed row is back where it was.
         """
         self.pause_state()
-        report = self._healing(lambda: self._forward_batch_once(source, seq_range))
+        self._observer.batch_started(self.forwarder.name)
+        started = time.monotonic()
+        report: BatchReport | None = None
+        try:
+            report = self._healing(lambda: self._forward_batch_once(source, seq_range))
+        finally:
+            self._observer.batch_finished(
+                self.forwarder.name,
+                source,
+                0 if report is None else report.claimed,
+                None if report is None else report.counts,
+                time.monotonic() - started,
+            )
         noted, self.published.missing_table = self.published.missing_table, None
         if noted is not None:
             try:
@@ -203,10 +220,20 @@ class BatchForwarder:
                 seq_range=seq_range,
             )
             report = BatchReport(claimed=len(claimed))
+            claimed_at = time.monotonic()
+            committed_locally = 0
             if claimed:
                 units = [unit for message in claimed for unit in self._units(connection, message)]
+
+                def delivered(database: str, count: int) -> None:
+                    nonlocal committed_locally
+                    if database == self.forwarder.database:
+                        committed_locally += count  # committed with the source, below
+                    elif count:
+                        self._observer.delivered(database, count, time.monotonic() - claimed_at)
+
                 results = deliver_units(
-                    units, lambda database: self._delivery(connection, database)
+                    units, lambda database: self._delivery(connection, database), delivered
                 )
                 settlement = Settlement(
                     connection,
@@ -221,6 +248,10 @@ class BatchForwarder:
                     units, results, self.config.retries, self.config.publish.no_subscribers
                 )
             connection.commit()
+            if committed_locally:
+                self._observer.delivered(
+                    self.forwarder.database, committed_locally, time.monotonic() - claimed_at
+                )
             return report
         except BridgeTableMissing:
             connection.rollback()

@@ -4,21 +4,68 @@ per destination database, whether the daemon sees it up, since when, and what wa
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from bridge.config.model import BridgeConfig
+from bridge.config.model import BridgeConfig, ForwarderConfig
 from bridge.connections import Connections
 from bridge.destination_states import read_states
 from bridge.dialects import Dialect, dialect_for
 from bridge.drivers import Connection, DatabaseError, QueueNotFound
 from bridge.headers import TIME_SENT_HEADER, PoisonHeaders, parse_headers, parse_wire_date
-from bridge.pauses import read_pauses
+from bridge.pauses import PauseState, read_pauses
 from bridge.proxies import proxy_destination
 from bridge.tables import ForwarderTables, forwarder_tables
 
 # Destination states older than this were written by a daemon that is probably not running.
 STALE_STATE_SECONDS = 120.0
+
+
+@dataclass(frozen=True)
+class QueueDepths:
+    """How much one forwarder holds: its queue, its retry storage, its error queue."""
+
+    queued: int
+    waiting_for_retry: int
+    in_error: int
+    oldest_age_seconds: float | None  # of the oldest queued message, by its TimeSent
+
+
+def read_queue_depths(
+    config: BridgeConfig, forwarder: ForwarderConfig, connection: Connection
+) -> QueueDepths:
+    """Counts the forwarder's queues in one read transaction. Raises the DatabaseError family
+    (QueueNotFound when a table is missing)."""
+    dialect = dialect_for(config.databases[forwarder.database].dialect)
+    tables = forwarder_tables(config, forwarder)
+    try:
+        connection.begin_read()
+        queued = connection.query(dialect.sql("queue_count", queue=tables.queue))[0][0]
+        in_error = connection.query(dialect.sql("queue_count", queue=tables.error_queue))[0][0]
+        oldest = connection.query(dialect.sql("queue_oldest_headers", queue=tables.queue))
+        retries = connection.query(
+            dialect.sql("retry_summary", retry=tables.retry), (forwarder.name,)
+        )
+    finally:
+        connection.rollback()  # it only read
+    return QueueDepths(
+        queued=int(queued),
+        waiting_for_retry=sum(int(row[1]) for row in retries),
+        in_error=int(in_error),
+        oldest_age_seconds=_age_of(oldest[0][0]) if oldest else None,
+    )
+
+
+def read_pause_state(
+    config: BridgeConfig, forwarder: ForwarderConfig, connection: Connection
+) -> PauseState:
+    """The forwarder's pauses; none when the table is not there yet (made on first pause)."""
+    dialect = dialect_for(config.databases[forwarder.database].dialect)
+    try:
+        return read_pauses(connection, dialect, forwarder_tables(config, forwarder), forwarder.name)
+    except QueueNotFound:
+        return PauseState()
 
 
 def collect_status(config: BridgeConfig) -> dict[str, list[dict[str, Any]]]:

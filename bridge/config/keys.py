@@ -23,7 +23,7 @@ class _Required:
 REQUIRED: Final = _Required()
 
 KeyType = Literal[
-    "string", "integer", "boolean", "duration", "choice", "address", "topic", "mapping"
+    "string", "integer", "boolean", "duration", "choice", "address", "topic", "mapping", "listen"
 ]
 SectionShape = Literal["mapping", "named", "list", "multimap"]
 

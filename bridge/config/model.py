@@ -146,6 +146,13 @@ class SentryConfig:
 
 
 @dataclass(frozen=True)
+class MetricsConfig:
+    """Prometheus metrics served by the daemon; `listen` None: none."""
+
+    listen: str | None = None
+
+
+@dataclass(frozen=True)
 class BridgeConfig:
     databases: Mapping[str, DatabaseConfig]
     forwarders: tuple[ForwarderConfig, ...]
@@ -155,6 +162,7 @@ class BridgeConfig:
     ledger: LedgerConfig = field(default_factory=LedgerConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     sentry: SentryConfig = field(default_factory=SentryConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
     # Topic (an event type's full name, without assembly) -> subscriber addresses, written in
     # the grammar of the forwarding database (like destination headers).
     subscriptions: Mapping[str, tuple[str, ...]] = field(default_factory=dict)

@@ -32,6 +32,8 @@ def describe_type(key: Key) -> str:
         return "queue address"
     if key.type == "topic":
         return "type full name"
+    if key.type == "listen":
+        return "`HOST:PORT`"
     if key.type == "mapping":
         return "mapping of " + ", ".join(f"`{field.name}`" for field in key.fields)
     if key.type in ("integer", "duration"):

@@ -20,6 +20,7 @@ from bridge.config.model import (
     InstallConfig,
     LedgerConfig,
     LoggingConfig,
+    MetricsConfig,
     PublishConfig,
     RetryConfig,
     RouteConfig,
@@ -69,6 +70,7 @@ def _build(document: Document, source_path: str | None) -> BridgeConfig:
         ledger=LedgerConfig(**mappings["ledger"]),
         logging=LoggingConfig(**mappings["logging"]),
         sentry=SentryConfig(**mappings["sentry"]),
+        metrics=MetricsConfig(**mappings["metrics"]),
         subscriptions=types.MappingProxyType(
             {
                 topic: tuple(item.value for item in items)

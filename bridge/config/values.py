@@ -14,6 +14,7 @@ from typing import Final
 from bridge.config.durations import format_duration, parse_duration
 from bridge.config.environment import expand_env
 from bridge.config.keys import Key
+from bridge.config.listen import parse_listen
 from bridge.config.messages import describe_value, suggestion
 from bridge.config.problems import ProblemLog
 from bridge.config.topics import topic_problem
@@ -57,7 +58,23 @@ class ValueConverter:
             return self._convert_duration(key, value, path)
         if key.type == "topic":
             return self._convert_topic(value, path)
+        if key.type == "listen":
+            return self._convert_listen(value, path)
         return self._convert_choice(key, value, path)
+
+    def _convert_listen(self, value: object, path: str) -> object:
+        if not isinstance(value, str):
+            hint = "; quote it" if isinstance(value, int | float) else ""
+            self.log.error(
+                path, f"expected HOST:PORT as a string, got {describe_value(value)}{hint}"
+            )
+            return INVALID
+        try:
+            parse_listen(value)
+        except ValueError as error:
+            self.log.error(path, str(error))
+            return INVALID
+        return value.strip()
 
     def _convert_topic(self, value: object, path: str) -> object:
         if not isinstance(value, str):

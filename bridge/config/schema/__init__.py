@@ -22,6 +22,7 @@ from bridge.config.model import (
     InstallConfig,
     LedgerConfig,
     LoggingConfig,
+    MetricsConfig,
     PublishConfig,
     RetryConfig,
     RouteConfig,
@@ -39,6 +40,7 @@ __all__ = [
     "INSTALL",
     "LEDGER",
     "LOGGING",
+    "METRICS",
     "NAME_MESSAGE",
     "NAME_PATTERN",
     "PUBLISH",
@@ -547,6 +549,24 @@ SENTRY = Section(
     ),
 )
 
+METRICS = Section(
+    name="metrics",
+    shape="mapping",
+    model=MetricsConfig,
+    description="Prometheus metrics, served by `sfbridge run` at `/metrics`; off without `listen`.",
+    keys=(
+        Key(
+            "listen",
+            "listen",
+            "Address and port the daemon serves `/metrics` on. Keep it on loopback or a "
+            "management network: the page names forwarders, databases and queues (never "
+            "connection strings). Changing it takes a restart, not a reload.",
+            example="127.0.0.1:9464",
+            default=None,
+        ),
+    ),
+)
+
 SCHEMA: Final[tuple[Section, ...]] = (
     DATABASES,
     FORWARDERS,
@@ -559,6 +579,7 @@ SCHEMA: Final[tuple[Section, ...]] = (
     LEDGER,
     LOGGING,
     SENTRY,
+    METRICS,
 )
 
 
