@@ -61,6 +61,19 @@ setup_venv() {
     fi
 }
 
+need_promtool() {
+    # promtool checks and unit-tests config/prometheus-alerts.yaml. Only the binary is taken
+    # from Debian's prometheus package: installing the package would also start a server.
+    if [ -x .venv/bin/promtool ] || command -v promtool >/dev/null; then return 0; fi
+    say "installing promtool into .venv/bin (from Debian's prometheus package)"
+    if [ "$apt_updated" = 0 ]; then as_root apt-get update -qq; apt_updated=1; fi
+    local folder
+    folder="$(mktemp -d)"
+    (cd "$folder" && apt-get download -qq prometheus 2>/dev/null && dpkg-deb -x prometheus_*.deb root)
+    cp "$folder/root/usr/bin/promtool" .venv/bin/promtool
+    rm -rf "$folder"
+}
+
 pg_reachable() {  # $1: host, $2: port
     PGCONNECT_TIMEOUT=3 psql -w -h "$1" -p "$2" -U postgres -d postgres -Atqc 'select 1' >/dev/null 2>&1
 }
@@ -103,6 +116,7 @@ case "$command" in
         need_debian_packages unixodbc odbc-postgresql tdsodbc postgresql postgresql-client systemd \
             openjdk-17-jre-headless procps
         setup_venv test,spark
+        need_promtool
         export SPARK_LOCAL_IP=127.0.0.1
         if [ -z "${SFBRIDGE_TEST_PG:-}" ]; then
             if pg_reachable 127.0.0.1 5432; then

@@ -3,6 +3,8 @@ text-format parser, as Prometheus would; the figures are held against the rows i
 
 from __future__ import annotations
 
+import json
+import re
 import socket
 import urllib.request
 from pathlib import Path
@@ -29,6 +31,7 @@ RECEIVER = '"public"."Samples.Receiver"'
 ERROR = '"public"."error"'
 RETRY = '"public"."sfbridge_retry"'
 SECRET = "metrics-must-not-show-this"
+CONFIG = Path(__file__).resolve().parents[2] / "config"
 
 
 def free_port() -> int:
@@ -48,6 +51,13 @@ def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
         for sample in family.samples:
             samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
     return samples
+
+
+def exposed_names(port: int) -> set[str]:
+    """Every family the page declares (with or without series) and every series name."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        families = list(text_string_to_metric_families(response.read().decode()))
+    return {f.name for f in families} | {s.name for f in families for s in f.samples}
 
 
 def value(samples: dict[Any, float], name: str, **labels: str) -> float | None:
@@ -133,6 +143,12 @@ def test_a_scrape_counts_what_arrived_what_failed_and_what_waits(
         assert value(samples, "sfbridge_queue_messages", forwarder="orders", queue="retry") == 0
         assert value(samples, "sfbridge_database_up", database="receiver") == 1
         assert value(samples, "sfbridge_workers", forwarder="orders") == 2
+        # What the shipped alert rules and dashboard query exists on a real page.
+        monitoring = (CONFIG / "prometheus-alerts.yaml").read_text() + json.dumps(
+            json.loads((CONFIG / "grafana-dashboard.json").read_text())
+        )
+        used = set(re.findall(r"sfbridge_[a-z_]+", monitoring))
+        assert used - exposed_names(port) == set()
         build = [labels for (name, labels) in samples if name == "sfbridge_build_info"]
         assert len(build) == 1 and ("version", "0.1.0") in build[0]
         assert (value(samples, "sfbridge_process_resident_memory_bytes") or 0) > 0
