@@ -80,6 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
         if verb == "pause":
             command.add_argument("--reason", help="shown by status, e.g. 'receiver upgrade'")
 
+    _add_errors_command(commands)
+
     spark = commands.add_parser(
         "spark", help="bulk work on Apache Spark: drain, reconcile, report (needs PySpark)"
     )
@@ -92,6 +94,57 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--messages", type=int, default=5, help="messages to send (default 5)")
     _accept_config_after_the_command(parser)
     return parser
+
+
+def _add_errors_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from bridge.failed_messages import REASONS
+
+    errors = commands.add_parser(
+        "errors", help="list, show, replay or purge the messages in the error queues"
+    )
+    verbs = errors.add_subparsers(dest="errors_command", required=True, metavar="VERB")
+    listing = verbs.add_parser("list", help="one line per failed message")
+    show = verbs.add_parser("show", help="one message's headers and a preview of its body")
+    show.add_argument("id", help="the message's Id, as 'errors list' shows it")
+    replay = verbs.add_parser(
+        "replay",
+        help="move failed messages back into their forwarding queue (NServiceBus.FailedQ), "
+        "without the failure headers, so they are routed again",
+    )
+    purge = verbs.add_parser("purge", help="delete failed messages (asks first)")
+    for verb in (listing, replay, purge):
+        verb.add_argument(
+            "--forwarder",
+            metavar="F",
+            help="only messages that failed in this forwarder's queue",
+        )
+        verb.add_argument(
+            "--reason", metavar="R", help=f"only this failure reason: {', '.join(REASONS)}"
+        )
+        verb.add_argument(
+            "--destination",
+            metavar="GLOB",
+            help="only messages whose destination table name (or whole address, or event type) "
+            "matches, e.g. 'Samples.*' (case-sensitive, as routes are)",
+        )
+        verb.add_argument(
+            "--since",
+            metavar="T",
+            help="only messages that failed since T: a duration back from now (2h, 30m, 1d12h) "
+            "or an ISO time (2026-11-23T12:00:00Z; UTC unless it gives an offset)",
+        )
+        verb.add_argument(
+            "--id",
+            action="append",
+            default=[],
+            metavar="ID",
+            help="only this message (repeat for more); an id not found changes nothing",
+        )
+    listing.add_argument("--json", action="store_true", help="machine-readable output")
+    replay.add_argument(
+        "--dry-run", action="store_true", help="print what would move; move nothing"
+    )
+    purge.add_argument("--yes", action="store_true", help="do not ask (needed without a terminal)")
 
 
 def _accept_config_after_the_command(parser: argparse.ArgumentParser) -> None:
@@ -278,6 +331,16 @@ def _pause_or_resume(config: BridgeConfig, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _errors(config: BridgeConfig, args: argparse.Namespace) -> int:
+    from bridge.errors_command import ErrorsRequestError, run_errors
+
+    try:
+        return run_errors(config, args)
+    except ErrorsRequestError as error:
+        print(f"sfbridge errors {args.errors_command}: {error}", file=sys.stderr)
+        return EXIT_CONFIG
+
+
 COMMANDS = {
     "install": _install,
     "run": _run,
@@ -287,4 +350,5 @@ COMMANDS = {
     "send": _send,
     "pause": _pause_or_resume,
     "resume": _pause_or_resume,
+    "errors": _errors,
 }

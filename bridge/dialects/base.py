@@ -99,6 +99,12 @@ STATEMENT_NAMES = frozenset(
         "pause_set",
         "pause_clear",
         "pauses_read",
+        "error_queue_page",
+        "error_queue_row",
+        "error_queue_claim_many",
+        "error_queue_claim_row",
+        "error_queue_delete_many",
+        "error_queue_delete_row",
     }
 )
 

@@ -324,6 +324,17 @@ STATEMENTS: dict[str, str] = {
     "pauses_read": """
         SELECT destination_database, paused_at, reason FROM {pauses} WHERE forwarder = ?
         ORDER BY destination_database""",
+    # The error-queue tools (`sfbridge errors`): read a page of rows after a sequence value,
+    # one row in full, and take or delete chosen rows by sequence value. A row another
+    # transaction is taking is waited for and then, gone, not returned: each row is moved once.
+    "error_queue_page": "SELECT id, headers, seq FROM {queue} WHERE seq > ? ORDER BY seq LIMIT ?",
+    "error_queue_row": "SELECT id, expires, headers, body, seq FROM {queue} WHERE seq = ?",
+    "error_queue_claim_many": """
+        DELETE FROM {queue} WHERE seq IN ({rows})
+        RETURNING id, 0 AS expired, expires, headers, body, seq""",
+    "error_queue_claim_row": "?",
+    "error_queue_delete_many": "DELETE FROM {queue} WHERE seq IN ({rows})",
+    "error_queue_delete_row": "?",
     "table_probe": "SELECT 1 FROM {table} WHERE 1 = 0",
     "retry_read": """
         SELECT destination, attempts, first_failure_at, last_error FROM {retry}

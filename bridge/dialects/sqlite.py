@@ -254,6 +254,22 @@ STATEMENTS: dict[str, str] = {
     "pauses_read": """
         SELECT destination_database, paused_at, reason FROM {pauses} WHERE forwarder = ?
         ORDER BY destination_database""",
+    # The error-queue tools (`sfbridge errors`); the caller holds BEGIN IMMEDIATE for the
+    # claim and the delete, so no other writer can take the same rows.
+    "error_queue_page": """
+        SELECT Id AS id, Headers AS headers, RowVersion AS seq FROM {queue}
+        WHERE RowVersion > ? ORDER BY RowVersion LIMIT ?""",
+    "error_queue_row": """
+        SELECT Id AS id, Expires AS expires, Headers AS headers, Body AS body,
+               RowVersion AS seq
+        FROM {queue} WHERE RowVersion = ?""",
+    "error_queue_claim_many": """
+        DELETE FROM {queue} WHERE RowVersion IN ({rows})
+        RETURNING Id, 0 AS expired, Expires, Headers, Body, RowVersion AS seq,
+                  ReplyToAddress AS legacy_reply_to""",
+    "error_queue_claim_row": "?",
+    "error_queue_delete_many": "DELETE FROM {queue} WHERE RowVersion IN ({rows})",
+    "error_queue_delete_row": "?",
     "table_probe": "SELECT 1 FROM {table} WHERE 1 = 0",
     "retry_read": """
         SELECT destination, attempts, first_failure_at, last_error FROM {retry}

@@ -18,6 +18,9 @@ from bridge.cli import build_parser, main
         (["status", "--config", "after.yaml", "--json"], "after.yaml"),
         (["-c", "before.yaml", "status", "-c", "after.yaml"], "after.yaml"),
         (["spark", "report", "-c", "after.yaml"], "after.yaml"),
+        (["errors", "list", "-c", "after.yaml"], "after.yaml"),
+        (["errors", "-c", "after.yaml", "replay", "--dry-run"], "after.yaml"),
+        (["-c", "before.yaml", "errors", "show", "x", "--config", "after.yaml"], "after.yaml"),
     ],
 )
 def test_the_config_option_works_before_and_after_the_command(

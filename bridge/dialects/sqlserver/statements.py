@@ -312,6 +312,32 @@ STATEMENTS: dict[str, str] = {
     "pauses_read": """
         SELECT destination_database, paused_at, reason FROM {pauses} WHERE forwarder = ?
         ORDER BY destination_database""",
+    # The error-queue tools (`sfbridge errors`): a page of rows after a RowVersion, one row in
+    # full, and taking or deleting chosen rows by RowVersion with the receive's locks, so rows
+    # another transaction holds are skipped, never taken twice.
+    "error_queue_page": """
+        DECLARE @after bigint = ?, @limit int = ?;
+        SELECT TOP (@limit) Id AS id, Headers AS headers, RowVersion AS seq
+        FROM {queue} WITH (READPAST)
+        WHERE RowVersion > @after ORDER BY RowVersion""",
+    "error_queue_row": """
+        SELECT Id AS id, Expires AS expires, Headers AS headers, Body AS body,
+               RowVersion AS seq
+        FROM {queue} WITH (READPAST) WHERE RowVersion = ?""",
+    "error_queue_claim_many": """
+        WITH message AS (
+            SELECT * FROM {queue} WITH (UPDLOCK, READPAST, ROWLOCK)
+            WHERE RowVersion IN ({rows}))
+        DELETE FROM message
+        OUTPUT deleted.Id, 0 AS expired, deleted.Expires, deleted.Headers, deleted.Body,
+               deleted.RowVersion AS seq, deleted.ReplyToAddress AS legacy_reply_to""",
+    "error_queue_claim_row": "?",
+    "error_queue_delete_many": """
+        WITH message AS (
+            SELECT * FROM {queue} WITH (UPDLOCK, READPAST, ROWLOCK)
+            WHERE RowVersion IN ({rows}))
+        DELETE FROM message""",
+    "error_queue_delete_row": "?",
     "table_probe": "SELECT 1 FROM {table} WHERE 1 = 0",
     "retry_read": """
         SELECT destination, attempts, first_failure_at, last_error FROM {retry}
