@@ -389,3 +389,49 @@ def test_filters_and_names_a_person_can_correct(world: World) -> None:
         assert listed.returncode == 0, listed.stderr
         of = "" if count else " (of 1)"
         assert listed.stdout.splitlines()[0] == f"{header}: {count} message(s){of}", args
+
+
+def test_two_forwarders_sharing_an_error_queue_each_get_their_own_messages_back(
+    tmp_path: Path,
+) -> None:
+    edge, receiver = SqliteEndpoint(tmp_path / "edge.db"), SqliteEndpoint(tmp_path / "r.db")
+    config: dict[str, Any] = {
+        "databases": {"edge": edge.database_entry(), "receiver": receiver.database_entry()},
+        "forwarders": [
+            {"name": "orders", "database": "edge", "queue": "Orders.Forward"},
+            {"name": "billing", "database": "edge", "queue": "Billing.Forward"},
+        ],
+        "routes": [{"match": "Nowhere", "database": "receiver"}],
+    }
+    path = write_config(tmp_path / "sfbridge.yaml", config)
+    assert sfbridge("-c", str(path), "install").returncode == 0
+    receiver.create_queue(RECEIVER)
+    sent = {
+        queue: {str(i) for i in edge.send(queue, [(nsb_message_headers(RECEIVER), b"x", None)])}
+        for queue in ("Orders.Forward", "Billing.Forward")
+    }
+    loaded, _ = load_config(path)
+    connections = Connections(loaded.databases)
+    for forwarder in loaded.forwarders:
+        BatchForwarder(loaded, forwarder, connections).forward_batch()
+    connections.close()
+
+    listed = json.loads(sfbridge("-c", str(path), "errors", "list", "--json").stdout)
+    assert {(entry["id"], entry["forwarder"]) for entry in listed} == {
+        (*sent["Orders.Forward"], "orders"),
+        (*sent["Billing.Forward"], "billing"),
+    }
+    config["routes"].append({"match": "Samples.*", "database": "receiver"})
+    write_config(path, config)
+    replayed = sfbridge("-c", str(path), "errors", "replay", "--forwarder", "billing")
+    assert replayed.returncode == 0, replayed.stderr
+    [moved] = [line for line in replayed.stdout.splitlines() if line.startswith("moved ")]
+    assert moved.endswith("to Billing.Forward (forwarder 'billing')")
+    with sqlite3.connect(tmp_path / "edge.db") as connection:
+        in_billing = {row[0] for row in connection.execute('SELECT Id FROM "Billing.Forward"')}
+        in_orders = connection.execute('SELECT count(*) FROM "Orders.Forward"').fetchone()[0]
+        in_error = {row[0] for row in connection.execute('SELECT Id FROM "error"')}
+    assert in_billing == sent["Billing.Forward"] and in_orders == 0
+    assert in_error == sent["Orders.Forward"]
+    rest = sfbridge("-c", str(path), "errors", "replay")
+    assert rest.stdout.splitlines()[0].endswith("to Orders.Forward (forwarder 'orders')")
