@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from support import (
+    CommitFailsOnce,
     NsbEndpoint,
     PostgresEndpoint,
     SqliteEndpoint,
@@ -27,7 +28,10 @@ from support import (
 )
 
 from bridge.config import load_config
-from bridge.connections import Connections
+from bridge.connections import Connections, connect
+from bridge.dialects import dialect_for
+from bridge.drivers import ConnectionLost
+from bridge.error_queue import error_queues, read_failed_messages, replay_messages
 from bridge.forwarding import BatchForwarder
 
 pytestmark = pytest.mark.integration
@@ -435,3 +439,27 @@ def test_two_forwarders_sharing_an_error_queue_each_get_their_own_messages_back(
     assert in_error == sent["Orders.Forward"]
     rest = sfbridge("-c", str(path), "errors", "replay")
     assert rest.stdout.splitlines()[0].endswith("to Orders.Forward (forwarder 'orders')")
+
+
+def test_a_replay_that_dies_before_its_commit_leaves_every_message_in_the_error_queue(
+    world: World,
+) -> None:
+    sent = unroutable_in_error_queue(world, 3)
+    config, _ = load_config(world.path)
+    [queue] = error_queues(config)
+    dialect = dialect_for(config.databases["sender"].dialect)
+    connection = CommitFailsOnce(connect(config.databases["sender"]))
+    try:
+        messages = read_failed_messages(connection, dialect, queue)
+        assert messages is not None and len(messages) == 3
+        with pytest.raises(ConnectionLost):
+            replay_messages(connection, dialect, queue, messages, batch_size=2)
+        assert sorted(row_id for row_id, _ in world.rows(ERROR)) == sorted(sent)
+        assert world.rows(FORWARD) == []
+
+        report = replay_messages(connection, dialect, queue, messages, batch_size=2)
+    finally:
+        connection.close()
+    assert sorted(m.row_id for m in report.moved) == sorted(sent) and report.gone == []
+    assert world.rows(ERROR) == []
+    assert sorted(row_id for row_id, _ in world.rows(FORWARD)) == sorted(sent)
