@@ -1,8 +1,11 @@
-"""Forwarding throughput of sfbridge between two PostgreSQL databases, as ratios to baselines.
+"""Forwarding throughput of sfbridge, as ratios to baselines measured in the same run.
 
-Two fresh databases per run (sfbench_<random>_src / _dst), dropped at the end even on failure or
-Ctrl-C. Only prints, no timed assertions; exit status 1 means a correctness check failed.
-See bench/README.md for how to run it and how to read it.
+Per scenario (PG -> PG, SQLite -> PG, PG -> SQLite) and body size: the daemon at its previous
+defaults, at its defaults and at the best configuration, the naive per-message relay and the
+server-side ceiling, with CPU per message, peak RSS and an exactly-once check of every run;
+then idle pickup latency, and with --large 200 messages of 8 MiB. Fresh databases per run,
+dropped at the end even on failure or Ctrl-C. Only prints, no timed assertions; exit status 1
+means a correctness check failed. See bench/README.md.
 """
 
 from __future__ import annotations
@@ -10,372 +13,269 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
-import statistics
-import subprocess
 import sys
 import tempfile
-import time
-import uuid
-from collections import Counter, defaultdict
-from contextlib import closing
-from datetime import UTC, datetime
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-import pyodbc
+import yaml
 
-from bridge.config.model import BridgeConfig, DatabaseConfig, ForwarderConfig, RouteConfig
-from bridge.connections import Connections
-from bridge.dialects.postgresql import POSTGRESQL_REQUIRED_OPTIONS
-from bridge.drivers.odbc import with_required_options
-from bridge.forwarding import BatchForwarder
-from bridge.headers import serialize_headers
-from bridge.install import run_install
-from bridge.send import test_message_headers
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-DEFAULT_PREFIX = "Driver={PostgreSQL Unicode};Server=127.0.0.1;Port=5432;Uid=postgres;"
-QUEUE, ERROR, CEILING, RECEIVER = "bench_forward", "bench_error", "bench_ceiling", "bench_receiver"
-QUEUE_DDL = (
-    'CREATE TABLE "public"."{}" (Id uuid NOT NULL PRIMARY KEY, Expires timestamp, '
-    "Headers text NOT NULL, Body bytea, Seq serial NOT NULL UNIQUE)"
+from throughput.daemon import sfbridge_accepts, write_config
+from throughput.databases import (
+    DEFAULT_PG_PREFIX,
+    BenchDatabase,
+    PgDatabase,
+    SqliteDatabase,
+    create_pg_databases,
+    drop_pg_databases,
+    pg_connection_string,
+    pg_server_version,
 )
-# For `sfbridge run`; the connection strings come from the environment, like a real deployment.
-DAEMON_YAML = """\
-databases:
-  src: {dialect: postgresql, connection: "${SFBENCH_SRC_ODBC}"}
-  dst: {dialect: postgresql, connection: "${SFBENCH_DST_ODBC}"}
-forwarders:
-  - {name: bench, database: src, queue: bench_forward, error_queue: bench_error,
-     batch_size: BATCH, concurrency: 2}
-routes:
-  - {match: "*", database: dst}
-logging: {level: WARNING}
-"""
-LABELS = {
-    "ceiling": "A ceiling: one DELETE..INSERT statement",
-    "naive": "B naive relay: 2 transactions/message",
-    "worker": "sfbridge BatchForwarder, 1 worker",
-    "daemon": "sfbridge daemon, concurrency 2",
-}
-PREFILL_CHUNK = 250  # rows per multi-row INSERT
-POLL = 0.02  # seconds between the daemon measurement's count(*) polls
-Outcome = tuple[float, str | None]  # (seconds, exactly-once check or None)
+from throughput.latency import measure_pickup
+from throughput.report import print_header, print_latency, print_scenario, summarize_rows
+from throughput.scenarios import Scenario, run_scenario, standard_rows, stderr
+
+SCENARIOS = {"pg-pg": ("PG", "PG"), "sqlite-pg": ("SQLite", "PG"), "pg-sqlite": ("PG", "SQLite")}
+UNITS = {"": 1, "B": 1, "KIB": 1024, "MIB": 1024**2}
+QUICK_MESSAGES = 2000
+LARGE_BODY = 8 * 1024**2
 
 
-def q(table: str) -> str:
-    return f'"public"."{table}"'
+def parse_size(text: str) -> int:
+    match = re.fullmatch(r"\s*(\d+)\s*(KiB|MiB|B)?\s*", text, re.IGNORECASE)
+    if not match:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 1KiB, 64KiB, 8MiB)")
+    return int(match.group(1)) * UNITS[(match.group(2) or "").upper()]
 
 
-def connection_string(prefix: str, database: str) -> str:
-    return f"{prefix.rstrip().rstrip(';')};Database={database};"
+def format_size(size: int) -> str:
+    for unit, factor in (("MiB", 1024**2), ("KiB", 1024)):
+        if size >= factor and size % factor == 0:
+            return f"{size // factor} {unit}"
+    return f"{size} B"
 
 
-def odbc(connection_string: str, *, autocommit: bool = False) -> pyodbc.Connection:
-    """A pyodbc connection with the psqlODBC options the bridge forces on its own (a fair match)."""
-    pyodbc.native_uuid = True
-    options = with_required_options(connection_string, POSTGRESQL_REQUIRED_OPTIONS)
-    return pyodbc.connect(options, autocommit=autocommit)
+def parse_overrides(text: str) -> dict[str, Any]:
+    """'batch_size=2000,concurrency=4' -> {'batch_size': 2000, 'concurrency': 4} (YAML values)."""
+    overrides = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise argparse.ArgumentTypeError(f"--best wants KEY=VALUE items, not {item!r}")
+        overrides[key.strip()] = yaml.safe_load(value.strip())
+    return overrides
 
 
-class Bench:
-    def __init__(self, args: argparse.Namespace, src_cs: str, dst_cs: str, workdir: Path) -> None:
-        self.n: int = args.messages
-        self.src_cs, self.dst_cs, self.workdir = src_cs, dst_cs, workdir
-        self.body = os.urandom(args.body_bytes)  # incompressible: TOAST cannot shrink it
-        self.daemon: subprocess.Popen[bytes] | None = None
-        self.first_row: list[float] = []  # daemon: seconds from start to the first row
-        self.after_first: list[float] = []  # daemon: msg/s from the first row on
-        self.config = BridgeConfig(
-            databases={
-                "src": DatabaseConfig(name="src", dialect="postgresql", connection=src_cs),
-                "dst": DatabaseConfig(name="dst", dialect="postgresql", connection=dst_cs),
+def default_messages(args: argparse.Namespace, body: int) -> int:
+    if args.messages:
+        return int(args.messages)
+    if args.quick:
+        return QUICK_MESSAGES
+    return 20_000 if body <= 16 * 1024 else 5_000
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--bodies", default="1KiB,64KiB", help="body sizes (default 1KiB,64KiB)")
+    parser.add_argument(
+        "--messages",
+        type=int,
+        help="messages per run (default 20000 up to 16 KiB bodies, 5000 above; 2000 with --quick)",
+    )
+    parser.add_argument("--repeat", type=int, default=1, help="runs per row (medians)")
+    parser.add_argument(
+        "--best",
+        type=parse_overrides,
+        default="concurrency=4",
+        help="the best row's keys, e.g. 'batch_size=2000,concurrency=4' "
+        "(driver=... goes to every PostgreSQL database)",
+    )
+    parser.add_argument(
+        "--scenarios", default=",".join(SCENARIOS), help="of " + ", ".join(SCENARIOS)
+    )
+    parser.add_argument("--latency-messages", type=int, default=30, help="pickup latency sends")
+    parser.add_argument("--idle-seconds", type=float, default=10, help="idle CPU window")
+    parser.add_argument("--large", action="store_true", help="add 200 messages x 8 MiB, PG -> PG")
+    parser.add_argument("--large-messages", type=int, default=200)
+    parser.add_argument(
+        "--quick", action="store_true", help="smoke run: 2000 messages, 1 KiB, fewer latency sends"
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    args = parser.parse_args()
+    if args.quick:
+        args.bodies = args.bodies if "--bodies" in sys.argv else "1KiB"
+        args.latency_messages = min(args.latency_messages, 12)
+        args.idle_seconds = min(args.idle_seconds, 3)
+    args.body_sizes = [parse_size(size) for size in args.bodies.split(",")]
+    args.scenario_keys = [key.strip() for key in args.scenarios.split(",")]
+    unknown = set(args.scenario_keys) - set(SCENARIOS)
+    if unknown:
+        parser.error(f"unknown scenarios {sorted(unknown)}; choose from {sorted(SCENARIOS)}")
+    return args
+
+
+class Progress:
+    """Progress lines on stderr, prefixed with what is being measured."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+
+    def __call__(self, text: str) -> None:
+        stderr(f"[{self.label}] {text}")
+
+
+class Run:
+    """Databases and files of one benchmark run; `close()` drops and deletes them all."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.tag = f"sfbench_{secrets.token_hex(4)}"
+        self.workdir = Path(tempfile.mkdtemp(prefix="sfbench-"))
+        self.created: list[str] = []
+        self.stack = ExitStack()
+
+    def database(self, kind: str, label: str) -> BenchDatabase:
+        database: BenchDatabase
+        if kind == "PG":
+            name = f"{self.tag}_{len(self.created)}"
+            create_pg_databases(self.prefix, [name], self.created)
+            database = PgDatabase(
+                self.prefix, name, f"SFBENCH_{label.upper().replace('-', '_')}_ODBC"
+            )
+        else:
+            database = SqliteDatabase(self.workdir / f"{label}-{secrets.token_hex(3)}.db")
+        self.stack.callback(database.close)
+        return database
+
+    def driver_key_supported(self) -> bool:
+        """Validate a tiny YAML with `driver: odbc` once with `sfbridge check`."""
+        config = {
+            "databases": {
+                "db": {
+                    "dialect": "postgresql",
+                    "connection": "${SFBENCH_CHECK_ODBC}",
+                    "driver": "odbc",
+                }
             },
-            forwarders=(ForwarderConfig("bench", "src", QUEUE, ERROR, args.batch_size, 1),),
-            routes=(RouteConfig("*", "dst"),),
-        )
-        run_install(self.config)  # queue, error queue, retry, counters in src; ledger in dst
-        yaml = DAEMON_YAML.replace("BATCH", str(args.batch_size))
-        (workdir / "sfbridge.yaml").write_text(yaml)
-        self.src = odbc(src_cs, autocommit=True)
-        self.dst = odbc(dst_cs, autocommit=True)
-        self.src.execute(QUEUE_DDL.format(CEILING))
-        self.dst.execute(QUEUE_DDL.format(RECEIVER))
-        self.version = str(self.src.execute("SHOW server_version").fetchval()).split()[0]
+            "forwarders": [{"name": "check", "database": "db", "queue": "bench_check"}],
+            "routes": [{"match": "*", "database": "db"}],
+        }
+        path = write_config(self.workdir / "driver-check.yaml", config)
+        environment = {"SFBENCH_CHECK_ODBC": pg_connection_string(self.prefix, "postgres")}
+        return sfbridge_accepts(path, "driver", environment)
 
     def close(self) -> None:
-        if self.daemon is not None and self.daemon.poll() is None:
-            self.daemon.kill()
-            self.daemon.wait()
-        self.src.close()
-        self.dst.close()
-
-    def prefill(self) -> set[str]:
-        """Not timed: empty every table, put N NServiceBus-shaped messages in the source queue."""
-        self.src.execute(f"TRUNCATE {q(QUEUE)}, {q(ERROR)}, {q(CEILING)}, {q('sfbridge_retry')}")
-        self.dst.execute(f"TRUNCATE {q(RECEIVER)}, {q('sfbridge_ledger')}")
-        ids: set[str] = set()
-        for start in range(0, self.n, PREFILL_CHUNK):
-            count = min(PREFILL_CHUNK, self.n - start)
-            params: list[Any] = []
-            for _ in range(count):
-                headers = test_message_headers(RECEIVER, "Bench.Message", {}, now=datetime.now(UTC))
-                ids.add(str(headers["NServiceBus.MessageId"]))
-                params += [uuid.uuid4(), serialize_headers(headers), self.body]
-            values = ", ".join(["(?, ?, ?)"] * count)
-            self.src.execute(f"INSERT INTO {q(QUEUE)} (id, headers, body) VALUES {values}", *params)
-        self.src.execute(f"ANALYZE {q(QUEUE)}")  # as autovacuum would have, on a real queue
-        return ids
-
-    def exactly_once(self, ids: set[str]) -> str:
-        """'ok' when the destination holds every sent message id exactly once and nothing is
-        left in the source queue, error queue or retry storage."""
-        sql = f"SELECT headers::json->>'NServiceBus.MessageId' FROM {q(RECEIVER)}"
-        got = [row[0] for row in self.dst.execute(sql).fetchall()]
-        left = sum(
-            self.src.execute(f"SELECT count(*) FROM {q(table)}").fetchval()
-            for table in (QUEUE, ERROR, "sfbridge_retry")
-        )
-        if len(got) == self.n and set(got) == ids and left == 0:
-            return "ok"
-        return f"FAILED: {len(got)} rows, {len(set(got))} distinct ids, {left} left in source"
-
-    def ceiling(self, ids: set[str]) -> Outcome:
-        """A: one server-side statement moves every row between two tables of one database."""
-        sql = (
-            f"WITH m AS (DELETE FROM {q(QUEUE)} RETURNING id, expires, headers, body) "
-            f"INSERT INTO {q(CEILING)} (id, expires, headers, body) "
-            "SELECT id, expires, headers, body FROM m"
-        )
-        with closing(odbc(self.src_cs)) as connection:
-            start = time.perf_counter()
-            moved = connection.execute(sql).rowcount
-            connection.commit()
-            elapsed = time.perf_counter() - start
-        if moved != self.n:
-            raise RuntimeError(f"the ceiling statement moved {moved} rows, not {self.n}")
-        return elapsed, None
-
-    def naive(self, ids: set[str]) -> Outcome:
-        """B: per message, claim one row in a source transaction, insert it in a destination
-        transaction, commit the destination, then the source (the seed sample's relay)."""
-        claim = (
-            f"DELETE FROM {q(QUEUE)} WHERE seq = (SELECT seq FROM {q(QUEUE)} ORDER BY seq "
-            "LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING id, expires, headers, body"
-        )
-        insert = f"INSERT INTO {q(RECEIVER)} (id, expires, headers, body) VALUES (?, ?, ?, ?)"
-        moved = 0
-        with closing(odbc(self.src_cs)) as src, closing(odbc(self.dst_cs)) as dst:
-            start = time.perf_counter()
-            while True:
-                cursor = src.execute(claim)
-                # psqlODBC returns no result set at all when RETURNING matched no row.
-                row = cursor.fetchone() if cursor.description else None
-                if row is None:
-                    src.commit()
-                    break
-                dst.execute(insert, uuid.uuid4(), row[1], row[2], row[3])
-                dst.commit()
-                src.commit()
-                moved += 1
-            elapsed = time.perf_counter() - start
-        if moved != self.n:
-            raise RuntimeError(f"the naive relay moved {moved} messages, not {self.n}")
-        return elapsed, None
-
-    def one_worker(self, ids: set[str]) -> Outcome:
-        """3: BatchForwarder.forward_batch in a loop until a batch comes back empty."""
-        connections = Connections(self.config.databases)
-        totals: Counter[str] = Counter()
-        try:
-            forwarder = BatchForwarder(self.config, self.config.forwarders[0], connections)
-            connections.get("src")  # connect outside the timing
-            connections.get("dst")
-            start = time.perf_counter()
-            while (report := forwarder.forward_batch()).claimed:
-                totals.update(report.counts)
-            elapsed = time.perf_counter() - start
-        finally:
-            connections.close()
-        check = self.exactly_once(ids)
-        if check == "ok" and totals != Counter(delivered=self.n):
-            check = f"FAILED: counts {dict(totals)}"
-        return elapsed, check
-
-    def run_daemon(self, ids: set[str]) -> Outcome:
-        """4: `sfbridge -c <yaml> run` (concurrency 2), from process start until the destination
-        holds N rows; then SIGTERM, which must end it with exit code 0."""
-        executable = shutil.which("sfbridge")
-        command = [executable] if executable else [sys.executable, "-m", "bridge"]
-        command += ["-c", str(self.workdir / "sfbridge.yaml"), "run"]
-        env = {**os.environ, "SFBENCH_SRC_ODBC": self.src_cs, "SFBENCH_DST_ODBC": self.dst_cs}
-        log_path = self.workdir / "daemon.log"
-        first: tuple[float, int] | None = None  # (seconds, rows) at the first non-zero count
-        with open(log_path, "wb") as log:
-            start = time.perf_counter()
-            self.daemon = subprocess.Popen(
-                command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
-            )
-            deadline = start + 60 + self.n / 100
-            while True:
-                count = self.dst.execute(f"SELECT count(*) FROM {q(RECEIVER)}").fetchval()
-                now = time.perf_counter()
-                first = (now - start, count) if count and first is None else first
-                if count >= self.n:
-                    break
-                if self.daemon.poll() is not None or now > deadline:
-                    tail = log_path.read_text(errors="replace")[-2000:]
-                    raise RuntimeError(f"daemon stopped or too slow at {count} rows:\n{tail}")
-                time.sleep(POLL)
-            self.daemon.send_signal(signal.SIGTERM)
-            code = self.daemon.wait(timeout=60)
-            self.daemon = None
-        if first is not None and first[1] < self.n:
-            self.first_row.append(first[0])
-            self.after_first.append((self.n - first[1]) / (now - start - first[0]))
-        check = self.exactly_once(ids)
-        return now - start, check if code == 0 else f"FAILED: exit code {code}; {check}"
+        self.stack.close()
+        for problem in drop_pg_databases(self.prefix, self.created) if self.created else []:
+            stderr(problem)
+        shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-def create_databases(prefix: str, names: list[str], created: list[str]) -> None:
-    with closing(odbc(connection_string(prefix, "postgres"), autocommit=True)) as admin:
-        for name in names:
-            admin.execute(f'CREATE DATABASE "{name}"')
-            created.append(name)
-
-
-def drop_databases(prefix: str, names: list[str]) -> None:
-    """Terminate every other session on each database, then drop it (FORCE: PostgreSQL 13+)."""
-    terminate = (
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-        "WHERE datname = ? AND pid <> pg_backend_pid()"
-    )
-    with closing(odbc(connection_string(prefix, "postgres"), autocommit=True)) as admin:
-        for name in names:
-            try:
-                admin.execute(terminate, name)
-                admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-            except pyodbc.Error as error:
-                print(f"could not drop database {name}: {error}", file=sys.stderr)
-
-
-def median_or_none(values: list[float]) -> float | None:
-    return statistics.median(values) if values else None
-
-
-def summarize(
-    args: argparse.Namespace,
-    bench: Bench,
-    seconds: dict[str, list[float]],
-    checks: dict[str, list[str]],
-) -> dict[str, Any]:
-    rates = {key: [args.messages / s for s in runs] for key, runs in seconds.items()}
-    median = {key: statistics.median(runs) for key, runs in rates.items()}
-    rows = [
-        {
-            "key": key,
-            "label": label,
-            "msg_per_s_median": round(median[key], 1),
-            "msg_per_s_runs": [round(rate, 1) for rate in rates[key]],
-            "vs_naive": median[key] / median["naive"],
-            "vs_ceiling": median[key] / median["ceiling"],
-            "exactly_once": checks.get(key, []),
-        }
-        for key, label in LABELS.items()
-    ]
-    parameters = {k: getattr(args, k) for k in ("messages", "body_bytes", "batch_size", "repeat")}
-    return {
-        "parameters": parameters,
-        "postgresql": bench.version,
+def run_benchmark(args: argparse.Namespace, run: Run) -> dict[str, Any]:
+    driver_key = run.driver_key_supported()
+    summary: dict[str, Any] = {
+        "postgresql": pg_server_version(run.prefix),
         "cpus": os.cpu_count(),
-        "daemon_first_row_seconds_median": median_or_none(bench.first_row),
-        "daemon_after_first_row_msg_per_s_median": median_or_none(bench.after_first),
-        "measurements": rows,
+        "driver_key": driver_key,
+        "parameters": {k: getattr(args, k) for k in ("bodies", "repeat", "best", "quick")},
+        "scenarios": [],
+        "pickup_latency": None,
+        "large": None,
     }
+    for key in args.scenario_keys:
+        source_kind, destination_kind = SCENARIOS[key]
+        name = f"{source_kind} -> {destination_kind}"
+        source = run.database(source_kind, f"{key}_source")
+        destination = run.database(destination_kind, f"{key}_destination")
+        workdir = run.workdir / key
+        workdir.mkdir()
+
+        progress = Progress(name)
+        scenario = Scenario(name, source, destination, workdir, driver_key, progress)
+        for body_size in args.body_sizes:
+            messages = default_messages(args, body_size)
+            body = os.urandom(body_size)  # incompressible: TOAST cannot shrink it
+            progress.label = f"{name}, {format_size(body_size)}"
+            rows = run_scenario(scenario, standard_rows(args.best), messages, body, args.repeat)
+            summary["scenarios"].append(
+                {
+                    "name": name,
+                    "body": format_size(body_size),
+                    "body_bytes": body_size,
+                    "messages": messages,
+                    "repeat": args.repeat,
+                    "rows": summarize_rows(rows),
+                }
+            )
+        if key == "pg-pg" and args.latency_messages > 0:
+            progress.label = f"{name}, latency"
+            body = os.urandom(1024)
+            summary["pickup_latency"] = measure_pickup(
+                scenario, args.latency_messages, args.idle_seconds, body
+            )
+        if key == "pg-pg" and args.large:
+            progress.label = f"{name}, 8 MiB"
+            defaults = [spec for spec in standard_rows({}) if spec.key == "defaults"]
+            rows = run_scenario(scenario, defaults, args.large_messages, os.urandom(LARGE_BODY), 1)
+            summary["large"] = {
+                "name": name,
+                "body": format_size(LARGE_BODY),
+                "body_bytes": LARGE_BODY,
+                "messages": args.large_messages,
+                "repeat": 1,
+                "rows": summarize_rows(rows),
+            }
+    return summary
 
 
-def print_table(summary: dict[str, Any]) -> None:
-    p = summary["parameters"]
-    print(
-        f"sfbridge forwarding: {p['messages']} messages x {p['body_bytes']} B body, batch "
-        f"{p['batch_size']}, median of {p['repeat']} (PostgreSQL {summary['postgresql']}, "
-        f"{summary['cpus']} CPUs)\n"
-        f"{'measurement':<40}{'msg/s':>8}{'min-max':>14}{'vs B naive':>12}{'vs A ceiling':>14}"
-        "  exactly-once"
+def failed(summary: dict[str, Any]) -> bool:
+    tables = summary["scenarios"] + ([summary["large"]] if summary["large"] else [])
+    checks = [check for table in tables for row in table["rows"] for check in row["exactly_once"]]
+    latency = summary["pickup_latency"]
+    return any(check != "ok" for check in checks) or bool(
+        latency and latency["exactly_once"] != "ok"
     )
-    for m in summary["measurements"]:
-        runs, checks = m["msg_per_s_runs"], m["exactly_once"]
-        spread = f"{min(runs):.0f}-{max(runs):.0f}"
-        check = f"{checks.count('ok')}/{len(checks)} ok" if checks else "-"
-        print(
-            f"{m['label']:<40}{m['msg_per_s_median']:>8.0f}{spread:>14}{m['vs_naive']:>12.3g}"
-            f"{m['vs_ceiling']:>14.3g}  {check}"
-        )
-        for failure in sorted({c for c in checks if c != "ok"}):
-            print(f"    {failure}")
-    first_row = summary["daemon_first_row_seconds_median"]
-    if first_row is not None:
-        print(
-            f"(daemon: {first_row:.2f} s from process start to the first delivered row, then "
-            f"{summary['daemon_after_first_row_msg_per_s_median']:.0f} msg/s; medians)"
-        )
+
+
+def print_summary(summary: dict[str, Any]) -> None:
+    print_header(summary)
+    for scenario in summary["scenarios"]:
+        print_scenario(scenario)
+    if summary["pickup_latency"]:
+        print_latency(summary["pickup_latency"])
+    if summary["large"]:
+        print_scenario(summary["large"])
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--messages", type=int, default=5000, help="messages per run")
-    parser.add_argument("--body-bytes", type=int, default=1024, help="body size in bytes")
-    parser.add_argument("--batch-size", type=int, default=100, help="sfbridge batch_size")
-    parser.add_argument("--repeat", type=int, default=3, help="runs per measurement (median)")
-    parser.add_argument("--json", action="store_true", help="machine-readable output")
-    args = parser.parse_args()
-    prefix = os.environ.get("SFBRIDGE_BENCH_PG", DEFAULT_PREFIX)
-    tag = f"sfbench_{secrets.token_hex(4)}"
-    created: list[str] = []
-    workdir = Path(tempfile.mkdtemp(prefix="sfbench-"))
-    bench: Bench | None = None
+    args = parse_args()
+    run = Run(os.environ.get("SFBRIDGE_BENCH_PG", DEFAULT_PG_PREFIX))
 
     def interrupted(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, interrupted)
     try:
-        create_databases(prefix, [f"{tag}_src", f"{tag}_dst"], created)
-        src, dst = (connection_string(prefix, name) for name in created)
-        bench = Bench(args, src, dst, workdir)
-        runs = {"ceiling": bench.ceiling, "naive": bench.naive}
-        runs |= {"worker": bench.one_worker, "daemon": bench.run_daemon}
-        seconds: dict[str, list[float]] = defaultdict(list)
-        checks: dict[str, list[str]] = defaultdict(list)
-        for round_number in range(1, args.repeat + 1):  # interleaved: drift hits all alike
-            for key, run in runs.items():
-                elapsed, check = run(bench.prefill())
-                seconds[key].append(elapsed)
-                checks[key] += [check] if check else []
-                print(
-                    f"round {round_number}/{args.repeat} {key:<8}{args.messages / elapsed:>9.0f}"
-                    f" msg/s  {check or ''}",
-                    file=sys.stderr,
-                )
-        summary = summarize(args, bench, seconds, checks)
+        summary = run_benchmark(args, run)
         if args.json:
             print(json.dumps(summary, indent=2))
         else:
-            print_table(summary)
-        return 0 if all(c == "ok" for found in checks.values() for c in found) else 1
+            print_summary(summary)
+        return 1 if failed(summary) else 0
     except KeyboardInterrupt:
-        print("interrupted; dropping the benchmark databases", file=sys.stderr)
+        stderr("interrupted; dropping the benchmark databases")
         return 130
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        if bench is not None:
-            bench.close()
-        if created:
-            drop_databases(prefix, created)
-        shutil.rmtree(workdir, ignore_errors=True)
+        run.close()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,197 @@
+"""`sfbridge run` in a subprocess, timed from outside, with its CPU time and peak RSS.
+
+The daemon is `python -m bridge -c FILE run`, started on a prefilled queue. Its throughput is
+timed from the first delivered row being visible in the destination to the last one (the rows
+of that first poll are not counted), so interpreter start-up and connecting are not in it. CPU
+time (user + sys) comes from /proc/PID/stat over the same span; peak RSS is VmHWM from
+/proc/PID/status, read just before SIGTERM.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+EXIT_CONFIG = 2  # sfbridge: the configuration is invalid
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+PROGRESS_EVERY = 2.0  # seconds between progress lines on stderr
+
+
+class ConfigRejected(Exception):
+    """This sfbridge does not accept the row's configuration (e.g. a key it does not know)."""
+
+
+@dataclass(frozen=True)
+class DaemonRun:
+    seconds: float  # first visible arrival -> last arrival
+    messages: int  # messages that arrived in that span
+    cpu_seconds: float  # daemon user + sys over the same span
+    peak_rss_mb: float
+    exit_code: int  # after SIGTERM; 0 is a clean stop
+    log_tail: str
+
+
+def sfbridge_command(config: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "bridge", "-c", str(config), *args]
+
+
+def write_config(path: Path, config: Mapping[str, Any]) -> Path:
+    path.write_text(yaml.safe_dump(dict(config), sort_keys=False))
+    return path
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a running process, from /proc/PID/stat."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime
+
+
+def peak_rss_mb(pid: int) -> float:
+    """VmHWM (the resident set's high-water mark) of a running process, in MB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def sfbridge_accepts(config: Path, key: str, env: Mapping[str, str]) -> bool:
+    """Whether `sfbridge check` on `config` gets past validation without calling `key`
+    unknown; connectivity or table problems it reports later do not matter here."""
+    result = subprocess.run(
+        sfbridge_command(config, "check"),
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        timeout=120,
+    )
+    output = result.stdout + result.stderr
+    return not (result.returncode == EXIT_CONFIG and key in output)
+
+
+class Daemon:
+    """One `sfbridge run` process; use as a context manager so it is always stopped."""
+
+    def __init__(self, config: Path, env: Mapping[str, str], log_path: Path) -> None:
+        self.log_path = log_path
+        self.notify_path = log_path.with_suffix(".notify")
+        self.notify_path.unlink(missing_ok=True)
+        self.notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.notify.bind(str(self.notify_path))
+        environment = {**os.environ, **env, "NOTIFY_SOCKET": str(self.notify_path)}
+        with open(log_path, "wb") as log:
+            self.process = subprocess.Popen(
+                sfbridge_command(config, "run"),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=environment,
+                start_new_session=True,
+            )
+
+    def __enter__(self) -> Daemon:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        self.notify.close()
+        self.notify_path.unlink(missing_ok=True)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def log_tail(self, chars: int = 2000) -> str:
+        return self.log_path.read_text(errors="replace")[-chars:]
+
+    def check_alive(self, arrived: int) -> None:
+        """Raises ConfigRejected when it stopped on its configuration before moving anything,
+        RuntimeError when it stopped otherwise."""
+        code = self.process.poll()
+        if code is None:
+            return
+        if code == EXIT_CONFIG and arrived == 0:
+            raise ConfigRejected(_first_problem(self.log_tail()))
+        raise RuntimeError(f"the daemon exited with {code} at {arrived} rows:\n{self.log_tail()}")
+
+    def wait_ready(self, timeout: float = 60) -> None:
+        """Until the daemon says READY=1 on its notify socket (it does when NOTIFY_SOCKET is
+        set, as under systemd)."""
+        deadline = time.monotonic() + timeout
+        self.notify.settimeout(0.2)
+        while time.monotonic() < deadline:
+            self.check_alive(0)
+            try:
+                if b"READY=1" in self.notify.recv(4096):
+                    return
+            except TimeoutError:
+                continue
+        raise RuntimeError(f"the daemon was not ready within {timeout:.0f} s:\n{self.log_tail()}")
+
+    def stop(self) -> int:
+        """SIGTERM, then its exit code (0 is a clean stop)."""
+        self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(timeout=120)
+
+
+def time_daemon(
+    config: Path,
+    env: Mapping[str, str],
+    log_path: Path,
+    messages: int,
+    arrived: Callable[[], int],
+    progress: Callable[[str], None],
+    poll_seconds: float = 0.02,
+) -> DaemonRun:
+    """Start the daemon on a prefilled queue and time it until `arrived()` reaches `messages`.
+
+    Raises ConfigRejected when this sfbridge refuses the configuration, RuntimeError when the
+    daemon dies or takes longer than a minute plus 20 ms a message.
+    """
+    deadline = time.monotonic() + 60 + messages / 50
+    with Daemon(config, env, log_path) as daemon:
+        first: tuple[float, int, float] | None = None  # (time, rows, cpu) at the first rows
+        last_progress = time.monotonic()
+        while True:
+            count = arrived()
+            now = time.perf_counter()
+            if count and first is None:
+                first = (now, count, cpu_seconds(daemon.pid))
+            if count >= messages:
+                break
+            daemon.check_alive(count)
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the daemon is too slow: {count} rows:\n{daemon.log_tail()}")
+            if time.monotonic() - last_progress > PROGRESS_EVERY:
+                progress(f"{count}/{messages} arrived")
+                last_progress = time.monotonic()
+            time.sleep(poll_seconds)
+        cpu, rss = cpu_seconds(daemon.pid), peak_rss_mb(daemon.pid)
+        code = daemon.stop()
+        assert first is not None
+        # If everything arrived in the first poll, time that poll as a lower bound.
+        counted = messages - first[1] if first[1] < messages else messages
+        return DaemonRun(
+            seconds=max(now - first[0], poll_seconds),
+            messages=counted,
+            cpu_seconds=cpu - first[2],
+            peak_rss_mb=rss,
+            exit_code=code,
+            log_tail=daemon.log_tail(),
+        )
+
+
+def _first_problem(log: str) -> str:
+    lines = [line.strip() for line in log.splitlines() if line.strip()]
+    interesting = [line for line in lines if "driver" in line or "unknown" in line.lower()]
+    return (interesting or lines or ["no output"])[0][:160]

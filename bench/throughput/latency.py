@@ -1,0 +1,73 @@
+"""Idle pickup latency: how long a single message waits when the daemon has nothing to do.
+
+The daemon runs at its defaults on an empty queue. After READY and a quiet second its idle CPU
+is read over `idle_seconds`; then single messages are sent one at a time at random gaps, each
+timed from its send's commit to the moment it is visible in the destination queue (polled every
+5 ms).
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import time
+from typing import Any
+
+from throughput.daemon import Daemon, cpu_seconds, peak_rss_mb, write_config
+from throughput.databases import QUEUE, RECEIVER, new_messages
+from throughput.scenarios import Scenario
+
+POLL = 0.005
+GAP = (0.2, 0.7)  # seconds between sends
+
+
+def measure_pickup(
+    scenario: Scenario, messages: int, idle_seconds: float, body: bytes
+) -> dict[str, Any]:
+    """Latencies (median, p95, max in ms), idle CPU (% of one core) and the exactly-once
+    check. Raises RuntimeError when the daemon dies or a message takes over 30 s."""
+    scenario.prepare(0, body)
+    config = write_config(scenario.workdir / "latency.yaml", scenario.daemon_config({}, {}))
+    log = scenario.workdir / "latency.log"
+    latencies: list[float] = []
+    ids: set[str] = set()
+    with Daemon(config, scenario.environment, log) as daemon:
+        daemon.wait_ready()
+        time.sleep(1.0)
+        scenario.progress(f"pickup latency: daemon idle for {idle_seconds:.0f} s ...")
+        cpu_start, idle_start = cpu_seconds(daemon.pid), time.perf_counter()
+        time.sleep(idle_seconds)
+        idle_cpu = cpu_seconds(daemon.pid) - cpu_start
+        idle_elapsed = time.perf_counter() - idle_start
+        for number in range(1, messages + 1):
+            time.sleep(random.uniform(*GAP))
+            ((message_id, headers),) = new_messages(1)
+            scenario.source.send_one(QUEUE, headers, body)
+            sent = time.perf_counter()
+            ids.add(message_id)
+            while scenario.destination.count(RECEIVER) < number:
+                daemon.check_alive(number - 1)
+                if time.perf_counter() - sent > 30:
+                    raise RuntimeError(f"message {number} not picked up within 30 s")
+                time.sleep(POLL)
+            latencies.append(1000 * (time.perf_counter() - sent))
+            if number % 10 == 0:
+                scenario.progress(f"pickup latency: {number}/{messages} messages")
+        rss = peak_rss_mb(daemon.pid)
+        code = daemon.stop()
+    check = scenario.exactly_once(ids)
+    if code != 0:
+        check = f"FAILED: exit code {code} after SIGTERM; {check}"
+    return {
+        "scenario": scenario.name,
+        "messages": messages,
+        "gap": f"{GAP[0]}-{GAP[1]} s",
+        "median_ms": statistics.median(latencies),
+        "p95_ms": statistics.quantiles(latencies, n=20, method="inclusive")[18],
+        "max_ms": max(latencies),
+        "latencies_ms": [round(value, 1) for value in latencies],
+        "idle_seconds": idle_elapsed,
+        "idle_cpu_percent": 100 * idle_cpu / idle_elapsed,
+        "peak_rss_mb": rss,
+        "exactly_once": check,
+    }
