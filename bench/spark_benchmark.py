@@ -1,6 +1,6 @@
 """Spark drain throughput against the daemon and the server-side ceiling, as ratios in one run.
 
-Reuses forwarding_benchmark.py's databases, prefill, ceiling, daemon and exactly-once checks
+Reuses the throughput benchmark's databases, prefill, ceiling, daemon and exactly-once checks
 (PostgreSQL -> PostgreSQL, NServiceBus-shaped messages, random 1 KiB bodies), and adds
 `sfbridge spark drain` with 1, 2 and 4 partitions on `local[N]`. A drain is timed from the
 moment its tasks start moving messages (its own progress lines) to the end of the drain, and
@@ -25,34 +25,27 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from forwarding_benchmark import (
-    DEFAULT_PREFIX,
-    Bench,
-    connection_string,
-    create_databases,
-    drop_databases,
+from throughput.daemon import write_config
+from throughput.databases import (
+    DEFAULT_PG_PREFIX,
+    PgDatabase,
+    create_pg_databases,
+    drop_pg_databases,
+    pg_server_version,
 )
+from throughput.scenarios import RowSpec, Scenario, run_scenario, stderr
 
-SPARK_YAML = """\
-databases:
-  src: {{dialect: postgresql, connection: "{src}"}}
-  dst: {{dialect: postgresql, connection: "{dst}"}}
-forwarders:
-  - {{name: bench, database: src, queue: bench_forward, error_queue: bench_error,
-     batch_size: {batch}}}
-routes:
-  - {{match: "*", database: dst}}
-logging: {{level: WARNING}}
-"""
 STARTED = re.compile(r"Spark session started in ([0-9.]+) s")
 FINISHED = re.compile(r"drain finished in ([0-9.]+) s")
 
 
-def spark_drain(config: Path, partitions: int) -> tuple[float, float, str]:
+def spark_drain(
+    config: Path, partitions: int, environment: dict[str, str]
+) -> tuple[float, float, str]:
     """(session start-up s, drain s, output) of one `sfbridge spark drain`."""
     command = [sys.executable, "-m", "bridge", "-c", str(config), "spark", "drain",
                "--master", f"local[{partitions}]", "--partitions", str(partitions)]  # fmt: skip
-    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
+    env = {**os.environ, **environment, "SPARK_LOCAL_IP": "127.0.0.1"}
     result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=3600)
     output = result.stdout + result.stderr
     started, finished = STARTED.search(output), FINISHED.search(output)
@@ -68,44 +61,51 @@ def main() -> int:
     parser.add_argument("--batch-size", type=int, default=100)
     parser.add_argument("--partitions", default="1,2,4")
     args = parser.parse_args()
-    args.repeat = 1
-    prefix = os.environ.get("SFBRIDGE_BENCH_PG", DEFAULT_PREFIX)
+    prefix = os.environ.get("SFBRIDGE_BENCH_PG", DEFAULT_PG_PREFIX)
     tag = secrets.token_hex(4)
     names = [f"sfbench_{tag}_src", f"sfbench_{tag}_dst"]
     created: list[str] = []
     workdir = Path(tempfile.mkdtemp(prefix="sfbench-spark-"))
+    databases: list[PgDatabase] = []
     failed = False
     try:
-        create_databases(prefix, names, created)
-        src, dst = (connection_string(prefix, name) for name in names)
-        bench = Bench(args, src, dst, workdir)
-        config = workdir / "spark.yaml"
-        config.write_text(SPARK_YAML.format(src=src, dst=dst, batch=args.batch_size))
+        create_pg_databases(prefix, names, created)
+        databases += [PgDatabase(prefix, names[0], "SFBENCH_SRC_ODBC")]
+        databases += [PgDatabase(prefix, names[1], "SFBENCH_DST_ODBC")]
+        scenario = Scenario("PG -> PG", *databases, workdir, True, stderr)
+        forwarder_keys = {"batch_size": args.batch_size}
+        config = write_config(workdir / "spark.yaml", scenario.daemon_config(forwarder_keys, {}))
+        body = os.urandom(args.body_bytes)
+        specs = [
+            RowSpec("ceiling", "ceiling: one DELETE..INSERT", "ceiling"),
+            RowSpec(
+                "daemon", "daemon, concurrency 2", "daemon", {**forwarder_keys, "concurrency": 2}
+            ),
+        ]
         rates: dict[str, float] = {}
         startups: list[float] = []
         checks: dict[str, str] = {}
-        for key, run in (("ceiling", bench.ceiling), ("daemon", bench.run_daemon)):
-            ids = bench.prefill()
-            print(f"{key}: {args.messages} messages ...", file=sys.stderr, flush=True)
-            seconds, check = run(ids)
-            rates[key] = args.messages / seconds
-            checks[key] = check or "-"
+        for row in run_scenario(scenario, specs, args.messages, body, 1):
+            if row.not_run or row.msg_per_s is None:
+                raise RuntimeError(f"{row.spec.label}: {row.not_run}")
+            rates[row.spec.key] = row.msg_per_s
+            checks[row.spec.key] = row.checks[0]
         for partitions in (int(p) for p in args.partitions.split(",")):
-            ids = bench.prefill()
+            ids = scenario.prepare(args.messages, body)
             print(f"spark drain, {partitions} partition(s) ...", file=sys.stderr, flush=True)
-            startup, seconds, _ = spark_drain(config, partitions)
+            startup, seconds, _ = spark_drain(config, partitions, scenario.environment)
             startups.append(startup)
             key = f"spark-{partitions}"
             rates[key] = args.messages / seconds
-            checks[key] = bench.exactly_once(ids)
-        bench.close()
+            checks[key] = scenario.exactly_once(ids)
         failed = any(check not in ("ok", "-") for check in checks.values())
         print(
             f"sfbridge Spark drain: {args.messages} messages x {args.body_bytes} B, batch "
-            f"{args.batch_size}, PostgreSQL {bench.version}, {os.cpu_count()} CPUs, one run each"
+            f"{args.batch_size}, PostgreSQL {pg_server_version(prefix)}, {os.cpu_count()} CPUs, "
+            "one run each"
         )
         print(f"{'measurement':34} {'msg/s':>8} {'vs daemon':>10} {'vs ceiling':>11}  exactly-once")
-        labels = {"ceiling": "ceiling: one DELETE..INSERT", "daemon": "daemon, concurrency 2"}
+        labels = {spec.key: spec.label for spec in specs}
         for key, rate in rates.items():
             label = labels.get(key) or f"spark drain, {key.removeprefix('spark-')} partition(s)"
             print(
@@ -117,7 +117,10 @@ def main() -> int:
             f"{statistics.median(startups):.1f} s"
         )
     finally:
-        drop_databases(prefix, created)
+        for database in databases:
+            database.close()
+        for problem in drop_pg_databases(prefix, created) if created else []:
+            stderr(problem)
         shutil.rmtree(workdir, ignore_errors=True)
     return 1 if failed else 0
 

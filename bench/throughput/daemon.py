@@ -1,10 +1,10 @@
 """`sfbridge run` in a subprocess, timed from outside, with its CPU time and peak RSS.
 
-The daemon is `python -m bridge -c FILE run`, started on a prefilled queue. Its throughput is
-timed from the first delivered row being visible in the destination to the last one (the rows
-of that first poll are not counted), so interpreter start-up and connecting are not in it. CPU
-time (user + sys) comes from /proc/PID/stat over the same span; peak RSS is VmHWM from
-/proc/PID/status, read just before SIGTERM.
+The daemon is `python -m bridge -c FILE run`, started on a prefilled queue with NOTIFY_SOCKET
+set as systemd would. Its throughput is timed from its READY=1 (sent once its workers are
+started, so interpreter start-up and imports are not in it) until the last message is visible
+in the destination queue. CPU time (user + sys) comes from /proc/PID/stat over the same span;
+peak RSS is VmHWM from /proc/PID/status, read just before SIGTERM.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ class ConfigRejected(Exception):
 
 @dataclass(frozen=True)
 class DaemonRun:
-    seconds: float  # first visible arrival -> last arrival
-    messages: int  # messages that arrived in that span
+    seconds: float  # READY -> last arrival
+    messages: int
     cpu_seconds: float  # daemon user + sys over the same span
     peak_rss_mb: float
     exit_code: int  # after SIGTERM; 0 is a clean stop
@@ -153,22 +153,18 @@ def time_daemon(
     progress: Callable[[str], None],
     poll_seconds: float = 0.02,
 ) -> DaemonRun:
-    """Start the daemon on a prefilled queue and time it until `arrived()` reaches `messages`.
+    """Start the daemon on a prefilled queue and time it from READY (its workers start
+    claiming) until `arrived()` reaches `messages`.
 
     Raises ConfigRejected when this sfbridge refuses the configuration, RuntimeError when the
     daemon dies or takes longer than a minute plus 20 ms a message.
     """
-    deadline = time.monotonic() + 60 + messages / 50
     with Daemon(config, env, log_path) as daemon:
-        first: tuple[float, int, float] | None = None  # (time, rows, cpu) at the first rows
+        daemon.wait_ready()
+        start, cpu_start = time.perf_counter(), cpu_seconds(daemon.pid)
+        deadline = time.monotonic() + 60 + messages / 50
         last_progress = time.monotonic()
-        while True:
-            count = arrived()
-            now = time.perf_counter()
-            if count and first is None:
-                first = (now, count, cpu_seconds(daemon.pid))
-            if count >= messages:
-                break
+        while (count := arrived()) < messages:
             daemon.check_alive(count)
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the daemon is too slow: {count} rows:\n{daemon.log_tail()}")
@@ -176,19 +172,9 @@ def time_daemon(
                 progress(f"{count}/{messages} arrived")
                 last_progress = time.monotonic()
             time.sleep(poll_seconds)
-        cpu, rss = cpu_seconds(daemon.pid), peak_rss_mb(daemon.pid)
-        code = daemon.stop()
-        assert first is not None
-        # If everything arrived in the first poll, time that poll as a lower bound.
-        counted = messages - first[1] if first[1] < messages else messages
-        return DaemonRun(
-            seconds=max(now - first[0], poll_seconds),
-            messages=counted,
-            cpu_seconds=cpu - first[2],
-            peak_rss_mb=rss,
-            exit_code=code,
-            log_tail=daemon.log_tail(),
-        )
+        seconds = time.perf_counter() - start
+        cpu, rss = cpu_seconds(daemon.pid) - cpu_start, peak_rss_mb(daemon.pid)
+        return DaemonRun(seconds, messages, cpu, rss, daemon.stop(), daemon.log_tail())
 
 
 def _first_problem(log: str) -> str:
