@@ -262,6 +262,7 @@ def main() -> int:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, interrupted)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # also when started in background
     try:
         summary = run_benchmark(args, run)
         if args.json:
