@@ -30,6 +30,7 @@ class DatabaseConfig:
     path: str | None = None
     schema: str | None = None
     connect_timeout: float = 5.0
+    driver: str | None = None  # None: the dialect's default (see `Dialect.drivers`)
 
 
 @dataclass(frozen=True)

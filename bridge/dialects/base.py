@@ -43,6 +43,9 @@ class ConfiguredDatabase(Protocol):
     @property
     def connect_timeout(self) -> float: ...
 
+    @property
+    def driver(self) -> str | None: ...
+
 
 # Every dialect defines exactly these statements (a unit test holds them to it).
 STATEMENT_NAMES = frozenset(
@@ -200,7 +203,8 @@ class Dialect:
     Optional hooks (None where a dialect needs none): `queue_shapes` says which statement
     variants a queue table takes (see `QueueShapes`); `inspect_queue_table` adds `check`
     findings of the dialect's own (SQL Server: what the transport itself warns about at
-    startup).
+    startup). `drivers` names the drivers a database of this dialect can be opened with when
+    there is a choice (the `driver` config key), the default first; empty where there is one.
     """
 
     name: str
@@ -220,6 +224,7 @@ class Dialect:
     decode_timestamp: Callable[[Any], datetime | None]
     queue_shapes: QueueShapes | None = None
     inspect_queue_table: QueueTableInspector | None = None
+    drivers: tuple[str, ...] = ()
 
     def sql(self, name: str, rows: int | None = None, **tables: QueueAddress) -> str:
         """The statement `name` with its table placeholders filled by quoted, qualified names.

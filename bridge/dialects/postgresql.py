@@ -20,6 +20,7 @@ from bridge.addressing import AddressError, QueueAddress, check_characters, chec
 from bridge.dialects.base import ConfiguredDatabase, Dialect, decode_uuid, require_naive_utc
 from bridge.drivers.base import Connection
 from bridge.drivers.odbc import OdbcConnection, with_default_options, with_required_options
+from bridge.drivers.psycopg import PsycopgConnection
 
 # --------------------------------------------------------------------------------------------
 # Queue addresses
@@ -387,11 +388,21 @@ POSTGRESQL_REQUIRED_OPTIONS = {
 POSTGRESQL_DEFAULT_OPTIONS = {"CommLog": "0", "Debug": "0"}
 
 
+# The `driver` config key's choices, the default first: psycopg 3 (PostgreSQL's own protocol,
+# binary parameters, server-side prepared statements, no system packages) or psqlODBC.
+DRIVERS = ("psycopg", "odbc")
+
+
 def connect(database: ConfiguredDatabase, *, create: bool = False) -> Connection:
-    """An ODBC connection with `POSTGRESQL_REQUIRED_OPTIONS` set, and the
-    `POSTGRESQL_DEFAULT_OPTIONS` the string does not set. `create` has no effect: a server
-    database is never created by the bridge. Raises ConnectionFailed."""
+    """A psycopg connection, or with `driver: odbc` an ODBC one with
+    `POSTGRESQL_REQUIRED_OPTIONS` set and the `POSTGRESQL_DEFAULT_OPTIONS` the string does not
+    set. `create` has no effect: a server database is never created by the bridge. Raises
+    ConnectionFailed."""
     assert database.connection is not None
+    if (database.driver or DRIVERS[0]) == "psycopg":
+        return PsycopgConnection(
+            database.name, database.connection, timeout=database.connect_timeout
+        )
     text = with_default_options(database.connection, POSTGRESQL_DEFAULT_OPTIONS)
     return OdbcConnection(
         database.name,
@@ -416,4 +427,5 @@ DIALECT = Dialect(
     decode_id=decode_uuid,
     encode_timestamp=require_naive_utc,
     decode_timestamp=_decode_timestamp,
+    drivers=DRIVERS,
 )

@@ -19,16 +19,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from bridge.drivers.base import (
-    AlreadyExists,
     ConnectionFailed,
-    ConnectionLost,
     DatabaseError,
-    DuplicateKey,
-    PermissionDenied,
-    QueueNotFound,
     Row,
-    TransientDatabaseError,
 )
+from bridge.drivers.sqlstates import classify
 from bridge.secrets import mask_secrets
 
 # A server's native error numbers -> the bridge's exception types, for errors whose number
@@ -36,26 +31,6 @@ from bridge.secrets import mask_secrets
 NativeErrors = Mapping[int, type[DatabaseError]]
 
 MAX_CACHED_CURSORS = 64
-
-# 08001 mid-session: Driver 18's connection resiliency failed to reconnect a broken link.
-_CONNECTION_LOST_STATES = {
-    "08S01",
-    "08001",
-    "08003",
-    "08007",
-    "57P01",
-    "57P02",
-    "57P03",
-    "HYT00",
-    "HYT01",
-}
-_CONNECT_FAILED_STATES = {"08001", "08004", "28000", "28P01", "IM002", "IM003", "3D000"}
-_TRANSIENT_STATES = {"40001", "40P01", "55P03", "57014"}
-_MISSING_TABLE_STATES = {"42P01", "42S02"}
-_DUPLICATE_STATES = {"23505"}
-# 42P07 duplicate table (and index), 42P06 duplicate schema, 42710 duplicate object.
-_ALREADY_EXISTS_STATES = {"42P07", "42P06", "42710"}
-_PERMISSION_DENIED_STATES = {"42501"}
 
 _NATIVE_ERROR = re.compile(r"\((-?\d+)\)\s*\(SQL\w+\)")
 
@@ -157,32 +132,9 @@ def _translate(
     if native is not None:
         text = f"{message} (SQLSTATE {state}, error {native})"
     kind = native_errors.get(native) if native_errors is not None and native is not None else None
-    translated = _classify(database, state, kind, message, text)
+    translated = classify(database, state, kind, message, text)
     translated.native_error = native
     return translated
-
-
-# In order of precedence: the exception types that SQLSTATEs (or native error numbers) name.
-_CLASSES: tuple[tuple[type[DatabaseError], set[str]], ...] = (
-    (QueueNotFound, _MISSING_TABLE_STATES),
-    (DuplicateKey, _DUPLICATE_STATES),
-    (AlreadyExists, _ALREADY_EXISTS_STATES),
-    (PermissionDenied, _PERMISSION_DENIED_STATES),
-    (TransientDatabaseError, _TRANSIENT_STATES),
-)
-
-
-def _classify(
-    database: str, state: str, native_kind: type[DatabaseError] | None, message: str, text: str
-) -> DatabaseError:
-    for kind, states in _CLASSES:
-        if native_kind is kind or state in states:
-            return kind(database, text)
-    if native_kind is not None:
-        return native_kind(database, text)
-    if state in _CONNECTION_LOST_STATES or ("connection" in message.lower() and "lost" in message):
-        return ConnectionLost(database, text)
-    return DatabaseError(database, text)
 
 
 class OdbcConnection:

@@ -359,11 +359,13 @@ def _loads_or_none(text: str) -> Any:
 class PostgresEndpoint(NsbEndpoint):
     dialect = "postgresql"
 
-    def __init__(self, connection_string: str) -> None:
+    def __init__(self, connection_string: str, driver: str | None = None) -> None:
         self.connection_string = connection_string
+        self.driver = driver  # None: the bridge's default driver
 
     def database_entry(self) -> dict[str, Any]:
-        return {"dialect": "postgresql", "connection": self.connection_string}
+        entry = {"dialect": "postgresql", "connection": self.connection_string}
+        return entry if self.driver is None else {**entry, "driver": self.driver}
 
     def qualified(self, table: str) -> str:
         return '"public"."' + table.replace('"', '""') + '"'

@@ -62,6 +62,11 @@ PAIRS = [
     ("postgresql", "sqlserver"),
     ("sqlite", "sqlserver"),
     ("sqlserver", "sqlite"),
+    # PostgreSQL through psqlODBC (`driver: odbc`) instead of the default psycopg.
+    ("postgresql-odbc", "postgresql-odbc"),
+    ("postgresql", "postgresql-odbc"),
+    ("postgresql-odbc", "sqlite"),
+    ("sqlite", "postgresql-odbc"),
 ]
 
 
@@ -86,8 +91,9 @@ def new_endpoint(
     """A fresh, empty database of `dialect` as an NServiceBus endpoint sees it."""
 
     def create(dialect: str, name: str) -> NsbEndpoint:
-        if dialect == "postgresql":
-            return PostgresEndpoint(new_pg_database())
+        if dialect in ("postgresql", "postgresql-odbc"):
+            driver = "odbc" if dialect == "postgresql-odbc" else None
+            return PostgresEndpoint(new_pg_database(), driver=driver)
         if dialect == "sqlite":
             return SqliteEndpoint(tmp_path / f"{name}.db")
         if sqlserver_server is None:

@@ -37,7 +37,8 @@ from bridge.config.reference import render_reference_markdown
 from bridge.config.schema import SCHEMA
 
 REPO = Path(__file__).resolve().parents[2]
-EXAMPLES = sorted((REPO / "config").glob("*.yaml"))
+# Example bridge configs; config/ also holds Prometheus rules (tests/unit/test_monitoring_files.py).
+EXAMPLES = sorted((REPO / "config").glob("*.example.yaml"))
 
 PASSWORD = "hunter2-Sup3rSecret"
 RECEIVER_ODBC = (

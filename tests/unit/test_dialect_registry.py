@@ -341,11 +341,14 @@ def fake_pyodbc(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     return seen
 
 
-def test_a_postgresql_database_connects_through_odbc_with_the_psqlodbc_options(
+def test_a_postgresql_database_with_driver_odbc_connects_with_the_psqlodbc_options(
     fake_pyodbc: dict[str, Any],
 ) -> None:
     database = DatabaseConfig(
-        "central", "postgresql", connection="Driver={PostgreSQL Unicode};Protocol=7.4-1"
+        "central",
+        "postgresql",
+        connection="Driver={PostgreSQL Unicode};Protocol=7.4-1",
+        driver="odbc",
     )
     connection = connect(database)
     assert isinstance(connection, OdbcConnection)

@@ -329,7 +329,11 @@ def fake_pyodbc(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
 def _open(dialect: str = "sqlserver") -> OdbcConnection:
     """A connection opened as the dialect opens it (its options, session setup, errors)."""
     database = DatabaseConfig(
-        "receiver", dialect, connection="Driver={FreeTDS};Server=db;Uid=u;Pwd=p", connect_timeout=5
+        "receiver",
+        dialect,
+        connection="Driver={FreeTDS};Server=db;Uid=u;Pwd=p",
+        connect_timeout=5,
+        driver="odbc" if dialect == "postgresql" else None,
     )
     connection = dialect_for(dialect).connect(database)
     assert isinstance(connection, OdbcConnection)

@@ -64,6 +64,9 @@ IMPLEMENTED_DIALECTS: Final = DIALECTS
 SERVER_DIALECTS: Final = tuple(n for n, d in dialects().items() if d.locator == "connection")
 FILE_DIALECTS: Final = tuple(n for n, d in dialects().items() if d.locator == "path")
 SCHEMA_DIALECTS: Final = tuple(n for n, d in dialects().items() if d.has_schemas)
+# Dialects whose databases can be opened with more than one driver, and every such driver.
+DRIVER_DIALECTS: Final = tuple(n for n, d in dialects().items() if len(d.drivers) > 1)
+DRIVERS: Final = tuple(dict.fromkeys(x for d in dialects().values() for x in d.drivers))
 
 
 def _names(names: Sequence[str]) -> str:
@@ -145,6 +148,20 @@ DATABASES = Section(
             example="5s",
             default=5.0,
             **_POSITIVE,
+        ),
+        Key(
+            "driver",
+            "choice",
+            "Driver to open the database with (default: the first). `psycopg` is psycopg 3 "
+            "(PostgreSQL's own protocol, binary parameters, prepared statements; no system "
+            "packages); it reads `Server`, `Port`, `Uid`, `Pwd`, `Database` and `SSLmode` "
+            "from the ODBC-style `connection` (or takes a `postgresql://` URL). `odbc` is "
+            "psqlODBC through pyodbc, as before.",
+            example="psycopg",
+            default=None,
+            choices=DRIVERS,
+            dialects=DRIVER_DIALECTS,
+            dialect_hint=f"only {_names(DRIVER_DIALECTS)} databases have a choice of driver",
         ),
     ),
 )

@@ -1,0 +1,239 @@
+"""psycopg 3 connections, for PostgreSQL.
+
+Why a second driver for one database: psycopg speaks PostgreSQL's own protocol, sends bodies
+as binary parameters, prepares statements on the server by itself once they repeat, and needs
+no system packages (the `psycopg[binary]` wheel carries libpq). psqlODBC through pyodbc needs
+unixODBC, its options (`Protocol=7.4-0`, `ByteaAsLongVarBinary=1`, ...) and spends much of the
+bridge's time binding parameters and copying large values.
+
+The dialects' statements use `?` placeholders (ODBC's); they are rewritten once per distinct
+text to psycopg's `%s`, outside quoted literals and identifiers, with every literal `%`
+doubled. The configured connection string may stay an ODBC one: `libpq_parameters` takes what
+libpq understands from it.
+
+psycopg is imported lazily, like pyodbc, so that the SQLite-only demo needs neither.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from bridge.drivers.base import ConnectionFailed, ConnectionLost, DatabaseError, Row
+from bridge.drivers.odbc import parse_connection_string
+from bridge.drivers.sqlstates import classify
+from bridge.secrets import mask_secrets
+
+__all__ = ["PsycopgConnection", "libpq_parameters", "pyformat_placeholders"]
+
+# ODBC connection string keys (any case) -> libpq parameters. psqlODBC's own options
+# (Driver, Protocol, ByteaAsLongVarBinary, CommLog, ...) mean nothing to libpq and are left out.
+_LIBPQ_KEYS = {
+    "server": "host",
+    "servername": "host",
+    "host": "host",
+    "port": "port",
+    "uid": "user",
+    "username": "user",
+    "user": "user",
+    "pwd": "password",
+    "password": "password",
+    "database": "dbname",
+    "dbname": "dbname",
+    "sslmode": "sslmode",
+    "sslrootcert": "sslrootcert",
+    "sslcert": "sslcert",
+    "sslkey": "sslkey",
+    "application_name": "application_name",
+    "applicationname": "application_name",
+}
+MAX_CACHED_STATEMENTS = 256
+
+
+def libpq_parameters(connection_string: str) -> dict[str, str]:
+    """libpq connection parameters from an ODBC-style connection string (`Server=...;Port=...;
+    Uid=...;Pwd=...;Database=...;`). A libpq URL (`postgresql://...`) is given back as
+    `{"conninfo": URL}`. Braces around a value are removed (`Pwd={a;b}`)."""
+    text = connection_string.strip()
+    if text.startswith(("postgresql://", "postgres://")):
+        return {"conninfo": text}
+    parameters: dict[str, str] = {}
+    for key, value in parse_connection_string(text):
+        name = _LIBPQ_KEYS.get(key.strip().lower())
+        if name is None:
+            continue
+        value = value.strip()
+        if value.startswith("{") and value.endswith("}"):
+            value = value[1:-1].replace("}}", "}")
+        parameters[name] = value
+    return parameters
+
+
+def pyformat_placeholders(sql: str) -> str:
+    """`sql` with each `?` outside quotes as `%s` and each `%` as `%%` (psycopg's format).
+
+    Quoted identifiers ("...") and literals ('...') are copied as they are, but for `%`,
+    which psycopg reads everywhere in a statement that has parameters.
+    """
+    out: list[str] = []
+    quote: str | None = None
+    for char in sql:
+        if char == "%":
+            out.append("%%")
+        elif quote is not None:
+            out.append(char)
+            if char == quote:
+                quote = None  # a doubled quote closes and reopens: the same result
+        elif char in ("'", '"'):
+            quote = char
+            out.append(char)
+        elif char == "?":
+            out.append("%s")
+        else:
+            out.append(char)
+    return "".join(out)
+
+
+class PsycopgConnection:
+    """A psycopg connection with autocommit off: a transaction starts with the first statement."""
+
+    def __init__(
+        self,
+        database: str,
+        connection_string: str,
+        *,
+        timeout: float,
+        session_setup: Sequence[str] = (),
+    ) -> None:
+        """Connect (see `libpq_parameters`) and run `session_setup` once. Raises
+        ConnectionFailed with a message free of secrets."""
+        import psycopg  # lazy: see the module docstring
+
+        self.database = database
+        self._psycopg_error = psycopg.Error
+        self._statements: OrderedDict[str, str] = OrderedDict()
+        from psycopg.conninfo import make_conninfo
+
+        parameters = libpq_parameters(connection_string)
+        try:
+            conninfo = make_conninfo(
+                parameters.pop("conninfo", ""),
+                connect_timeout=str(max(1, round(timeout))),
+                **parameters,
+            )
+            self._connection = psycopg.connect(
+                conninfo,
+                autocommit=False,
+                # Statements are prepared on the server from their second execution on.
+                prepare_threshold=1,
+            )
+        except psycopg.Error as error:
+            raise ConnectionFailed(database, f"cannot connect: {_message(error)}") from None
+        try:
+            with self._connection.cursor() as cursor:
+                for statement in session_setup:
+                    cursor.execute(statement)
+            self._connection.commit()
+        except psycopg.Error as error:
+            self._connection.close()
+            failure = self._translate(error)
+            raise ConnectionFailed(
+                database, f"cannot set up the session: {failure.detail}"
+            ) from None
+        self._cursor = self._connection.cursor()
+
+    def begin(self) -> None:
+        """A transaction starts by itself with the first statement (autocommit is off)."""
+
+    def begin_read(self) -> None:
+        """As `begin`."""
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+        try:
+            self._run(sql, params)
+            return int(self._cursor.rowcount)
+        except self._psycopg_error as error:
+            raise self._translate(error) from None
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        batch = [tuple(row) for row in rows]
+        if not batch:
+            return
+        try:
+            self._cursor.executemany(self._statement(sql), batch)
+        except self._psycopg_error as error:
+            raise self._translate(error) from None
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+        return self._fetch(sql, params)[1]
+
+    def query_named(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        names, rows = self._fetch(sql, params)
+        return [dict(zip(names, row, strict=True)) for row in rows]
+
+    def commit(self) -> None:
+        try:
+            self._connection.commit()
+        except self._psycopg_error as error:
+            raise self._translate(error) from None
+
+    def rollback(self) -> None:
+        try:
+            self._connection.rollback()
+        except self._psycopg_error:
+            pass  # a broken connection: the caller discards it
+
+    def close(self) -> None:
+        try:
+            self._connection.close()
+        except self._psycopg_error:
+            pass
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _fetch(self, sql: str, params: Sequence[Any]) -> tuple[list[str], list[Row]]:
+        try:
+            self._run(sql, params)
+            description = self._cursor.description
+            if description is None:
+                return [], []
+            names = [column.name.lower() for column in description]
+            return names, [tuple(row) for row in self._cursor.fetchall()]
+        except self._psycopg_error as error:
+            raise self._translate(error) from None
+
+    def _run(self, sql: str, params: Sequence[Any]) -> None:
+        if params:
+            self._cursor.execute(self._statement(sql), tuple(params))
+        else:
+            # Without parameters the text goes as it is (several statements are allowed, as
+            # in install scripts, and nothing needs escaping).
+            self._cursor.execute(sql)
+
+    def _statement(self, sql: str) -> str:
+        statement = self._statements.get(sql)
+        if statement is None:
+            statement = pyformat_placeholders(sql)
+            self._statements[sql] = statement
+            if len(self._statements) > MAX_CACHED_STATEMENTS:
+                self._statements.popitem(last=False)
+        else:
+            self._statements.move_to_end(sql)
+        return statement
+
+    def _translate(self, error: Exception) -> DatabaseError:
+        state = getattr(error, "sqlstate", None) or ""
+        message = _message(error)
+        text = f"{message} (SQLSTATE {state})" if state else message
+        if not state and self._connection.broken:
+            # The server went away or the link broke: no SQLSTATE comes back.
+            return ConnectionLost(self.database, text)
+        return classify(self.database, state, None, message, text)
+
+
+def _message(error: Exception) -> str:
+    diag = getattr(error, "diag", None)
+    primary = getattr(diag, "message_primary", None) if diag is not None else None
+    text = primary or str(error).strip().split("\n")[0]
+    return mask_secrets(text)

@@ -1,0 +1,59 @@
+"""SQLSTATEs -> the bridge's exception types, for every driver that reports them (pyodbc for
+any ODBC database, psycopg for PostgreSQL)."""
+
+from __future__ import annotations
+
+from bridge.drivers.base import (
+    AlreadyExists,
+    ConnectionLost,
+    DatabaseError,
+    DuplicateKey,
+    PermissionDenied,
+    QueueNotFound,
+    TransientDatabaseError,
+)
+
+# 08001 mid-session: Driver 18's connection resiliency failed to reconnect a broken link.
+_CONNECTION_LOST_STATES = {
+    "08S01",
+    "08001",
+    "08003",
+    "08007",
+    "57P01",
+    "57P02",
+    "57P03",
+    "HYT00",
+    "HYT01",
+}
+CONNECT_FAILED_STATES = {"08001", "08004", "28000", "28P01", "IM002", "IM003", "3D000"}
+_TRANSIENT_STATES = {"40001", "40P01", "55P03", "57014"}
+_MISSING_TABLE_STATES = {"42P01", "42S02"}
+_DUPLICATE_STATES = {"23505"}
+# 42P07 duplicate table (and index), 42P06 duplicate schema, 42710 duplicate object.
+_ALREADY_EXISTS_STATES = {"42P07", "42P06", "42710"}
+_PERMISSION_DENIED_STATES = {"42501"}
+
+# In order of precedence: the exception types that SQLSTATEs (or native error numbers) name.
+_CLASSES: tuple[tuple[type[DatabaseError], set[str]], ...] = (
+    (QueueNotFound, _MISSING_TABLE_STATES),
+    (DuplicateKey, _DUPLICATE_STATES),
+    (AlreadyExists, _ALREADY_EXISTS_STATES),
+    (PermissionDenied, _PERMISSION_DENIED_STATES),
+    (TransientDatabaseError, _TRANSIENT_STATES),
+)
+
+
+def classify(
+    database: str, state: str, native_kind: type[DatabaseError] | None, message: str, text: str
+) -> DatabaseError:
+    """The exception for an error with SQLSTATE `state` (or `native_kind`, the type a
+    server's own error number maps to), showing `text`; `message` is searched for words that
+    give a lost connection away when the state does not."""
+    for kind, states in _CLASSES:
+        if native_kind is kind or state in states:
+            return kind(database, text)
+    if native_kind is not None:
+        return native_kind(database, text)
+    if state in _CONNECTION_LOST_STATES or ("connection" in message.lower() and "lost" in message):
+        return ConnectionLost(database, text)
+    return DatabaseError(database, text)
