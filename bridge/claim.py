@@ -38,7 +38,9 @@ def claim_batch(
     waiting_databases: Sequence[str] = (),
     seq_range: tuple[int, int] | None = None,
 ) -> list[ClaimedMessage]:
-    """Delete (uncommitted) up to a batch of rows; returns them in queue order.
+    """Delete (uncommitted) up to a batch of rows, `forwarder.batch_size` of them at most and
+    no more than `forwarder.batch_bytes` of bodies and headers (a first row larger than that
+    comes alone); returns them in queue order.
 
     From retry storage only due messages are claimed, and not those for `waiting_databases`
     (databases waiting out an outage) unless they waited longer than `policy.max_wait` or
@@ -48,11 +50,11 @@ def claim_batch(
     """
     if source == "queue" and seq_range is not None:
         statement = dialect.sql("receive_range", queue=tables.queue)
-        parameters: tuple[object, ...] = (*seq_range, forwarder.batch_size)
+        parameters: tuple[object, ...] = (*seq_range, forwarder.batch_size, forwarder.batch_bytes)
         table = ("forwarding queue", tables.queue_canonical)
     elif source == "queue":
         statement = dialect.sql("receive_batch", queue=tables.queue)
-        parameters = (forwarder.batch_size,)
+        parameters = (forwarder.batch_size, forwarder.batch_bytes)
         table = ("forwarding queue", tables.queue_canonical)
     else:
         statement = dialect.sql("retry_claim_due", retry=tables.retry)
@@ -62,6 +64,7 @@ def claim_batch(
             "|" + "|".join(waiting_databases) + "|" if waiting_databases else "",
             dialect.encode_timestamp(now - timedelta(seconds=policy.max_wait)),
             forwarder.batch_size,
+            forwarder.batch_bytes,
         )
         table = ("retry storage", dialect.grammar.render(tables.retry))
     with owned_table(*table):

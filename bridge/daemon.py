@@ -52,6 +52,8 @@ EXIT_CANNOT_START = 1
 
 # How long a worker backs off when its own forwarding database is unreachable, at most.
 MAX_SOURCE_BACKOFF = 10.0
+# Retry storage and pauses are read at most this often by an idle worker.
+SLOW_POLL_MINIMUM = 1.0
 # How often a worker looks again for its forwarding tables when they do not exist.
 MISSING_TABLE_RETRY = 5.0
 
@@ -109,7 +111,7 @@ class Worker(threading.Thread):
                     if retry_backlog or time.monotonic() >= next_retry_poll:
                         retry_backlog = self._forward(batches, "retry").claimed >= batch_size
                         if not retry_backlog:
-                            next_retry_poll = time.monotonic() + self.forwarder.peek_interval
+                            next_retry_poll = time.monotonic() + slow_poll_interval(self.forwarder)
                     estimate = 1 if queue_backlog else batches.queue_estimate()
                     if source_down_since is not None:
                         log.warning(
@@ -174,6 +176,13 @@ class Worker(threading.Thread):
     def snapshot(self) -> Counter[str]:
         with self._lock:
             return Counter(self.totals)
+
+
+def slow_poll_interval(forwarder: ForwarderConfig) -> float:
+    """How often an idle worker looks at retry storage and pauses: its peek interval, but no
+    more than once a second (retry delays are seconds; a short peek interval is for new
+    messages, and the extra statements would be its idle cost)."""
+    return max(forwarder.peek_interval, SLOW_POLL_MINIMUM)
 
 
 def worker_count(config: BridgeConfig, forwarder: ForwarderConfig) -> int:

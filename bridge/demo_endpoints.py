@@ -108,8 +108,9 @@ class DemoEndpoint:
         try:
             while True:
                 connection.begin()
+                # One message at a time: a limit of 1 row (a 1-byte budget admits the first).
                 rows = connection.query_named(
-                    self.dialect.sql("receive_batch", queue=self.queue(self.name)), (1,)
+                    self.dialect.sql("receive_batch", queue=self.queue(self.name)), (1, 1)
                 )
                 if not rows:
                     connection.commit()

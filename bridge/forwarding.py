@@ -51,6 +51,9 @@ from bridge.tables import (
     upgrade_retry_table,
 )
 
+# A forwarder's pauses are read again at most this often (`sfbridge pause`).
+PAUSE_READ_MINIMUM = 1.0
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -99,7 +102,7 @@ class BatchForwarder:
             SubscriberDirectory(config, forwarder.database),
         )
         self._outages = outages or OutageTracker(probe_interval(config))
-        self._pauses = PauseBoard(forwarder.peek_interval)
+        self._pauses = PauseBoard(max(forwarder.peek_interval, PAUSE_READ_MINIMUM))
         self._writer = writer or QueueWriter()
         self._observer: ForwardingObserver = (
             NoObserver() if observer is None else SafeObserver(observer)

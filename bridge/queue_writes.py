@@ -7,6 +7,7 @@ where it can, recording each in the ledger first when there is one.
 
 from __future__ import annotations
 
+import os
 import threading
 import uuid
 from collections.abc import Mapping, Sequence
@@ -25,9 +26,6 @@ from bridge.drivers import (
 from bridge.ledger import LEDGER_DESCRIPTION, ledger_key
 from bridge.messages import Delivered, DeliveryResult, Duplicate, Item
 from bridge.tables import BridgeTableMissing, owned_table
-
-# Rows per multi-row statement: well under every driver's parameter limit.
-ROWS_PER_STATEMENT = 100
 
 
 class QueueWriter:
@@ -53,9 +51,43 @@ class QueueWriter:
     ) -> str:
         """The statement `name` for `queue` in the variant that table takes (queries `connection`
         the first time a table is seen where the dialect has variants)."""
+        return dialect.sql_with(
+            self._overrides_for(connection, dialect, queue), name, rows, queue=queue
+        )
+
+    def write_rows(
+        self,
+        connection: Connection,
+        dialect: Dialect,
+        name: str,
+        queue: QueueAddress,
+        rows: Sequence[Sequence[Any]],
+    ) -> None:
+        """Write `rows` into `queue` with the multi-row statement `name`, in as few statements
+        as the dialect and the driver allow (`Dialect.rows_statements`). Raises the
+        DatabaseError family."""
+        for attempt in (1, 2):
+            overrides = self._overrides_for(connection, dialect, queue)
+            statements = dialect.rows_statements(
+                name, rows, arrays=connection.binds_arrays, overrides=overrides, queue=queue
+            )
+            try:
+                for sql, parameters in statements:
+                    connection.execute(sql, parameters)
+                return
+            except DatabaseError as error:
+                shapes = dialect.queue_shapes
+                if attempt == 2 or shapes is None or not shapes.is_stale(error):
+                    raise
+                self._forget(connection, dialect, queue)
+
+    def _overrides_for(
+        self, connection: Connection, dialect: Dialect, queue: QueueAddress
+    ) -> Mapping[str, str]:
+        """The statement variants `queue`'s table takes (learnt once per table)."""
         shapes = dialect.queue_shapes
         if shapes is None:
-            return dialect.sql(name, rows, queue=queue)
+            return {}
         key = (dialect.name, connection.database, dialect.grammar.qualified_name(queue))
         with self._lock:
             overrides = self._overrides.get(key)
@@ -66,7 +98,12 @@ class QueueWriter:
                 with self._lock:
                     self._overrides[key] = found
             overrides = found or {}
-        return dialect.sql_with(overrides, name, rows, queue=queue)
+        return overrides
+
+    def _forget(self, connection: Connection, dialect: Dialect, queue: QueueAddress) -> None:
+        key = (dialect.name, connection.database, dialect.grammar.qualified_name(queue))
+        with self._lock:
+            self._overrides.pop(key, None)
 
     def write(
         self,
@@ -87,9 +124,7 @@ class QueueWriter:
             shapes = dialect.queue_shapes
             if shapes is None or not shapes.is_stale(error):
                 raise
-            key = (dialect.name, connection.database, dialect.grammar.qualified_name(queue))
-            with self._lock:
-                self._overrides.pop(key, None)
+            self._forget(connection, dialect, queue)
         return connection.execute(self.sql(connection, dialect, name, queue, rows), params)
 
 
@@ -164,21 +199,20 @@ def _batched(
     for position in to_send:
         by_address.setdefault(items[position][1].destination.address, []).append(position)
     for address, positions in by_address.items():
-        for start in range(0, len(positions), ROWS_PER_STATEMENT):
-            chunk = positions[start : start + ROWS_PER_STATEMENT]
-            try:
-                parameters: list[Any] = []
-                for position in chunk:
-                    parameters += _row(dialect, items[position])
-                writer.write(connection, dialect, "send_many", address, parameters, len(chunk))
-            except QueueNotFound as error:
-                raise ItemWriteError(chunk[0], error) from None
-            except (DatabaseUnavailable, TransientDatabaseError):
-                raise
-            except (DatabaseError, ValueError, TypeError):
-                raise NotIsolated() from None
-            for position in chunk:
-                results[position] = Delivered()
+        ids = new_ids(dialect, len(positions))
+        try:
+            rows = [
+                _row(dialect, items[p], row_id) for p, row_id in zip(positions, ids, strict=True)
+            ]
+            writer.write_rows(connection, dialect, "send_many", address, rows)
+        except QueueNotFound as error:
+            raise ItemWriteError(positions[0], error) from None
+        except (DatabaseUnavailable, TransientDatabaseError):
+            raise
+        except (DatabaseError, ValueError, TypeError):
+            raise NotIsolated() from None
+        for position in positions:
+            results[position] = Delivered()
     return results
 
 
@@ -190,14 +224,13 @@ def _record_in_ledger(
 ) -> set[tuple[str, str]]:
     """Record distinct (ledger key, destination) pairs; returns those that were new."""
     recorded: set[tuple[str, str]] = set()
-    for start in range(0, len(keys), ROWS_PER_STATEMENT):
-        chunk = keys[start : start + ROWS_PER_STATEMENT]
+    statements = dialect.rows_statements(
+        "ledger_record_many", keys, arrays=connection.binds_arrays, ledger=ledger
+    )
+    for sql, parameters in statements:
         try:
             with owned_table(LEDGER_DESCRIPTION, dialect.grammar.render(ledger)):
-                rows = connection.query(
-                    dialect.sql("ledger_record_many", rows=len(chunk), ledger=ledger),
-                    [value for key in chunk for value in key],
-                )
+                rows = connection.query(sql, parameters)
         except PermissionDenied as error:
             raise LedgerDenied(error.database, error.detail) from None
         except (DatabaseUnavailable, TransientDatabaseError, BridgeTableMissing):
@@ -226,7 +259,8 @@ def _one_by_one(
                     results[position] = Duplicate()
                     continue
             address = decision.destination.address
-            writer.write(connection, dialect, "send", address, _row(dialect, item))
+            row = _row(dialect, item, new_ids(dialect, 1)[0])
+            writer.write(connection, dialect, "send", address, row)
         except (DatabaseUnavailable, TransientDatabaseError, BridgeTableMissing, LedgerDenied):
             raise
         except DatabaseError as error:
@@ -254,11 +288,21 @@ def _record_one(
         raise LedgerDenied(error.database, error.detail) from None
 
 
-def _row(dialect: Dialect, item: Item) -> list[Any]:
-    """The `send` parameters of one message: a new row id, its Expires, headers and body."""
+def new_ids(dialect: Dialect, count: int) -> list[Any]:
+    """`count` new random (version 4) row ids, encoded for `dialect`, from one read of the
+    system's random source instead of one per id."""
+    entropy = os.urandom(16 * count)
+    return [
+        dialect.encode_id(uuid.UUID(bytes=entropy[16 * i : 16 * i + 16], version=4))
+        for i in range(count)
+    ]
+
+
+def _row(dialect: Dialect, item: Item, row_id: Any) -> list[Any]:
+    """The `send` parameters of one message: its new row id, its Expires, headers and body."""
     message, decision = item
     return [
-        dialect.encode_id(uuid.uuid4()),
+        row_id,
         dialect.encode_timestamp(message.expires),
         decision.headers_text,
         message.body,

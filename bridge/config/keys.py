@@ -23,7 +23,16 @@ class _Required:
 REQUIRED: Final = _Required()
 
 KeyType = Literal[
-    "string", "integer", "boolean", "duration", "choice", "address", "topic", "mapping", "listen"
+    "string",
+    "integer",
+    "boolean",
+    "duration",
+    "choice",
+    "address",
+    "topic",
+    "mapping",
+    "listen",
+    "size",
 ]
 SectionShape = Literal["mapping", "named", "list", "multimap"]
 

@@ -57,9 +57,10 @@ class ForwarderConfig:
     database: str
     queue: str
     error_queue: str = "error"
-    batch_size: int = 100
+    batch_size: int = 1000
+    batch_bytes: int = 8 * 1024 * 1024
     concurrency: int = 2
-    peek_interval: float = 1.0
+    peek_interval: float = 0.05
     destination: FixedDestination | None = None
 
     @property

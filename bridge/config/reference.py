@@ -9,6 +9,7 @@ from __future__ import annotations
 from bridge.config.durations import format_duration
 from bridge.config.keys import Key, Section
 from bridge.config.schema import NAME_PATTERN, SCHEMA
+from bridge.config.sizes import format_size
 
 __all__ = ["describe_default", "describe_type", "render_reference_markdown"]
 
@@ -34,6 +35,10 @@ def describe_type(key: Key) -> str:
         return "type full name"
     if key.type == "listen":
         return "`HOST:PORT`"
+    if key.type == "size":
+        smallest, largest = key.minimum or 0, key.maximum
+        bounds = f"{format_size(smallest)}..{format_size(largest)}" if largest else ""
+        return f"size (B, KiB, MiB, GiB), {bounds}".rstrip(", ")
     if key.type == "mapping":
         return "mapping of " + ", ".join(f"`{field.name}`" for field in key.fields)
     if key.type in ("integer", "duration"):
@@ -62,6 +67,8 @@ def describe_default(key: Key) -> str:
         return "none"
     if key.type == "duration" and isinstance(key.default, int | float):
         return f"`{format_duration(float(key.default))}`"
+    if key.type == "size" and isinstance(key.default, int):
+        return f"`{format_size(key.default)}`"
     if isinstance(key.default, bool):
         return f"`{str(key.default).lower()}`"
     return f"`{key.default}`"

@@ -17,6 +17,7 @@ from bridge.config.keys import Key
 from bridge.config.listen import parse_listen
 from bridge.config.messages import describe_value, suggestion
 from bridge.config.problems import ProblemLog
+from bridge.config.sizes import format_size, parse_size
 from bridge.config.topics import topic_problem
 
 __all__ = ["INVALID", "ValueConverter"]
@@ -60,7 +61,19 @@ class ValueConverter:
             return self._convert_topic(value, path)
         if key.type == "listen":
             return self._convert_listen(value, path)
+        if key.type == "size":
+            return self._convert_size(key, value, path)
         return self._convert_choice(key, value, path)
+
+    def _convert_size(self, key: Key, value: object, path: str) -> object:
+        try:
+            size = parse_size(value)
+        except ValueError as error:
+            self.log.error(path, str(error))
+            return INVALID
+        if not self._in_range(key, size, path, format_size(size)):
+            return INVALID
+        return size
 
     def _convert_listen(self, value: object, path: str) -> object:
         if not isinstance(value, str):
@@ -164,7 +177,7 @@ class ValueConverter:
 
     def _in_range(self, key: Key, number: float, path: str, shown: str) -> bool:
         low, high = key.minimum, key.maximum
-        fmt = format_duration if key.type == "duration" else (lambda n: f"{n:g}")
+        fmt = {"duration": format_duration, "size": format_size}.get(key.type, lambda n: f"{n:g}")
         too_low = low is not None and (number <= low if key.exclusive_minimum else number < low)
         too_high = high is not None and number > high
         if not (too_low or too_high):

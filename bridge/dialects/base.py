@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, Protocol
 
@@ -48,6 +48,12 @@ class ConfiguredDatabase(Protocol):
 
 
 # Every dialect defines exactly these statements (a unit test holds them to it).
+# Optional forms of multi-row statements that bind one array per column instead of one
+# parameter per value (`Dialect.rows_statements`): a dialect defines all of them or none.
+ARRAY_STATEMENT_NAMES = frozenset({"send_many_arrays", "ledger_record_many_arrays"})
+# A multi-row VALUES statement writes at most this many rows, whatever the parameter limit.
+MAX_ROWS_PER_STATEMENT = 1000
+
 STATEMENT_NAMES = frozenset(
     {
         "create_queue",
@@ -225,6 +231,12 @@ class Dialect:
     queue_shapes: QueueShapes | None = None
     inspect_queue_table: QueueTableInspector | None = None
     drivers: tuple[str, ...] = ()
+    max_parameters: int = 2000
+    # Rendered statements by (overrides, name, rows, tables): the same text is the same
+    # object, which pyodbc needs to reuse a prepared statement.
+    _rendered: dict[tuple[Any, ...], str] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def sql(self, name: str, rows: int | None = None, **tables: QueueAddress) -> str:
         """The statement `name` with its table placeholders filled by quoted, qualified names.
@@ -232,7 +244,12 @@ class Dialect:
         `rows` is for the multi-row `*_many` statements: their `{rows}` placeholder becomes
         that many copies of the matching `*_row` template.
         """
-        return self._render(self.statements, name, rows, tables)
+        key = ((), name, rows, tuple(tables.items()))
+        rendered = self._rendered.get(key)
+        if rendered is None:
+            rendered = self._render(self.statements, name, rows, tables)
+            self._rendered[key] = rendered
+        return rendered
 
     def sql_with(
         self,
@@ -242,8 +259,44 @@ class Dialect:
         **tables: QueueAddress,
     ) -> str:
         """`sql(name, rows, **tables)` with some statements replaced (see `QueueShapes`)."""
-        statements = {**self.statements, **overrides} if overrides else self.statements
-        return self._render(statements, name, rows, tables)
+        if not overrides:
+            return self.sql(name, rows, **tables)
+        key = (tuple(sorted(overrides.items())), name, rows, tuple(tables.items()))
+        rendered = self._rendered.get(key)
+        if rendered is None:
+            rendered = self._render({**self.statements, **overrides}, name, rows, tables)
+            self._rendered[key] = rendered
+        return rendered
+
+    def rows_statements(
+        self,
+        name: str,
+        rows: Sequence[Sequence[Any]],
+        *,
+        arrays: bool,
+        overrides: Mapping[str, str] | None = None,
+        **tables: QueueAddress,
+    ) -> list[tuple[str, list[Any]]]:
+        """The statements, each with its parameters, that write `rows` with the multi-row
+        statement `name` (`send_many`, `ledger_record_many`, ...).
+
+        With `arrays` (the connection binds arrays) and a `<name>_arrays` form: one statement
+        of fixed text with one array per column, whatever the number of rows. Otherwise the
+        VALUES form, as many rows per statement as `max_parameters` allows.
+        """
+        if not rows:
+            return []
+        array_name = f"{name}_arrays"
+        if arrays and array_name in self.statements:
+            columns = [list(column) for column in zip(*rows, strict=True)]
+            return [(self.sql_with(overrides or {}, array_name, None, **tables), columns)]
+        per_statement = max(1, min(MAX_ROWS_PER_STATEMENT, self.max_parameters // len(rows[0])))
+        statements = []
+        for start in range(0, len(rows), per_statement):
+            chunk = rows[start : start + per_statement]
+            sql = self.sql_with(overrides or {}, name, len(chunk), **tables)
+            statements.append((sql, [value for row in chunk for value in row]))
+        return statements
 
     def _render(
         self,

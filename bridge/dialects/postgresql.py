@@ -148,6 +148,9 @@ GRAMMAR = PostgreSqlGrammar()
 # --------------------------------------------------------------------------------------------
 
 _NOW = "(now() AT TIME ZONE 'UTC')"
+# What a row weighs for a batch's byte budget: its body and headers (lengths, which PostgreSQL
+# reads without decompressing the values).
+_SIZE = "COALESCE(octet_length(body), 0) + octet_length(headers)"
 _EXPIRED = (
     f"CASE WHEN {{alias}}expires IS NULL THEN 0 WHEN {{alias}}expires > {_NOW} THEN 0 ELSE 1 END"
 )
@@ -198,19 +201,31 @@ STATEMENTS: dict[str, str] = {
     # which costs at most one empty receive.
     "peek": "SELECT COALESCE(max(seq) - min(seq) + 1, 0) FROM {queue}",
     # ARRAY(...) evaluates the locking subquery exactly once; a plain IN or USING join can
-    # re-evaluate it under SKIP LOCKED and return more rows than the limit.
+    # re-evaluate it under SKIP LOCKED and return more rows than the limit. Parameters: the
+    # row limit, then the byte budget: rows are taken in order while the bytes before them
+    # are under it, so the first always goes. Rows locked but not taken stay locked until
+    # the batch commits, and other receivers skip them meanwhile.
     "receive_batch": f"""
         DELETE FROM {{queue}} AS q
         WHERE q.seq = ANY(ARRAY(
-            SELECT seq FROM {{queue}} ORDER BY seq LIMIT ? FOR UPDATE SKIP LOCKED))
+            SELECT seq FROM (
+                SELECT seq, sum(size) OVER (ORDER BY seq ROWS UNBOUNDED PRECEDING) - size
+                       AS before
+                FROM (SELECT seq, {_SIZE} AS size FROM {{queue}}
+                      ORDER BY seq LIMIT ? FOR UPDATE SKIP LOCKED) AS locked
+            ) AS sized WHERE before < ?))
         RETURNING q.id, {_EXPIRED.format(alias="q.")} AS expired, q.expires, q.headers, q.body,
                   q.seq""",
     # A bulk drain's claim: the same, inside one range of the sequence column (first, last).
     "receive_range": f"""
         DELETE FROM {{queue}} AS q
         WHERE q.seq = ANY(ARRAY(
-            SELECT seq FROM {{queue}} WHERE seq BETWEEN ? AND ?
-            ORDER BY seq LIMIT ? FOR UPDATE SKIP LOCKED))
+            SELECT seq FROM (
+                SELECT seq, sum(size) OVER (ORDER BY seq ROWS UNBOUNDED PRECEDING) - size
+                       AS before
+                FROM (SELECT seq, {_SIZE} AS size FROM {{queue}} WHERE seq BETWEEN ? AND ?
+                      ORDER BY seq LIMIT ? FOR UPDATE SKIP LOCKED) AS locked
+            ) AS sized WHERE before < ?))
         RETURNING q.id, {_EXPIRED.format(alias="q.")} AS expired, q.expires, q.headers, q.body,
                   q.seq""",
     "queue_seq_bounds": "SELECT min(seq), max(seq), count(*) FROM {queue}",
@@ -221,15 +236,21 @@ STATEMENTS: dict[str, str] = {
                              body, attempts, first_failure_at, next_attempt_at, last_error)
         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
     # Parameters: forwarder, due by, the databases waiting out an outage as '|a|b|' (their
-    # messages stay put unless they waited past the give-up time or expired), give up by, limit.
+    # messages stay put unless they waited past the give-up time or expired), give up by,
+    # limit, byte budget (as for receive_batch).
     "retry_claim_due": f"""
         DELETE FROM {{retry}} AS r
         WHERE r.seq = ANY(ARRAY(
-            SELECT seq FROM {{retry}} WHERE forwarder = ? AND next_attempt_at <= ?
-              AND (destination_database IS NULL
-                   OR strpos(?, '|' || destination_database || '|') = 0
-                   OR first_failure_at <= ? OR expires <= {_NOW})
-            ORDER BY next_attempt_at, seq LIMIT ? FOR UPDATE SKIP LOCKED))
+            SELECT seq FROM (
+                SELECT seq, sum(size) OVER (ORDER BY next_attempt_at, seq
+                                            ROWS UNBOUNDED PRECEDING) - size AS before
+                FROM (SELECT seq, next_attempt_at, {_SIZE.lower()} AS size FROM {{retry}}
+                      WHERE forwarder = ? AND next_attempt_at <= ?
+                        AND (destination_database IS NULL
+                             OR strpos(?, '|' || destination_database || '|') = 0
+                             OR first_failure_at <= ? OR expires <= {_NOW})
+                      ORDER BY next_attempt_at, seq LIMIT ? FOR UPDATE SKIP LOCKED) AS locked
+            ) AS sized WHERE before < ?))
         RETURNING r.id, {_EXPIRED.format(alias="r.")} AS expired, r.expires, r.headers, r.body,
                   r.seq, r.attempts, r.first_failure_at, r.last_error""",
     "retry_summary": """
@@ -246,6 +267,15 @@ STATEMENTS: dict[str, str] = {
         ON CONFLICT DO NOTHING RETURNING message_id, destination""",
     "ledger_record_row": f"(?, ?, {_NOW})",
     "send_many": "INSERT INTO {queue} (id, expires, headers, body) VALUES {rows}",
+    # The same with one array per column (drivers that bind arrays): one text, prepared once.
+    "send_many_arrays": """
+        INSERT INTO {queue} (id, expires, headers, body)
+        SELECT * FROM unnest(?::uuid[], ?::timestamp[], ?::text[], ?::bytea[])""",
+    "ledger_record_many_arrays": f"""
+        INSERT INTO {{ledger}} (message_id, destination, forwarded_at)
+        SELECT message_id, destination, {_NOW}
+        FROM unnest(?::varchar[], ?::varchar[]) AS pairs(message_id, destination)
+        ON CONFLICT DO NOTHING RETURNING message_id, destination""",
     "send_row": "(?, ?, ?, ?)",
     # NServiceBus's own subscriber lookup in its `SubscriptionRouting` table (native
     # publish/subscribe); its columns are unquoted, so lower case.
@@ -428,4 +458,5 @@ DIALECT = Dialect(
     encode_timestamp=require_naive_utc,
     decode_timestamp=_decode_timestamp,
     drivers=DRIVERS,
+    max_parameters=65535,
 )

@@ -83,6 +83,8 @@ _NOW = "strftime('%Y-%m-%d %H:%M:%f', 'now')"
 # Not `CASE WHEN Expires IS NULL ...`: SQLite 3.40 evaluates `IS NULL` wrongly inside the
 # RETURNING clause of these tables (it answered 0 for a NULL Expires, so every message
 # looked expired). The comparison yields NULL for NULL, which coalesce turns into 0.
+# What a row weighs for a batch's byte budget: its body and headers, in bytes.
+_SIZE = "COALESCE(length(CAST(Body AS BLOB)), 0) + length(CAST(Headers AS BLOB))"
 _EXPIRED = f"coalesce(Expires <= {_NOW}, 0)"
 
 STATEMENTS: dict[str, str] = {
@@ -134,15 +136,25 @@ STATEMENTS: dict[str, str] = {
         )""",
     "peek": "SELECT COALESCE(max(RowVersion) - min(RowVersion) + 1, 0) FROM {queue}",
     # The caller holds BEGIN IMMEDIATE, so no other writer can see or take these rows.
+    # Parameters: the row limit, then the byte budget (see PostgreSQL's receive_batch).
     "receive_batch": f"""
         DELETE FROM {{queue}} WHERE RowVersion IN (
-            SELECT RowVersion FROM {{queue}} ORDER BY RowVersion LIMIT ?)
+            SELECT RowVersion FROM (
+                SELECT RowVersion, sum(size) OVER (ORDER BY RowVersion
+                                                   ROWS UNBOUNDED PRECEDING) - size AS before
+                FROM (SELECT RowVersion, {_SIZE} AS size FROM {{queue}}
+                      ORDER BY RowVersion LIMIT ?))
+            WHERE before < ?)
         RETURNING Id, {_EXPIRED} AS expired, Expires, Headers, Body, RowVersion AS seq,
                   ReplyToAddress AS legacy_reply_to""",
     "receive_range": f"""
         DELETE FROM {{queue}} WHERE RowVersion IN (
-            SELECT RowVersion FROM {{queue}} WHERE RowVersion BETWEEN ? AND ?
-            ORDER BY RowVersion LIMIT ?)
+            SELECT RowVersion FROM (
+                SELECT RowVersion, sum(size) OVER (ORDER BY RowVersion
+                                                   ROWS UNBOUNDED PRECEDING) - size AS before
+                FROM (SELECT RowVersion, {_SIZE} AS size FROM {{queue}}
+                      WHERE RowVersion BETWEEN ? AND ? ORDER BY RowVersion LIMIT ?))
+            WHERE before < ?)
         RETURNING Id, {_EXPIRED} AS expired, Expires, Headers, Body, RowVersion AS seq,
                   ReplyToAddress AS legacy_reply_to""",
     "queue_seq_bounds": "SELECT min(RowVersion), max(RowVersion), count(*) FROM {queue}",
@@ -157,11 +169,16 @@ STATEMENTS: dict[str, str] = {
     # Parameters as in PostgreSQL's: forwarder, due by, '|waiting|databases|', give up by, limit.
     "retry_claim_due": f"""
         DELETE FROM {{retry}} WHERE seq IN (
-            SELECT seq FROM {{retry}} WHERE forwarder = ? AND next_attempt_at <= ?
-              AND (destination_database IS NULL
-                   OR instr(?, '|' || destination_database || '|') = 0
-                   OR first_failure_at <= ? OR expires <= {_NOW})
-            ORDER BY next_attempt_at, seq LIMIT ?)
+            SELECT seq FROM (
+                SELECT seq, sum(size) OVER (ORDER BY next_attempt_at, seq
+                                            ROWS UNBOUNDED PRECEDING) - size AS before
+                FROM (SELECT seq, next_attempt_at, {_SIZE.lower()} AS size FROM {{retry}}
+                      WHERE forwarder = ? AND next_attempt_at <= ?
+                        AND (destination_database IS NULL
+                             OR instr(?, '|' || destination_database || '|') = 0
+                             OR first_failure_at <= ? OR expires <= {_NOW})
+                      ORDER BY next_attempt_at, seq LIMIT ?))
+            WHERE before < ?)
         RETURNING id, {_EXPIRED.replace("Expires", "expires")} AS expired, expires, headers, body,
                   seq, attempts, first_failure_at, last_error""",
     "retry_summary": """
@@ -358,4 +375,6 @@ DIALECT = Dialect(
     decode_id=lambda value: uuid.UUID(str(value)),
     encode_timestamp=_encode_timestamp,
     decode_timestamp=_decode_timestamp,
+    # SQLITE_MAX_VARIABLE_NUMBER's default since SQLite 3.32.
+    max_parameters=32766,
 )

@@ -64,6 +64,9 @@ class Connection(Protocol):
     """
 
     database: str
+    # Whether the driver binds a Python list as one SQL array parameter (psycopg does): the
+    # dialects then write many rows with one `*_arrays` statement of fixed text.
+    binds_arrays: bool
 
     def begin(self) -> None: ...
 

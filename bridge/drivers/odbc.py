@@ -140,6 +140,8 @@ def _translate(
 class OdbcConnection:
     """A pyodbc connection with autocommit off: always inside a transaction."""
 
+    binds_arrays = False
+
     def __init__(
         self,
         database: str,

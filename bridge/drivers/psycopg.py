@@ -16,6 +16,7 @@ psycopg is imported lazily, like pyodbc, so that the SQLite-only demo needs neit
 
 from __future__ import annotations
 
+import re
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -49,6 +50,8 @@ _LIBPQ_KEYS = {
     "applicationname": "application_name",
 }
 MAX_CACHED_STATEMENTS = 256
+# `::type[]` right after a placeholder.
+_ARRAY_CAST = re.compile(r"::\s*[A-Za-z_][A-Za-z0-9_ ]*\[\]")
 
 
 def libpq_parameters(connection_string: str) -> dict[str, str]:
@@ -73,12 +76,16 @@ def libpq_parameters(connection_string: str) -> dict[str, str]:
 def pyformat_placeholders(sql: str) -> str:
     """`sql` with each `?` outside quotes as `%s` and each `%` as `%%` (psycopg's format).
 
+    A `?` cast to an array type (`?::uuid[]`, as in the dialects' `*_arrays` statements)
+    becomes `%b`: the array goes in binary, where the text format would escape every element
+    (every byte of every body). Other parameters stay `%s`, so that a string reaches the
+    server untyped and is cast to the column's type (uuid, timestamp) as psqlODBC's are.
     Quoted identifiers ("...") and literals ('...') are copied as they are, but for `%`,
     which psycopg reads everywhere in a statement that has parameters.
     """
     out: list[str] = []
     quote: str | None = None
-    for char in sql:
+    for position, char in enumerate(sql):
         if char == "%":
             out.append("%%")
         elif quote is not None:
@@ -89,7 +96,7 @@ def pyformat_placeholders(sql: str) -> str:
             quote = char
             out.append(char)
         elif char == "?":
-            out.append("%s")
+            out.append("%b" if _ARRAY_CAST.match(sql, position + 1) else "%s")
         else:
             out.append(char)
     return "".join(out)
@@ -97,6 +104,8 @@ def pyformat_placeholders(sql: str) -> str:
 
 class PsycopgConnection:
     """A psycopg connection with autocommit off: a transaction starts with the first statement."""
+
+    binds_arrays = True
 
     def __init__(
         self,

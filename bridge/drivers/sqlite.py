@@ -51,6 +51,8 @@ def _translate(database: str, error: sqlite3.Error) -> DatabaseError:
 class SqliteConnection:
     """A stdlib sqlite3 connection in manual-transaction mode."""
 
+    binds_arrays = False
+
     def __init__(self, database: str, path: str, *, create: bool = False) -> None:
         self.database = database
         # mode=rw: a missing file is an unavailable database, not a new empty one. This is

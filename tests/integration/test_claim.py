@@ -3,6 +3,7 @@ outage stay put, unless they waited past max_wait or expired; rows are decoded b
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -111,3 +112,79 @@ def test_messages_for_a_waiting_database_stay_unless_overdue_or_expired(config: 
         assert [m.order for m in everything] == sorted(m.order for m in everything)
     finally:
         connections.close()
+
+
+# --------------------------------------------------------------------------------------------
+# Batches bounded by bytes as well as by count
+
+
+def send_sized(config: Any, sizes: list[int]) -> list[uuid.UUID]:
+    """Queue one message per size (its body that many bytes); returns their ids in order."""
+    forwarder = config.forwarders[0]
+    tables = forwarder_tables(config, forwarder)
+    dialect = dialect_for(config.databases["local"].dialect)
+    connections = Connections(config.databases)
+    ids = [uuid.uuid4() for _ in sizes]
+    try:
+        connection = connections.get("local")
+        connection.begin()
+        for message_id, size in zip(ids, sizes, strict=True):
+            connection.execute(
+                dialect.sql("send", queue=tables.queue),
+                (dialect.encode_id(message_id), None, "{}", b"x" * size),
+            )
+        connection.commit()
+    finally:
+        connections.close()
+    return ids
+
+
+def claim_all_in_batches(config: Any, batch_bytes: int, batch_size: int = 1000) -> list[int]:
+    """Claim (and commit) until the queue is empty; returns each batch's size."""
+    forwarder = dataclasses.replace(
+        config.forwarders[0], batch_bytes=batch_bytes, batch_size=batch_size
+    )
+    tables = forwarder_tables(config, forwarder)
+    dialect = dialect_for(config.databases["local"].dialect)
+    connections = Connections(config.databases)
+    batches = []
+    try:
+        connection = connections.get("local")
+        while True:
+            connection.begin()
+            claimed = claim_batch(
+                connection, dialect, tables, forwarder, "queue", now=NOW, policy=config.retries
+            )
+            connection.commit()
+            if not claimed:
+                return batches
+            batches.append(len(claimed))
+    finally:
+        connections.close()
+
+
+KIB = 1024
+
+
+def test_a_batch_stops_before_the_message_that_would_cross_its_byte_bound(config: Any) -> None:
+    # 40 KiB bodies under a 100 KiB bound: two fit (the bytes before the third are 80 KiB and
+    # some headers, under the bound, so it goes too), the fourth would start past it.
+    send_sized(config, [40 * KIB] * 7)
+    assert claim_all_in_batches(config, batch_bytes=100 * KIB) == [3, 3, 1]
+
+
+def test_a_message_larger_than_the_bound_travels_alone_and_small_ones_fill_batches(
+    config: Any,
+) -> None:
+    # The bytes before the large one are small, so it closes the first batch; the row after
+    # it would start past the bound and begins the next.
+    send_sized(config, [10, 10, 300 * KIB, 10, 10, 10])
+    assert claim_all_in_batches(config, batch_bytes=64 * KIB) == [3, 3]
+    # Two large ones in a row: each alone.
+    send_sized(config, [300 * KIB, 300 * KIB, 10])
+    assert claim_all_in_batches(config, batch_bytes=64 * KIB) == [1, 1, 1]
+
+
+def test_the_count_bound_still_holds_for_small_messages(config: Any) -> None:
+    send_sized(config, [100] * 25)
+    assert claim_all_in_batches(config, batch_bytes=8 * 1024 * KIB, batch_size=10) == [10, 10, 5]

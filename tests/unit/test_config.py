@@ -189,9 +189,10 @@ forwarders:
     database: sender
     queue: sfbridge.forward
     error_queue: error
-    batch_size: 100
+    batch_size: 1000
+    batch_bytes: 8MiB
     concurrency: 2
-    peek_interval: 1s
+    peek_interval: 50ms
 routes:
   - {match: "Samples.Receiver*", database: receiver, schema: optional}
   - {match: "*", database: sender}
@@ -357,7 +358,8 @@ def test_reference_markdown_rows_have_five_cells_even_with_pipes_in_text() -> No
         "| `retention` | duration > 0 | `7d` |",
         "| `delay` | duration > 0 | `10s` |",
         "| `max_delay` | duration > 0 | `1h` |",
-        "| `batch_size` | integer, 1..10000 | `100` |",
+        "| `batch_size` | integer, 1..10000 | `1000` |",
+        "| `batch_bytes` | size (B, KiB, MiB, GiB), 64KiB..1GiB | `8MiB` |",
         "| `concurrency` | integer, 1..64 | `2` |",
         "| `max_attempts` | integer ≥ 1 | `100` |",
         "| `cleanup` | boolean | `true` |",
@@ -968,14 +970,14 @@ def test_forwarder_values_at_the_limits_are_accepted(
     assert getattr(config.forwarders[0], key) == expected
 
 
-@pytest.mark.parametrize(("value", "shown"), [("50ms", "50ms"), ("11s", "11s"), ("1m", "1m")])
-def test_peek_interval_outside_100ms_to_10s_is_a_warning_not_an_error(
+@pytest.mark.parametrize(("value", "shown"), [("5ms", "5ms"), ("11s", "11s"), ("1m", "1m")])
+def test_peek_interval_outside_10ms_to_10s_is_a_warning_not_an_error(
     value: str, shown: str
 ) -> None:
     config, problems = run(with_(minimal(), "forwarders[0].peek_interval", value))
     assert config is not None
     assert [str(p) for p in problems] == [
-        f"forwarders[0].peek_interval: warning: {shown} is outside the usual range 100ms..10s"
+        f"forwarders[0].peek_interval: warning: {shown} is outside the usual range 10ms..10s"
     ]
 
 
@@ -1424,7 +1426,7 @@ def test_load_config_returns_the_config_and_its_warnings(tmp_path: Path) -> None
     config, found = load_config(path, ENV)
     assert config.source_path == str(path)
     assert [str(w) for w in found] == [
-        "forwarders[0].peek_interval: warning: 20s is outside the usual range 100ms..10s"
+        "forwarders[0].peek_interval: warning: 20s is outside the usual range 10ms..10s"
     ]
 
 

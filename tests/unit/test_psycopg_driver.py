@@ -56,6 +56,11 @@ def test_connection_string_forms(text: str, expected: dict[str, str]) -> None:
         ("SELECT ? || '%' FROM \"50%\"", "SELECT %s || '%%' FROM \"50%%\""),
         ("SELECT strpos(?, '|' || x || '|')", "SELECT strpos(%s, '|' || x || '|')"),
         ("no placeholders", "no placeholders"),
+        (
+            "SELECT * FROM unnest(?::uuid[], ?::timestamp[], ? :: bytea[], ?::text)",
+            "SELECT * FROM unnest(%b::uuid[], %b::timestamp[], %s :: bytea[], %s::text)",
+        ),
+        ("SELECT ?::double precision[]", "SELECT %b::double precision[]"),
     ],
 )
 def test_placeholders_outside_quotes_become_psycopg_ones(sql: str, expected: str) -> None:

@@ -34,7 +34,7 @@ from bridge.dialects.sqlserver import (
     inspect_queue_table,
 )
 from bridge.drivers import DatabaseError, QueueNotFound
-from bridge.queue_writes import ROWS_PER_STATEMENT, QueueWriter
+from bridge.queue_writes import QueueWriter
 from bridge.routing import route_destination
 from bridge.tables import split_statements
 
@@ -353,12 +353,17 @@ def test_every_statement_parses_as_tsql(address: QueueAddress, rows: int) -> Non
     assert not failures
 
 
-def test_the_largest_multi_row_statements_parse_and_stay_under_the_parameter_limit() -> None:
-    for name in ("send_many", "ledger_record_many"):
-        sql = SQLSERVER.sql(name, rows=ROWS_PER_STATEMENT, queue=QUEUE, ledger=QUEUE)
-        assert not parse_problems(sql)
-        assert lex(sql)[3] < SQL_SERVER_PARAMETER_LIMIT
-    assert lex(SQLSERVER.sql("send_many", rows=ROWS_PER_STATEMENT, queue=QUEUE))[3] == 400
+def test_a_batch_of_thousands_is_split_into_statements_that_parse_under_the_parameter_limit() -> (
+    None
+):
+    for name, width in (("send_many", 4), ("ledger_record_many", 2)):
+        rows = [tuple(range(width))] * 5000
+        statements = SQLSERVER.rows_statements(name, rows, arrays=True, queue=QUEUE, ledger=QUEUE)
+        assert sum(len(parameters) for _, parameters in statements) == 5000 * width
+        assert len(statements) > 1  # no array binding on SQL Server: VALUES rows
+        for sql, parameters in statements[:1]:
+            assert not parse_problems(sql)
+            assert lex(sql)[3] == len(parameters) < SQL_SERVER_PARAMETER_LIMIT
 
 
 # --------------------------------------------------------------------------------------------
@@ -482,18 +487,18 @@ def test_no_statement_turns_nocount_on() -> None:
 # Parameters each statement takes, in the order bridge/ binds them.
 PARAMETERS: dict[str, int] = {
     "peek": 0,
-    "receive_batch": 1,  # batch size
+    "receive_batch": 2,  # batch size, byte budget
     "send": 4,  # id, expires, headers, body
     "dead_letter": 3,  # id, headers, body
     "retry_store": 11,
     # forwarder, due by, '|waiting|databases|', give up by, limit
-    "retry_claim_due": 5,
+    "retry_claim_due": 6,
     "retry_waiting": 0,
     "retry_add_destination_database": 0,
     "destination_state_save": 7,
     "destination_states_read": 0,
     "table_probe": 0,
-    "receive_range": 3,  # first, last, limit
+    "receive_range": 4,  # first, last, limit, byte budget
     "subscribers_by_endpoint": 2,  # endpoint, queue address
     "create_pauses_table": 0,
     "pause_set": 4,  # forwarder, destination database, paused at, reason
@@ -539,13 +544,23 @@ def test_multi_row_statements_take_their_row_parameters_per_row(name: str, per_r
 
 def test_receive_takes_a_batch_in_rowversion_order_skipping_locked_rows() -> None:
     sql = _normalised(SQLSERVER.sql("receive_batch", queue=QUEUE))
-    assert sql == (
-        "WITH message AS ( SELECT TOP (?) * FROM [dbo].[Samples.Receiver] "
-        "WITH (UPDLOCK, READPAST, ROWLOCK) ORDER BY RowVersion) DELETE FROM message "
-        "OUTPUT deleted.Id, CASE WHEN deleted.Expires IS NULL THEN 0 "
+    assert sql.startswith("DECLARE @limit int = ?, @budget bigint = ?; WITH locked AS (")
+    assert (
+        "SELECT TOP (@limit) RowVersion, CAST(ISNULL(DATALENGTH(Body), 0) + "
+        "ISNULL(DATALENGTH(Headers), 0) AS bigint) AS size FROM [dbo].[Samples.Receiver] "
+        "WITH (UPDLOCK, READPAST, ROWLOCK) ORDER BY RowVersion)"
+    ) in sql
+    # The bytes before a row decide; the first row always goes.
+    assert (
+        "SUM(size) OVER (ORDER BY RowVersion ROWS UNBOUNDED PRECEDING) - size AS before "
+        "FROM locked) AS sized WHERE before < @budget)"
+    ) in sql
+    assert sql.endswith(
+        "DELETE message OUTPUT deleted.Id, CASE WHEN deleted.Expires IS NULL THEN 0 "
         "WHEN deleted.Expires > GETUTCDATE() THEN 0 ELSE 1 END AS expired, deleted.Expires, "
         "deleted.Headers, deleted.Body, deleted.RowVersion AS seq, "
-        "deleted.ReplyToAddress AS legacy_reply_to"
+        "deleted.ReplyToAddress AS legacy_reply_to FROM [dbo].[Samples.Receiver] AS message "
+        "WITH (ROWLOCK) INNER JOIN taken ON taken.RowVersion = message.RowVersion"
     )
 
 
@@ -595,22 +610,24 @@ def test_retries_are_claimed_due_first_with_the_callers_parameter_order() -> Non
     sql = _normalised(SQLSERVER.sql("retry_claim_due", retry=QUEUE))
     assert sql.startswith(
         "DECLARE @forwarder nvarchar(200) = ?, @due_by datetime2 = ?, @waiting nvarchar(max) = ?,"
-        " @give_up_by datetime2 = ?, @limit int = ?; WITH due AS"
+        " @give_up_by datetime2 = ?, @limit int = ?, @budget bigint = ?; WITH locked AS"
     )
     assert (
-        "SELECT TOP (@limit) * FROM [dbo].[Samples.Receiver] WITH (UPDLOCK, READPAST, ROWLOCK)"
-        in sql
-    )
+        "SELECT TOP (@limit) seq, next_attempt_at, cast(isnull(datalength(body), 0) + "
+        "isnull(datalength(headers), 0) as bigint) AS size FROM [dbo].[Samples.Receiver] "
+        "WITH (UPDLOCK, READPAST, ROWLOCK)"
+    ) in sql
     assert "WHERE forwarder = @forwarder AND next_attempt_at <= @due_by" in sql
     # Messages for databases waiting out an outage stay, unless waited too long or expired.
     assert (
         "AND (destination_database IS NULL OR CHARINDEX(N'|' + destination_database + N'|', "
         "@waiting) = 0 OR first_failure_at <= @give_up_by OR expires <= SYSUTCDATETIME())"
     ) in sql
-    assert "ORDER BY next_attempt_at, seq) DELETE FROM due OUTPUT deleted.id," in sql
+    assert "WHERE before < @budget) DELETE due OUTPUT deleted.id," in sql
     assert sql.endswith(
         "deleted.expires, deleted.headers, deleted.body, deleted.seq, deleted.attempts, "
-        "deleted.first_failure_at, deleted.last_error"
+        "deleted.first_failure_at, deleted.last_error FROM [dbo].[Samples.Receiver] AS due "
+        "WITH (ROWLOCK) INNER JOIN taken ON taken.seq = due.seq"
     )
 
 

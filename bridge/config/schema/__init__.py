@@ -209,11 +209,22 @@ FORWARDERS = Section(
         Key(
             "batch_size",
             "integer",
-            "Messages received per transaction.",
-            example=100,
-            default=100,
+            "Messages received per transaction, at most (see `batch_bytes`).",
+            example=1000,
+            default=1000,
             minimum=1,
             maximum=10000,
+        ),
+        Key(
+            "batch_bytes",
+            "size",
+            "Bytes (bodies and headers) received per transaction, at most: a batch stops "
+            "before the message that would cross it, and a message larger than it travels "
+            'alone. Bounds the daemon\'s memory whatever the body sizes (see "Performance").',
+            example="8MiB",
+            default=8 * 1024 * 1024,
+            minimum=64 * 1024,
+            maximum=1024 * 1024 * 1024,
         ),
         Key(
             "concurrency",
@@ -227,10 +238,12 @@ FORWARDERS = Section(
         Key(
             "peek_interval",
             "duration",
-            "Pause between polls of an empty queue; a warning outside 100ms..10s.",
-            example="1s",
-            default=1.0,
-            warn_outside=(0.1, 10.0),
+            "Pause between polls of an empty queue, so at most this long before a new message "
+            "is picked up; a warning outside 10ms..10s. Retry storage and pauses are read at "
+            "most once a second, whatever this says.",
+            example="50ms",
+            default=0.05,
+            warn_outside=(0.01, 10.0),
             **_POSITIVE,
         ),
         Key(

@@ -188,6 +188,8 @@ DIALECT = Dialect(
     decode_id=decode_uuid,
     encode_timestamp=require_naive_utc,
     decode_timestamp=_decode_timestamp,
+    # SQL Server takes at most 2100 parameters per statement; leave room below it.
+    max_parameters=2000,
     queue_shapes=RecoverableColumn(),
     inspect_queue_table=inspect_queue_table,
 )

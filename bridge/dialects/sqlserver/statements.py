@@ -9,6 +9,9 @@ from __future__ import annotations
 
 _HEADERS = "CAST(? AS nvarchar(max))"
 _BODY = "CAST(? AS varbinary(max))"
+# What a row weighs for a batch's byte budget: its body and headers, in bytes (bigint, so the
+# running sum cannot overflow).
+_SIZE = "CAST(ISNULL(DATALENGTH(Body), 0) + ISNULL(DATALENGTH(Headers), 0) AS bigint)"
 _EXPIRED_QUEUE = (
     "CASE WHEN deleted.Expires IS NULL THEN 0 WHEN deleted.Expires > GETUTCDATE() THEN 0 ELSE 1 END"
 )
@@ -153,27 +156,49 @@ STATEMENTS: dict[str, str] = {
     "peek": """
         SELECT COALESCE(MAX(RowVersion) - MIN(RowVersion) + 1, 0)
         FROM {queue} WITH (READPAST, READCOMMITTEDLOCK)""",
-    # The transport's receive, TOP(?) rows at a time instead of one.
+    # The transport's receive, TOP(@limit) rows at a time instead of one, and only while the
+    # bytes before a row are under @budget (the first row always goes). A CTE with a window
+    # function cannot be deleted through, hence the join. Rows locked but not taken stay
+    # locked until the batch commits; other receivers read past them.
     "receive_batch": f"""
-        WITH message AS (
-            SELECT TOP (?) * FROM {{queue}} WITH (UPDLOCK, READPAST, ROWLOCK)
-            ORDER BY RowVersion)
-        DELETE FROM message
+        DECLARE @limit int = ?, @budget bigint = ?;
+        WITH locked AS (
+            SELECT TOP (@limit) RowVersion, {_SIZE} AS size
+            FROM {{queue}} WITH (UPDLOCK, READPAST, ROWLOCK)
+            ORDER BY RowVersion),
+        taken AS (
+            SELECT RowVersion FROM (
+                SELECT RowVersion, SUM(size) OVER (ORDER BY RowVersion
+                                                   ROWS UNBOUNDED PRECEDING) - size AS before
+                FROM locked) AS sized
+            WHERE before < @budget)
+        DELETE message
         OUTPUT deleted.Id, {_EXPIRED_QUEUE} AS expired, deleted.Expires, deleted.Headers,
                deleted.Body, deleted.RowVersion AS seq,
-               deleted.ReplyToAddress AS legacy_reply_to""",
+               deleted.ReplyToAddress AS legacy_reply_to
+        FROM {{queue}} AS message WITH (ROWLOCK)
+        INNER JOIN taken ON taken.RowVersion = message.RowVersion""",
     # A bulk drain's claim: the receive inside one RowVersion range; the caller binds (first,
     # last, limit) as for the other dialects, hence the variables.
     "receive_range": f"""
-        DECLARE @first bigint = ?, @last bigint = ?, @limit int = ?;
-        WITH message AS (
-            SELECT TOP (@limit) * FROM {{queue}} WITH (UPDLOCK, READPAST, ROWLOCK)
+        DECLARE @first bigint = ?, @last bigint = ?, @limit int = ?, @budget bigint = ?;
+        WITH locked AS (
+            SELECT TOP (@limit) RowVersion, {_SIZE} AS size
+            FROM {{queue}} WITH (UPDLOCK, READPAST, ROWLOCK)
             WHERE RowVersion BETWEEN @first AND @last
-            ORDER BY RowVersion)
-        DELETE FROM message
+            ORDER BY RowVersion),
+        taken AS (
+            SELECT RowVersion FROM (
+                SELECT RowVersion, SUM(size) OVER (ORDER BY RowVersion
+                                                   ROWS UNBOUNDED PRECEDING) - size AS before
+                FROM locked) AS sized
+            WHERE before < @budget)
+        DELETE message
         OUTPUT deleted.Id, {_EXPIRED_QUEUE} AS expired, deleted.Expires, deleted.Headers,
                deleted.Body, deleted.RowVersion AS seq,
-               deleted.ReplyToAddress AS legacy_reply_to""",
+               deleted.ReplyToAddress AS legacy_reply_to
+        FROM {{queue}} AS message WITH (ROWLOCK)
+        INNER JOIN taken ON taken.RowVersion = message.RowVersion""",
     "queue_seq_bounds": """
         SELECT MIN(RowVersion), MAX(RowVersion), COUNT_BIG(*) FROM {queue} WITH (READPAST)""",
     # The transport's send with Recoverable = 1; tables without that column get the variants
@@ -196,18 +221,27 @@ STATEMENTS: dict[str, str] = {
     # unless they waited past the give-up time or expired.
     "retry_claim_due": f"""
         DECLARE @forwarder nvarchar(200) = ?, @due_by datetime2 = ?, @waiting nvarchar(max) = ?,
-                @give_up_by datetime2 = ?, @limit int = ?;
-        WITH due AS (
-            SELECT TOP (@limit) * FROM {{retry}} WITH (UPDLOCK, READPAST, ROWLOCK)
+                @give_up_by datetime2 = ?, @limit int = ?, @budget bigint = ?;
+        WITH locked AS (
+            SELECT TOP (@limit) seq, next_attempt_at, {_SIZE.lower()} AS size
+            FROM {{retry}} WITH (UPDLOCK, READPAST, ROWLOCK)
             WHERE forwarder = @forwarder AND next_attempt_at <= @due_by
               AND (destination_database IS NULL
                    OR CHARINDEX(N'|' + destination_database + N'|', @waiting) = 0
                    OR first_failure_at <= @give_up_by OR expires <= SYSUTCDATETIME())
-            ORDER BY next_attempt_at, seq)
-        DELETE FROM due
+            ORDER BY next_attempt_at, seq),
+        taken AS (
+            SELECT seq FROM (
+                SELECT seq, SUM(size) OVER (ORDER BY next_attempt_at, seq
+                                            ROWS UNBOUNDED PRECEDING) - size AS before
+                FROM locked) AS sized
+            WHERE before < @budget)
+        DELETE due
         OUTPUT deleted.id, {_EXPIRED_RETRY} AS expired, deleted.expires, deleted.headers,
                deleted.body, deleted.seq, deleted.attempts, deleted.first_failure_at,
-               deleted.last_error""",
+               deleted.last_error
+        FROM {{retry}} AS due WITH (ROWLOCK)
+        INNER JOIN taken ON taken.seq = due.seq""",
     "retry_summary": """
         SELECT r.destination, COUNT(*), MIN(r.first_failure_at), MIN(r.next_attempt_at),
                MAX(r.attempts),
