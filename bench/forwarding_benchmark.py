@@ -107,8 +107,19 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--quick", action="store_true", help="smoke run: 2000 messages, 1 KiB, fewer latency sends"
     )
+    parser.add_argument(
+        "--previous-code",
+        metavar="DIR",
+        help="run the 'previous' row with the sfbridge checked out in DIR, at its own defaults "
+        "(e.g. `git worktree add /tmp/sfbridge-before <commit>`), so that 'x previous' is against "
+        "that code measured in this run",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     args = parser.parse_args()
+    if args.previous_code is not None:
+        args.previous_code = str(Path(args.previous_code).resolve())
+        if not (Path(args.previous_code) / "bridge" / "__main__.py").is_file():
+            parser.error(f"--previous-code {args.previous_code}: no sfbridge checkout there")
     if args.quick:
         args.bodies = args.bodies if "--bodies" in sys.argv else "1KiB"
         args.latency_messages = min(args.latency_messages, 12)
@@ -203,7 +214,8 @@ def run_benchmark(args: argparse.Namespace, run: Run) -> dict[str, Any]:
             messages = default_messages(args, body_size)
             body = os.urandom(body_size)  # incompressible: TOAST cannot shrink it
             progress.label = f"{name}, {format_size(body_size)}"
-            rows = run_scenario(scenario, standard_rows(args.best), messages, body, args.repeat)
+            specs = standard_rows(args.best, args.previous_code)
+            rows = run_scenario(scenario, specs, messages, body, args.repeat)
             summary["scenarios"].append(
                 {
                     "name": name,

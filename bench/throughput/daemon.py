@@ -81,7 +81,9 @@ def sfbridge_accepts(config: Path, key: str, env: Mapping[str, str]) -> bool:
 class Daemon:
     """One `sfbridge run` process; use as a context manager so it is always stopped."""
 
-    def __init__(self, config: Path, env: Mapping[str, str], log_path: Path) -> None:
+    def __init__(
+        self, config: Path, env: Mapping[str, str], log_path: Path, cwd: str | None = None
+    ) -> None:
         self.log_path = log_path
         self.notify_path = log_path.with_suffix(".notify")
         self.notify_path.unlink(missing_ok=True)
@@ -95,6 +97,7 @@ class Daemon:
                 stderr=subprocess.STDOUT,
                 env=environment,
                 start_new_session=True,
+                cwd=cwd,  # `python -m` puts the working folder first on the path
             )
 
     def __enter__(self) -> Daemon:
@@ -152,6 +155,7 @@ def time_daemon(
     arrived: Callable[[], int],
     progress: Callable[[str], None],
     poll_seconds: float = 0.02,
+    cwd: str | None = None,
 ) -> DaemonRun:
     """Start the daemon on a prefilled queue and time it from READY (its workers start
     claiming) until `arrived()` reaches `messages`.
@@ -159,7 +163,7 @@ def time_daemon(
     Raises ConfigRejected when this sfbridge refuses the configuration, RuntimeError when the
     daemon dies or takes longer than a minute plus 20 ms a message.
     """
-    with Daemon(config, env, log_path) as daemon:
+    with Daemon(config, env, log_path, cwd) as daemon:
         daemon.wait_ready()
         start, cpu_start = time.perf_counter(), cpu_seconds(daemon.pid)
         deadline = time.monotonic() + 60 + messages / 50

@@ -44,6 +44,7 @@ class RowSpec:
     kind: RowKind
     forwarder_keys: dict[str, Any] = field(default_factory=dict)
     postgresql_keys: dict[str, Any] = field(default_factory=dict)  # every PG database
+    code: str | None = None  # a checkout whose `bridge` runs this row (None: this one)
 
 
 @dataclass
@@ -66,19 +67,40 @@ class RowRuns:
         return [check for check in self.checks if check != "ok"]
 
 
-def standard_rows(best: dict[str, Any]) -> list[RowSpec]:
-    """previous defaults, defaults, best (the `--best` overrides), naive relay, ceiling."""
+def standard_rows(best: dict[str, Any], previous_code: str | None = None) -> list[RowSpec]:
+    """previous, defaults, best (the `--best` overrides), naive relay, ceiling.
+
+    With `previous_code` (a checkout of an earlier sfbridge, e.g. a git worktree), the
+    previous row is that code at its own defaults, and the previous settings on this code get
+    a row of their own; without it, the previous row is the previous settings on this code.
+    """
     best_forwarder = {k: v for k, v in best.items() if k != "driver"}
     best_database = {"driver": best["driver"]} if "driver" in best else {}
     best_label = ", ".join(f"{k}={v}" for k, v in best.items()) or "no overrides"
+    previous_settings = RowSpec(
+        "previous" if previous_code is None else "previous-settings",
+        "previous defaults (odbc, batch 100, concurrency 2, peek 1s)"
+        if previous_code is None
+        else "this code, previous settings (odbc, batch 100, conc. 2, peek 1s)",
+        "daemon",
+        PREVIOUS_DEFAULTS,
+        {"driver": "odbc"},
+    )
+    previous = (
+        []
+        if previous_code is None
+        else [
+            RowSpec(
+                "previous",
+                f"previous code ({Path(previous_code).name}, its defaults)",
+                "daemon",
+                code=previous_code,
+            )
+        ]
+    )
     return [
-        RowSpec(
-            "previous",
-            "previous defaults (odbc, batch 100, concurrency 2, peek 1s)",
-            "daemon",
-            PREVIOUS_DEFAULTS,
-            {"driver": "odbc"},
-        ),
+        *previous,
+        previous_settings,
         RowSpec("defaults", "defaults (only databases, forwarder, routes)", "daemon"),
         RowSpec("best", f"best ({best_label})", "daemon", best_forwarder, best_database),
         RowSpec("naive", "naive relay (2 transactions per message)", "naive"),
@@ -183,12 +205,15 @@ class Scenario:
         try:
             run = time_daemon(
                 path,
-                self.environment,
+                self.environment
+                if spec.code is None
+                else {**self.environment, "PYTHONPATH": spec.code},
                 self.workdir / f"{spec.key}.log",
                 messages,
                 lambda: self.destination.count(RECEIVER),
                 lambda text: self.progress(f"{spec.key}: {text}"),
                 poll_seconds=poll,
+                cwd=spec.code,
             )
         except ConfigRejected as rejected:
             row.not_run = f"n/a (sfbridge rejects the config: {rejected})"
