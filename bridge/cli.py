@@ -31,7 +31,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "-c",
         "--config",
-        default=os.environ.get("SFBRIDGE_CONFIG", DEFAULT_CONFIG),
+        # An empty SFBRIDGE_CONFIG (a unit file's `Environment=SFBRIDGE_CONFIG=`) means unset.
+        default=os.environ.get("SFBRIDGE_CONFIG") or DEFAULT_CONFIG,
         help=f"configuration file (default: $SFBRIDGE_CONFIG or {DEFAULT_CONFIG})",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging, tracebacks")
@@ -193,6 +194,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_UNAVAILABLE
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (`sfbridge errors list | head`): not a failure of ours. Point
+        # stdout at /dev/null so that flushing it at exit does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
 
 
 def _is_missing_file(error: ConfigError) -> bool:

@@ -36,6 +36,8 @@ def test_without_the_option_the_environment_then_the_default_applies(
     assert build_parser().parse_args(["status"]).config == "/srv/bridge.yaml"
     monkeypatch.delenv("SFBRIDGE_CONFIG")
     assert build_parser().parse_args(["check"]).config == "/etc/sfbridge/sfbridge.yaml"
+    monkeypatch.setenv("SFBRIDGE_CONFIG", "")  # set but empty, as unit files can leave it
+    assert build_parser().parse_args(["check"]).config == "/etc/sfbridge/sfbridge.yaml"
 
 
 def test_a_missing_config_file_says_how_to_point_at_one(
@@ -59,3 +61,29 @@ def test_the_schema_module_runs_without_warnings() -> None:
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
     assert result.stdout.startswith("### Configuration reference\n")
+
+
+# A command that writes far more than a pipe holds, as `errors list` on a big error queue does.
+_FLOODS_STDOUT = """
+import sys
+import bridge.demo
+from bridge.cli import main
+def flood(**kwargs):
+    for _ in range(100_000):
+        print("x" * 100)
+    return 0
+bridge.demo.run_demo = flood
+sys.exit(main(["demo"]))
+"""
+
+
+def test_a_reader_that_goes_away_is_not_a_traceback() -> None:
+    process = subprocess.Popen(
+        [sys.executable, "-c", _FLOODS_STDOUT], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert process.stdout is not None
+    process.stdout.read(10)
+    process.stdout.close()  # `| head -c 10`: the reader is gone while sfbridge still writes
+    _, stderr = process.communicate(timeout=60)
+    assert b"Traceback" not in stderr and b"BrokenPipeError" not in stderr
+    assert process.returncode == 0
