@@ -26,6 +26,22 @@ QUEUE_COLUMNS = ("id", "expired", "expires", "headers", "body", "seq")
 RETRY_COLUMNS = (*QUEUE_COLUMNS, "attempts", "first_failure_at", "last_error")
 
 
+def claim_limit(forwarder: ForwarderConfig, recent_sizes: Sequence[int]) -> int:
+    """How many rows the next claim should lock, given the sizes (body + headers, bytes) of
+    the messages the last one took: about as many as `forwarder.batch_bytes` will admit, with
+    a quarter to spare, between 1 and `forwarder.batch_size`.
+
+    Why: a claim locks its candidate rows before the byte bound picks the prefix it takes, and
+    reads each candidate's size; with large messages, candidates far past the bound would be
+    locked (held from other workers until the batch commits) and read for nothing.
+    """
+    if not recent_sizes:
+        return forwarder.batch_size
+    average = max(1.0, sum(recent_sizes) / len(recent_sizes))
+    admitted = int(forwarder.batch_bytes / average * 1.25) + 1
+    return max(1, min(forwarder.batch_size, admitted))
+
+
 def claim_batch(
     connection: Connection,
     dialect: Dialect,
@@ -37,10 +53,12 @@ def claim_batch(
     policy: RetryConfig,
     waiting_databases: Sequence[str] = (),
     seq_range: tuple[int, int] | None = None,
+    limit: int | None = None,
 ) -> list[ClaimedMessage]:
-    """Delete (uncommitted) up to a batch of rows, `forwarder.batch_size` of them at most and
-    no more than `forwarder.batch_bytes` of bodies and headers (a first row larger than that
-    comes alone); returns them in queue order.
+    """Delete (uncommitted) up to a batch of rows, `limit` (default `forwarder.batch_size`) of
+    them at most and no more than `forwarder.batch_bytes` of bodies and headers (a first row
+    larger than that comes alone); returns them in queue order. See `claim_limit` for a
+    `limit` that locks no more rows than the byte bound will take.
 
     From retry storage only due messages are claimed, and not those for `waiting_databases`
     (databases waiting out an outage) unless they waited longer than `policy.max_wait` or
@@ -48,13 +66,14 @@ def claim_batch(
     lies in it are claimed (a bulk drain's share of the queue). Raises BridgeTableMissing when
     the table is missing, and the DatabaseError family.
     """
+    batch_size = forwarder.batch_size if limit is None else limit
     if source == "queue" and seq_range is not None:
         statement = dialect.sql("receive_range", queue=tables.queue)
-        parameters: tuple[object, ...] = (*seq_range, forwarder.batch_size, forwarder.batch_bytes)
+        parameters: tuple[object, ...] = (*seq_range, batch_size, forwarder.batch_bytes)
         table = ("forwarding queue", tables.queue_canonical)
     elif source == "queue":
         statement = dialect.sql("receive_batch", queue=tables.queue)
-        parameters = (forwarder.batch_size, forwarder.batch_bytes)
+        parameters = (batch_size, forwarder.batch_bytes)
         table = ("forwarding queue", tables.queue_canonical)
     else:
         statement = dialect.sql("retry_claim_due", retry=tables.retry)
@@ -63,7 +82,7 @@ def claim_batch(
             dialect.encode_timestamp(now),
             "|" + "|".join(waiting_databases) + "|" if waiting_databases else "",
             dialect.encode_timestamp(now - timedelta(seconds=policy.max_wait)),
-            forwarder.batch_size,
+            batch_size,
             forwarder.batch_bytes,
         )
         table = ("retry storage", dialect.grammar.render(tables.retry))

@@ -94,7 +94,6 @@ class Worker(threading.Thread):
             writer=self._writer,
             observer=self._observer,
         )
-        batch_size = self.forwarder.batch_size
         next_retry_poll = 0.0
         retry_backlog = queue_backlog = False
         source_down_since: float | None = None
@@ -109,7 +108,7 @@ class Worker(threading.Thread):
                         self.stop.wait(self.forwarder.peek_interval)
                         continue
                     if retry_backlog or time.monotonic() >= next_retry_poll:
-                        retry_backlog = self._forward(batches, "retry").claimed >= batch_size
+                        retry_backlog = self._forward(batches, "retry").full
                         if not retry_backlog:
                             next_retry_poll = time.monotonic() + slow_poll_interval(self.forwarder)
                     estimate = 1 if queue_backlog else batches.queue_estimate()
@@ -123,9 +122,7 @@ class Worker(threading.Thread):
                         source_down_since, backoff = None, 0.5
                         if self._observer is not None:
                             self._observer.database_seen(self.forwarder.database, True)
-                    queue_backlog = (
-                        estimate > 0 and self._forward(batches, "queue").claimed >= batch_size
-                    )
+                    queue_backlog = estimate > 0 and self._forward(batches, "queue").full
                     if not (retry_backlog or queue_backlog):
                         self.stop.wait(self.forwarder.peek_interval)
                 except DatabaseUnavailable as error:

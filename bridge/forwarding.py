@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TypeVar
 
-from bridge.claim import claim_batch
+from bridge.claim import claim_batch, claim_limit
 from bridge.classify import classify
 from bridge.config.model import BridgeConfig, ForwarderConfig
 from bridge.connections import Connections
@@ -65,6 +65,9 @@ class BatchReport:
 
     claimed: int = 0
     counts: Counter[str] = field(default_factory=Counter)
+    # The claim stopped at its row limit or its byte budget rather than at the end of what it
+    # could take: there is probably more, so forward again without waiting.
+    full: bool = False
 
 
 class BatchForwarder:
@@ -104,6 +107,8 @@ class BatchForwarder:
         self._outages = outages or OutageTracker(probe_interval(config))
         self._pauses = PauseBoard(max(forwarder.peek_interval, PAUSE_READ_MINIMUM))
         self._writer = writer or QueueWriter()
+        # Rows the next claim locks, per source, from the sizes the last one saw.
+        self._claim_limits: dict[Source, int] = {}
         self._observer: ForwardingObserver = (
             NoObserver() if observer is None else SafeObserver(observer)
         )
@@ -221,8 +226,14 @@ class BatchForwarder:
                 policy=self.config.retries,
                 waiting_databases=self._waiting_databases(),
                 seq_range=seq_range,
+                limit=self._claim_limits.get(source),
             )
-            report = BatchReport(claimed=len(claimed))
+            limit = self._claim_limits.get(source, self.forwarder.batch_size)
+            sizes = [len(m.body or b"") + len(m.headers_text or "") for m in claimed]
+            if claimed:
+                self._claim_limits[source] = claim_limit(self.forwarder, sizes)
+            full = len(claimed) >= limit or sum(sizes) >= self.forwarder.batch_bytes
+            report = BatchReport(claimed=len(claimed), full=full)
             claimed_at = time.monotonic()
             committed_locally = 0
             if claimed:

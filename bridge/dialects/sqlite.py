@@ -83,8 +83,10 @@ _NOW = "strftime('%Y-%m-%d %H:%M:%f', 'now')"
 # Not `CASE WHEN Expires IS NULL ...`: SQLite 3.40 evaluates `IS NULL` wrongly inside the
 # RETURNING clause of these tables (it answered 0 for a NULL Expires, so every message
 # looked expired). The comparison yields NULL for NULL, which coalesce turns into 0.
-# What a row weighs for a batch's byte budget: its body and headers, in bytes.
-_SIZE = "COALESCE(length(CAST(Body AS BLOB)), 0) + length(CAST(Headers AS BLOB))"
+# What a row weighs for a batch's byte budget: its body's bytes and its headers' characters
+# (bytes for ASCII). length() of a stored value is read from the record header, without
+# loading the value; a CAST would read every candidate's body.
+_SIZE = "COALESCE(length(Body), 0) + length(Headers)"
 _EXPIRED = f"coalesce(Expires <= {_NOW}, 0)"
 
 STATEMENTS: dict[str, str] = {

@@ -88,8 +88,8 @@ def drain_partition(tasks: Iterable[DrainTask]) -> Iterator[dict[str, Any]]:
                 report = batches.forward_batch("queue", seq_range=(task.first, task.last))
                 claimed += report.claimed
                 counts.update(report.counts)
-                # Short: the range is empty, or what is left is held by other workers.
-                if report.claimed < forwarder.batch_size:
+                # Not full: the range is empty, or what is left is held by other workers.
+                if not report.full:
                     break
         finally:
             connections.close()

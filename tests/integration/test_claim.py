@@ -16,6 +16,7 @@ from bridge.claim import claim_batch
 from bridge.config import load_config
 from bridge.connections import Connections
 from bridge.dialects import dialect_for
+from bridge.forwarding import BatchForwarder
 from bridge.install import run_install
 from bridge.tables import forwarder_tables
 
@@ -188,3 +189,32 @@ def test_a_message_larger_than_the_bound_travels_alone_and_small_ones_fill_batch
 def test_the_count_bound_still_holds_for_small_messages(config: Any) -> None:
     send_sized(config, [100] * 25)
     assert claim_all_in_batches(config, batch_bytes=8 * 1024 * KIB, batch_size=10) == [10, 10, 5]
+
+
+def test_a_batch_cut_short_by_its_byte_bound_reports_full_so_the_worker_goes_on(
+    config: Any,
+) -> None:
+    """The daemon and the Spark drain forward again at once after a full batch and wait a peek
+    interval (or stop) otherwise: a batch cut by bytes must count as full, or a queue of large
+    messages would move one batch per peek interval."""
+    send_sized(config, [40 * KIB] * 7)  # no routing header: each goes to the error queue
+    forwarder = dataclasses.replace(config.forwarders[0], batch_bytes=100 * KIB)
+    connections = Connections(config.databases)
+    try:
+        batches = BatchForwarder(config, forwarder, connections)
+        reports = [batches.forward_batch() for _ in range(4)]
+    finally:
+        connections.close()
+    assert [(r.claimed, r.full) for r in reports] == [(3, True), (3, True), (1, False), (0, False)]
+
+
+def test_a_batch_that_reaches_its_row_limit_reports_full(config: Any) -> None:
+    send_sized(config, [100] * 12)
+    forwarder = dataclasses.replace(config.forwarders[0], batch_size=5)
+    connections = Connections(config.databases)
+    try:
+        batches = BatchForwarder(config, forwarder, connections)
+        reports = [batches.forward_batch() for _ in range(3)]
+    finally:
+        connections.close()
+    assert [(r.claimed, r.full) for r in reports] == [(5, True), (5, True), (2, False)]

@@ -100,6 +100,26 @@ def test_a_paused_forwarder_holds_its_queue_and_delivers_it_after_resume(
     assert again.stdout.startswith("forwarder 'orders' was not paused")
 
 
+def test_pausing_a_running_daemon_holds_what_is_sent_next_and_resume_delivers_it(
+    tmp_path: Path, new_pg_database: Any
+) -> None:
+    w = world(tmp_path, new_pg_database)
+    config = str(w["config"])
+    with DaemonProcess(w["config"], tmp_path / "daemon.log") as daemon:
+        before = send(w["sender"], 10)
+        wait_until(lambda: pg_count(w["receiver"], RECEIVER) == 10, 30, "delivery before")
+        assert sfbridge("-c", config, "pause", "orders").returncode == 0
+        time.sleep(1.5)  # every daemon obeys within a second
+        during = send(w["sender"], 15)
+        time.sleep(2)
+        assert pg_count(w["sender"], FORWARD) == 15
+        assert pg_count(w["receiver"], RECEIVER) == 10
+        assert sfbridge("-c", config, "resume", "orders").returncode == 0
+        wait_until(lambda: pg_count(w["receiver"], RECEIVER) == 25, 30, "delivery after resume")
+        assert daemon.stop() == 0, daemon.output()
+    assert received(w["receiver"]) == Counter(before | during)
+
+
 def test_a_paused_destination_waits_without_spending_attempts(
     tmp_path: Path, new_pg_database: Any
 ) -> None:
