@@ -218,3 +218,42 @@ def test_a_batch_that_reaches_its_row_limit_reports_full(config: Any) -> None:
     finally:
         connections.close()
     assert [(r.claimed, r.full) for r in reports] == [(5, True), (5, True), (2, False)]
+
+
+def test_retry_storage_is_claimed_within_the_byte_bound_too(config: Any) -> None:
+    forwarder = dataclasses.replace(config.forwarders[0], batch_bytes=100 * KIB)
+    tables = forwarder_tables(config, forwarder)
+    dialect = dialect_for(config.databases["local"].dialect)
+    connections = Connections(config.databases)
+    try:
+        connection = connections.get("local")
+        connection.begin()
+        for seq in range(5):
+            connection.execute(
+                dialect.sql("retry_store", retry=tables.retry),
+                (
+                    dialect.encode_id(uuid.uuid4()),
+                    "f",
+                    "somewhere",
+                    "receiver",
+                    None,
+                    "{}",
+                    b"x" * 40 * KIB,
+                    seq + 1,
+                    dialect.encode_timestamp(NOW - timedelta(minutes=1)),
+                    dialect.encode_timestamp(NOW - timedelta(seconds=seq + 1)),
+                    "down",
+                ),
+            )
+        connection.commit()
+        batches = []
+        for _ in range(3):
+            connection.begin()
+            claimed = claim_batch(
+                connection, dialect, tables, forwarder, "retry", now=NOW, policy=config.retries
+            )
+            connection.commit()
+            batches.append(len(claimed))
+    finally:
+        connections.close()
+    assert batches == [3, 2, 0]
