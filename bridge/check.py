@@ -108,8 +108,10 @@ def _driver_logging(config: BridgeConfig) -> Iterator[Finding]:
     """ODBC drivers whose registry entry turns their own log files on (each once)."""
     seen: set[tuple[str, str]] = set()
     for database in config.databases.values():
-        if database.connection is None:
-            continue
+        if database.connection is None or not dialect_for(database.dialect).opens_with_odbc(
+            database
+        ):
+            continue  # psycopg (or a file) never loads the ODBC driver named in the string
         found = driver_log_switches(database.connection)
         if found is None or found[:2] in seen:
             continue

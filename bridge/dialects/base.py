@@ -238,6 +238,13 @@ class Dialect:
         default_factory=dict, init=False, repr=False, compare=False
     )
 
+    def opens_with_odbc(self, database: ConfiguredDatabase) -> bool:
+        """Whether `database` is opened through ODBC: its `driver` (or the dialect's default)
+        is `odbc`, or the dialect is reached by an ODBC connection string and has no choice."""
+        if self.drivers:
+            return (database.driver or self.drivers[0]) == "odbc"
+        return self.locator == "connection"
+
     def sql(self, name: str, rows: int | None = None, **tables: QueueAddress) -> str:
         """The statement `name` with its table placeholders filled by quoted, qualified names.
 

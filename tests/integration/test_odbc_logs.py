@@ -53,7 +53,9 @@ def test_check_warns_when_the_driver_registry_turns_its_log_on(
     config = write_config(
         tmp_path / "sfbridge.yaml",
         {
-            "databases": {"sender": {"dialect": "postgresql", "connection": database}},
+            "databases": {
+                "sender": {"dialect": "postgresql", "connection": database, "driver": "odbc"}
+            },
             "forwarders": [{"name": "f", "database": "sender", "queue": "forward"}],
             "routes": [{"match": "*", "database": "sender"}],
         },
@@ -72,3 +74,21 @@ def test_check_warns_when_the_driver_registry_turns_its_log_on(
 
     _, code, output = _run([sys.executable, "-m", "bridge", "-c", str(config), "check"], quiet)
     assert code == 0 and "WARNING" not in output and "[left" not in output, output
+
+
+def test_with_psycopg_the_odbc_registry_is_not_loaded_and_check_says_nothing_of_it(
+    tmp_path: Path, new_pg_database: Any
+) -> None:
+    database = new_pg_database()  # an ODBC-style string, naming psqlODBC: psycopg reads it
+    config = write_config(
+        tmp_path / "sfbridge.yaml",
+        {
+            "databases": {"sender": {"dialect": "postgresql", "connection": database}},
+            "forwarders": [{"name": "f", "database": "sender", "queue": "forward"}],
+            "routes": [{"match": "*", "database": "sender"}],
+        },
+    )
+    noisy = _odbc_folder(tmp_path, "1")
+    _, code, output = _run([sys.executable, "-m", "bridge", "-c", str(config), "check"], noisy)
+    assert code == 0, output
+    assert "WARNING" not in output and "[left" not in output, output
