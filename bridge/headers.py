@@ -37,6 +37,10 @@ MAX_EXCEPTION_TEXT = 16_384
 
 Headers = dict[str, str | None]
 
+# One encoder each, built once: json.dumps with options builds a new one on every call.
+_RAW_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+_ASCII_ENCODER = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"))
+
 
 class PoisonHeaders(ValueError):
     """The Headers column is not a JSON object of strings."""
@@ -72,11 +76,14 @@ def serialize_headers(headers: Mapping[str, str | None]) -> str:
     written raw as UTF-8, so such headers are written with every non-ASCII character escaped,
     which any JSON reader turns back into the same strings.
     """
-    text = json.dumps(dict(headers), ensure_ascii=False, separators=(",", ":"))
+    value = headers if isinstance(headers, dict) else dict(headers)
+    text = _RAW_ENCODER.encode(value)
+    if text.isascii():
+        return text
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        return json.dumps(dict(headers), ensure_ascii=True, separators=(",", ":"))
+        return _ASCII_ENCODER.encode(value)
     return text
 
 
