@@ -22,7 +22,7 @@ from bridge.tables import ForwarderTables, owned_table
 
 # The columns every claim statement returns, by name; retry storage adds its bookkeeping.
 # Queues with the SQL Server transport's legacy columns also return `legacy_reply_to`.
-QUEUE_COLUMNS = ("id", "expired", "expires", "headers", "body", "seq")
+QUEUE_COLUMNS = ("id", "expired", "expires", "headers", "body", "seq", "claimed_size")
 RETRY_COLUMNS = (*QUEUE_COLUMNS, "attempts", "first_failure_at", "last_error")
 
 
@@ -113,7 +113,14 @@ def decode_row(dialect: Dialect, row: Mapping[str, Any]) -> ClaimedMessage:
         attempts=int(row["attempts"]) if retried else 0,
         first_failure_at=dialect.decode_timestamp(row["first_failure_at"]) if retried else None,
         last_error=row["last_error"] if retried else None,
+        claimed_size=_claimed_size(row),
     )
+
+
+def _claimed_size(row: Mapping[str, Any]) -> int:
+    """The claim's own measure of the row; 0 where a statement does not return it."""
+    value = row.get("claimed_size")
+    return int(value) if value is not None else 0
 
 
 def _decode_or_poison(dialect: Dialect, row: Mapping[str, Any]) -> ClaimedMessage:
@@ -135,6 +142,7 @@ def _decode_or_poison(dialect: Dialect, row: Mapping[str, Any]) -> ClaimedMessag
             body=_raw_bytes(body),
             order=int(row["seq"]),
             unreadable=f"the row cannot be read as a message ({error})",
+            claimed_size=_claimed_size(row),
         )
 
 

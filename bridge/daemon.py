@@ -40,7 +40,7 @@ from bridge.ledger import (
 from bridge.metrics import SAMPLE_INTERVAL, BridgeMetrics, MetricsStartError
 from bridge.notify import notify, watchdog_interval
 from bridge.observability import report_exception
-from bridge.observers import ForwardingObserver
+from bridge.observers import ForwardingObserver, SafeObserver
 from bridge.outages import OutageTracker
 from bridge.queue_writes import QueueWriter
 from bridge.tables import BridgeTableMissing, forwarder_tables
@@ -80,7 +80,8 @@ class Worker(threading.Thread):
         self.last_progress = time.monotonic()
         self._outages = outages
         self._writer = writer
-        self._observer = observer
+        # Every call through SafeObserver: a failing observer must not end the worker thread.
+        self._observer = None if observer is None else SafeObserver(observer)
         self._lock = threading.Lock()
 
     def run(self) -> None:

@@ -229,7 +229,7 @@ class BatchForwarder:
                 limit=self._claim_limits.get(source),
             )
             limit = self._claim_limits.get(source, self.forwarder.batch_size)
-            sizes = [len(m.body or b"") + len(m.headers_text or "") for m in claimed]
+            sizes = [m.claimed_size for m in claimed]
             if claimed:
                 self._claim_limits[source] = claim_limit(self.forwarder, sizes)
             full = len(claimed) >= limit or sum(sizes) >= self.forwarder.batch_bytes

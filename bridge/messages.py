@@ -38,6 +38,8 @@ class ClaimedMessage:
     # Why the row could not be read as a message (a value of the wrong type in an untyped
     # SQLite column); such a message is poison, moved to the error queue as it was.
     unreadable: str | None = None
+    # Bytes of body and headers as the claim measured them (what `batch_bytes` bounds).
+    claimed_size: int = 0
 
 
 # -- decisions (bridge.classify) --------------------------------------------------------------

@@ -16,7 +16,9 @@ a template may also use `{x_literal}` (the quoted, qualified name as an SQL stri
 
 from __future__ import annotations
 
+import threading
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -53,6 +55,25 @@ class ConfiguredDatabase(Protocol):
 ARRAY_STATEMENT_NAMES = frozenset({"send_many_arrays", "ledger_record_many_arrays"})
 # A multi-row VALUES statement writes at most this many rows, whatever the parameter limit.
 MAX_ROWS_PER_STATEMENT = 1000
+# Rendered statements a dialect keeps (see `Dialect._rendered`): enough for every statement of
+# a busy daemon's hot queues at the row counts full batches use.
+MAX_RENDERED_STATEMENTS = 256
+MAX_RENDERED_CHARACTERS = 1_000_000
+
+
+def row_counts(total: int, largest: int) -> list[int]:
+    """How `total` rows are split into VALUES statements of at most `largest` (a power of
+    two) rows each: full statements, then the rest in powers of two, so that a queue is
+    written with at most about a dozen distinct statement texts whatever its batch sizes
+    (each prepared once, none kept for every row count)."""
+    counts = [largest] * (total // largest)
+    rest = total % largest
+    while rest:
+        piece = 1 << (rest.bit_length() - 1)
+        counts.append(piece)
+        rest -= piece
+    return counts
+
 
 STATEMENT_NAMES = frozenset(
     {
@@ -233,9 +254,13 @@ class Dialect:
     drivers: tuple[str, ...] = ()
     max_parameters: int = 2000
     # Rendered statements by (overrides, name, rows, tables): the same text is the same
-    # object, which pyodbc needs to reuse a prepared statement.
-    _rendered: dict[tuple[Any, ...], str] = field(
-        default_factory=dict, init=False, repr=False, compare=False
+    # object, which pyodbc needs to reuse a prepared statement. Least recently used first;
+    # bounded, since row counts and queues (named by messages) vary without end.
+    _rendered: OrderedDict[tuple[Any, ...], str] = field(
+        default_factory=OrderedDict, init=False, repr=False, compare=False
+    )
+    _rendered_lock: threading.Lock = field(
+        default_factory=threading.Lock, init=False, repr=False, compare=False
     )
 
     def opens_with_odbc(self, database: ConfiguredDatabase) -> bool:
@@ -252,11 +277,7 @@ class Dialect:
         that many copies of the matching `*_row` template.
         """
         key = ((), name, rows, tuple(tables.items()))
-        rendered = self._rendered.get(key)
-        if rendered is None:
-            rendered = self._render(self.statements, name, rows, tables)
-            self._rendered[key] = rendered
-        return rendered
+        return self._cached(key, lambda: self._render(self.statements, name, rows, tables))
 
     def sql_with(
         self,
@@ -269,10 +290,23 @@ class Dialect:
         if not overrides:
             return self.sql(name, rows, **tables)
         key = (tuple(sorted(overrides.items())), name, rows, tuple(tables.items()))
-        rendered = self._rendered.get(key)
-        if rendered is None:
-            rendered = self._render({**self.statements, **overrides}, name, rows, tables)
+        return self._cached(
+            key, lambda: self._render({**self.statements, **overrides}, name, rows, tables)
+        )
+
+    def _cached(self, key: tuple[Any, ...], render: Callable[[], str]) -> str:
+        with self._rendered_lock:
+            rendered = self._rendered.get(key)
+            if rendered is not None:
+                self._rendered.move_to_end(key)
+                return rendered
+        rendered = render()
+        with self._rendered_lock:
             self._rendered[key] = rendered
+            kept = sum(len(text) for text in self._rendered.values())
+            while len(self._rendered) > MAX_RENDERED_STATEMENTS or kept > MAX_RENDERED_CHARACTERS:
+                _, dropped = self._rendered.popitem(last=False)
+                kept -= len(dropped)
         return rendered
 
     def rows_statements(
@@ -297,13 +331,19 @@ class Dialect:
         if arrays and array_name in self.statements:
             columns = [list(column) for column in zip(*rows, strict=True)]
             return [(self.sql_with(overrides or {}, array_name, None, **tables), columns)]
-        per_statement = max(1, min(MAX_ROWS_PER_STATEMENT, self.max_parameters // len(rows[0])))
         statements = []
-        for start in range(0, len(rows), per_statement):
-            chunk = rows[start : start + per_statement]
-            sql = self.sql_with(overrides or {}, name, len(chunk), **tables)
+        start = 0
+        for size in row_counts(len(rows), self._rows_per_statement(len(rows[0]))):
+            chunk = rows[start : start + size]
+            start += size
+            sql = self.sql_with(overrides or {}, name, size, **tables)
             statements.append((sql, [value for row in chunk for value in row]))
         return statements
+
+    def _rows_per_statement(self, width: int) -> int:
+        """The most rows of `width` parameters one VALUES statement takes, a power of two."""
+        most = max(1, min(MAX_ROWS_PER_STATEMENT, self.max_parameters // width))
+        return 1 << (most.bit_length() - 1)
 
     def _render(
         self,

@@ -150,7 +150,10 @@ GRAMMAR = PostgreSqlGrammar()
 _NOW = "(now() AT TIME ZONE 'UTC')"
 # What a row weighs for a batch's byte budget: its body and headers (lengths, which PostgreSQL
 # reads without decompressing the values).
-_SIZE = "COALESCE(octet_length(body), 0) + octet_length(headers)"
+_SIZE = "COALESCE(octet_length(body), 0) + COALESCE(octet_length(headers), 0)"
+# The same of a claimed row, returned with it: the batch knows it was cut by bytes, in the
+# database's own measure.
+_SIZE_OF = "COALESCE(octet_length({alias}body), 0) + COALESCE(octet_length({alias}headers), 0)"
 _EXPIRED = (
     f"CASE WHEN {{alias}}expires IS NULL THEN 0 WHEN {{alias}}expires > {_NOW} THEN 0 ELSE 1 END"
 )
@@ -215,7 +218,7 @@ STATEMENTS: dict[str, str] = {
                       ORDER BY seq LIMIT ? FOR UPDATE SKIP LOCKED) AS locked
             ) AS sized WHERE before < ?))
         RETURNING q.id, {_EXPIRED.format(alias="q.")} AS expired, q.expires, q.headers, q.body,
-                  q.seq""",
+                  q.seq, {_SIZE_OF.format(alias="q.")} AS claimed_size""",
     # A bulk drain's claim: the same, inside one range of the sequence column (first, last).
     "receive_range": f"""
         DELETE FROM {{queue}} AS q
@@ -227,7 +230,7 @@ STATEMENTS: dict[str, str] = {
                       ORDER BY seq LIMIT ? FOR UPDATE SKIP LOCKED) AS locked
             ) AS sized WHERE before < ?))
         RETURNING q.id, {_EXPIRED.format(alias="q.")} AS expired, q.expires, q.headers, q.body,
-                  q.seq""",
+                  q.seq, {_SIZE_OF.format(alias="q.")} AS claimed_size""",
     "queue_seq_bounds": "SELECT min(seq), max(seq), count(*) FROM {queue}",
     "send": "INSERT INTO {queue} (id, expires, headers, body) VALUES (?, ?, ?, ?)",
     "dead_letter": "INSERT INTO {queue} (id, expires, headers, body) VALUES (?, NULL, ?, ?)",
@@ -252,7 +255,8 @@ STATEMENTS: dict[str, str] = {
                       ORDER BY next_attempt_at, seq LIMIT ? FOR UPDATE SKIP LOCKED) AS locked
             ) AS sized WHERE before < ?))
         RETURNING r.id, {_EXPIRED.format(alias="r.")} AS expired, r.expires, r.headers, r.body,
-                  r.seq, r.attempts, r.first_failure_at, r.last_error""",
+                  r.seq, r.attempts, r.first_failure_at, r.last_error,
+                  {_SIZE_OF.format(alias="r.")} AS claimed_size""",
     "retry_summary": """
         SELECT destination, count(*), min(first_failure_at), min(next_attempt_at),
                max(attempts), (array_agg(last_error ORDER BY seq DESC))[1]

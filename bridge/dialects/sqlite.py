@@ -86,7 +86,7 @@ _NOW = "strftime('%Y-%m-%d %H:%M:%f', 'now')"
 # What a row weighs for a batch's byte budget: its body's bytes and its headers' characters
 # (bytes for ASCII). length() of a stored value is read from the record header, without
 # loading the value; a CAST would read every candidate's body.
-_SIZE = "COALESCE(length(Body), 0) + length(Headers)"
+_SIZE = "COALESCE(length(Body), 0) + COALESCE(length(Headers), 0)"
 _EXPIRED = f"coalesce(Expires <= {_NOW}, 0)"
 
 STATEMENTS: dict[str, str] = {
@@ -148,7 +148,8 @@ STATEMENTS: dict[str, str] = {
                       ORDER BY RowVersion LIMIT ?))
             WHERE before < ?)
         RETURNING Id, {_EXPIRED} AS expired, Expires, Headers, Body, RowVersion AS seq,
-                  ReplyToAddress AS legacy_reply_to""",
+                  ReplyToAddress AS legacy_reply_to,
+                  {_SIZE} AS claimed_size""",
     "receive_range": f"""
         DELETE FROM {{queue}} WHERE RowVersion IN (
             SELECT RowVersion FROM (
@@ -158,7 +159,8 @@ STATEMENTS: dict[str, str] = {
                       WHERE RowVersion BETWEEN ? AND ? ORDER BY RowVersion LIMIT ?))
             WHERE before < ?)
         RETURNING Id, {_EXPIRED} AS expired, Expires, Headers, Body, RowVersion AS seq,
-                  ReplyToAddress AS legacy_reply_to""",
+                  ReplyToAddress AS legacy_reply_to,
+                  {_SIZE} AS claimed_size""",
     "queue_seq_bounds": "SELECT min(RowVersion), max(RowVersion), count(*) FROM {queue}",
     "send": """
         INSERT INTO {queue} (Id, Recoverable, Expires, Headers, Body) VALUES (?, 1, ?, ?, ?)""",
@@ -182,7 +184,8 @@ STATEMENTS: dict[str, str] = {
                       ORDER BY next_attempt_at, seq LIMIT ?))
             WHERE before < ?)
         RETURNING id, {_EXPIRED.replace("Expires", "expires")} AS expired, expires, headers, body,
-                  seq, attempts, first_failure_at, last_error""",
+                  seq, attempts, first_failure_at, last_error,
+                  {_SIZE.lower()} AS claimed_size""",
     "retry_summary": """
         SELECT destination, count(*), min(first_failure_at), min(next_attempt_at),
                max(attempts),

@@ -20,6 +20,7 @@ import re
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from typing import Any
+from urllib.parse import unquote
 
 from bridge.drivers.base import ConnectionFailed, ConnectionLost, DatabaseError, Row
 from bridge.drivers.odbc import parse_connection_string
@@ -138,7 +139,8 @@ class PsycopgConnection:
                 prepare_threshold=1,
             )
         except psycopg.Error as error:
-            raise ConnectionFailed(database, f"cannot connect: {_message(error)}") from None
+            text = _without(_message(error), _passwords(connection_string, parameters))
+            raise ConnectionFailed(database, f"cannot connect: {text}") from None
         try:
             with self._connection.cursor() as cursor:
                 for statement in session_setup:
@@ -239,6 +241,26 @@ class PsycopgConnection:
             # The server went away or the link broke: no SQLSTATE comes back.
             return ConnectionLost(self.database, text)
         return classify(self.database, state, None, message, text)
+
+
+def _passwords(connection_string: str, parameters: dict[str, str]) -> list[str]:
+    """Every form the configured password may take in libpq's messages: as written (a URL's
+    userinfo, percent-encoded or not) and decoded. libpq quotes a token it cannot parse, which
+    `mask_secrets` cannot recognise as a password."""
+    found = [parameters.get("password", "")]
+    text = connection_string.strip()
+    if text.startswith(("postgresql://", "postgres://")):
+        userinfo = text.split("://", 1)[1].split("/", 1)[0].rpartition("@")[0]
+        if ":" in userinfo:
+            raw = userinfo.split(":", 1)[1]
+            found += [raw, unquote(raw)]
+    return sorted({p for p in found if p}, key=len, reverse=True)
+
+
+def _without(text: str, secrets: list[str]) -> str:
+    for secret in secrets:
+        text = text.replace(secret, "***")
+    return text
 
 
 def _message(error: Exception) -> str:

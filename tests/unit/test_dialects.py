@@ -478,3 +478,22 @@ def test_decoding_a_datetime_passes_it_through(dialect: Dialect) -> None:
 def test_a_tz_aware_datetime_is_refused(dialect: Dialect, aware: datetime) -> None:
     with pytest.raises(ValueError, match="naive UTC"):
         dialect.encode_timestamp(aware)
+
+
+@pytest.mark.parametrize(
+    ("total", "largest", "expected"),
+    [
+        (1000, 256, [256, 256, 256, 128, 64, 32, 8]),
+        (512, 512, [512]),
+        (7, 512, [4, 2, 1]),
+        (1, 1, [1]),
+        (0, 256, []),
+    ],
+)
+def test_rows_are_written_in_full_statements_then_powers_of_two(
+    total: int, largest: int, expected: list[int]
+) -> None:
+    from bridge.dialects.base import row_counts
+
+    assert row_counts(total, largest) == expected
+    assert sum(row_counts(total, largest)) == total

@@ -559,7 +559,9 @@ def test_receive_takes_a_batch_in_rowversion_order_skipping_locked_rows() -> Non
         "DELETE message OUTPUT deleted.Id, CASE WHEN deleted.Expires IS NULL THEN 0 "
         "WHEN deleted.Expires > GETUTCDATE() THEN 0 ELSE 1 END AS expired, deleted.Expires, "
         "deleted.Headers, deleted.Body, deleted.RowVersion AS seq, "
-        "deleted.ReplyToAddress AS legacy_reply_to FROM [dbo].[Samples.Receiver] AS message "
+        "deleted.ReplyToAddress AS legacy_reply_to, CAST(ISNULL(DATALENGTH(deleted.Body), 0) + "
+        "ISNULL(DATALENGTH(deleted.Headers), 0) AS bigint) AS claimed_size "
+        "FROM [dbo].[Samples.Receiver] AS message "
         "WITH (ROWLOCK) INNER JOIN taken ON taken.RowVersion = message.RowVersion"
     )
 
@@ -626,8 +628,10 @@ def test_retries_are_claimed_due_first_with_the_callers_parameter_order() -> Non
     assert "WHERE before < @budget) DELETE due OUTPUT deleted.id," in sql
     assert sql.endswith(
         "deleted.expires, deleted.headers, deleted.body, deleted.seq, deleted.attempts, "
-        "deleted.first_failure_at, deleted.last_error FROM [dbo].[Samples.Receiver] AS due "
-        "WITH (ROWLOCK) INNER JOIN taken ON taken.seq = due.seq"
+        "deleted.first_failure_at, deleted.last_error, cast(isnull(datalength(deleted.body), 0) "
+        "+ isnull(datalength(deleted.headers), 0) as bigint) AS claimed_size "
+        "FROM [dbo].[Samples.Receiver] AS due WITH (ROWLOCK) "
+        "INNER JOIN taken ON taken.seq = due.seq"
     )
 
 

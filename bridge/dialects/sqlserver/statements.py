@@ -12,6 +12,10 @@ _BODY = "CAST(? AS varbinary(max))"
 # What a row weighs for a batch's byte budget: its body and headers, in bytes (bigint, so the
 # running sum cannot overflow).
 _SIZE = "CAST(ISNULL(DATALENGTH(Body), 0) + ISNULL(DATALENGTH(Headers), 0) AS bigint)"
+# The same of a claimed row, returned with it (the batch then knows it was cut by bytes).
+_DELETED_SIZE = (
+    "CAST(ISNULL(DATALENGTH(deleted.Body), 0) + ISNULL(DATALENGTH(deleted.Headers), 0) AS bigint)"
+)
 _EXPIRED_QUEUE = (
     "CASE WHEN deleted.Expires IS NULL THEN 0 WHEN deleted.Expires > GETUTCDATE() THEN 0 ELSE 1 END"
 )
@@ -175,7 +179,8 @@ STATEMENTS: dict[str, str] = {
         DELETE message
         OUTPUT deleted.Id, {_EXPIRED_QUEUE} AS expired, deleted.Expires, deleted.Headers,
                deleted.Body, deleted.RowVersion AS seq,
-               deleted.ReplyToAddress AS legacy_reply_to
+               deleted.ReplyToAddress AS legacy_reply_to,
+               {_DELETED_SIZE} AS claimed_size
         FROM {{queue}} AS message WITH (ROWLOCK)
         INNER JOIN taken ON taken.RowVersion = message.RowVersion""",
     # A bulk drain's claim: the receive inside one RowVersion range; the caller binds (first,
@@ -196,7 +201,8 @@ STATEMENTS: dict[str, str] = {
         DELETE message
         OUTPUT deleted.Id, {_EXPIRED_QUEUE} AS expired, deleted.Expires, deleted.Headers,
                deleted.Body, deleted.RowVersion AS seq,
-               deleted.ReplyToAddress AS legacy_reply_to
+               deleted.ReplyToAddress AS legacy_reply_to,
+               {_DELETED_SIZE} AS claimed_size
         FROM {{queue}} AS message WITH (ROWLOCK)
         INNER JOIN taken ON taken.RowVersion = message.RowVersion""",
     "queue_seq_bounds": """
@@ -239,7 +245,7 @@ STATEMENTS: dict[str, str] = {
         DELETE due
         OUTPUT deleted.id, {_EXPIRED_RETRY} AS expired, deleted.expires, deleted.headers,
                deleted.body, deleted.seq, deleted.attempts, deleted.first_failure_at,
-               deleted.last_error
+               deleted.last_error, {_DELETED_SIZE.lower()} AS claimed_size
         FROM {{retry}} AS due WITH (ROWLOCK)
         INNER JOIN taken ON taken.seq = due.seq""",
     "retry_summary": """
