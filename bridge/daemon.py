@@ -40,7 +40,7 @@ from bridge.ledger import (
 from bridge.metrics import SAMPLE_INTERVAL, BridgeMetrics, MetricsStartError
 from bridge.notify import notify, watchdog_interval
 from bridge.observability import report_exception
-from bridge.observers import ForwardingObserver, SafeObserver
+from bridge.observers import ForwardingObserver, safe_observer
 from bridge.outages import OutageTracker
 from bridge.queue_writes import QueueWriter
 from bridge.tables import BridgeTableMissing, forwarder_tables
@@ -52,8 +52,6 @@ EXIT_CANNOT_START = 1
 
 # How long a worker backs off when its own forwarding database is unreachable, at most.
 MAX_SOURCE_BACKOFF = 10.0
-# Retry storage and pauses are read at most this often by an idle worker.
-SLOW_POLL_MINIMUM = 1.0
 # How often a worker looks again for its forwarding tables when they do not exist.
 MISSING_TABLE_RETRY = 5.0
 
@@ -81,7 +79,7 @@ class Worker(threading.Thread):
         self._outages = outages
         self._writer = writer
         # Every call through SafeObserver: a failing observer must not end the worker thread.
-        self._observer = None if observer is None else SafeObserver(observer)
+        self._observer = safe_observer(observer)
         self._lock = threading.Lock()
 
     def run(self) -> None:
@@ -111,7 +109,7 @@ class Worker(threading.Thread):
                     if retry_backlog or time.monotonic() >= next_retry_poll:
                         retry_backlog = self._forward(batches, "retry").full
                         if not retry_backlog:
-                            next_retry_poll = time.monotonic() + slow_poll_interval(self.forwarder)
+                            next_retry_poll = time.monotonic() + self.forwarder.slow_poll_interval
                     estimate = 1 if queue_backlog else batches.queue_estimate()
                     if source_down_since is not None:
                         log.warning(
@@ -121,8 +119,7 @@ class Worker(threading.Thread):
                             time.monotonic() - source_down_since,
                         )
                         source_down_since, backoff = None, 0.5
-                        if self._observer is not None:
-                            self._observer.database_seen(self.forwarder.database, True)
+                        self._observer.database_seen(self.forwarder.database, True)
                     queue_backlog = estimate > 0 and self._forward(batches, "queue").full
                     if not (retry_backlog or queue_backlog):
                         self.stop.wait(self.forwarder.peek_interval)
@@ -130,8 +127,7 @@ class Worker(threading.Thread):
                     connections.discard(self.forwarder.database)
                     if source_down_since is None:
                         source_down_since = time.monotonic()
-                        if self._observer is not None:
-                            self._observer.database_seen(self.forwarder.database, False)
+                        self._observer.database_seen(self.forwarder.database, False)
                         log.error(
                             "forwarder '%s' cannot read its queue: %s; retrying",
                             self.forwarder.name,
@@ -174,13 +170,6 @@ class Worker(threading.Thread):
     def snapshot(self) -> Counter[str]:
         with self._lock:
             return Counter(self.totals)
-
-
-def slow_poll_interval(forwarder: ForwarderConfig) -> float:
-    """How often an idle worker looks at retry storage and pauses: its peek interval, but no
-    more than once a second (retry delays are seconds; a short peek interval is for new
-    messages, and the extra statements would be its idle cost)."""
-    return max(forwarder.peek_interval, SLOW_POLL_MINIMUM)
 
 
 def worker_count(config: BridgeConfig, forwarder: ForwarderConfig) -> int:
@@ -242,7 +231,7 @@ class Daemon:
         self.metrics: BridgeMetrics | None = (
             BridgeMetrics(config) if config.metrics.listen is not None else None
         )
-        self._sampling = Connections(config.databases)
+        self._sampling: Connections | None = None  # the metrics sampler's, while running
 
     # -- control -------------------------------------------------------------------------
 
@@ -390,7 +379,9 @@ class Daemon:
             self._scheduler = None
         for worker in self._workers:
             worker.join()
-        self._sampling.close()
+        if self._sampling is not None:
+            self._sampling.close()
+            self._sampling = None
 
     def _workers_alive(self) -> bool:
         # A worker that has not looped for a long time is hung (a statement that never

@@ -35,7 +35,7 @@ from bridge.drivers import Connection, DatabaseError, PermissionDenied, QueueNot
 from bridge.ledger import RUNTIME_DDL_OFF_ADVICE, cannot_create_advice, ledger_address
 from bridge.messages import ClaimedMessage, Decision, Poison, Publish, Source, Unit
 from bridge.multicast import PublishedEvents
-from bridge.observers import ForwardingObserver, NoObserver, SafeObserver
+from bridge.observers import ForwardingObserver, safe_observer
 from bridge.outages import OutageTracker
 from bridge.pauses import PauseBoard, PausedDelivery, PauseState, read_pauses
 from bridge.proxies import forwarder_router
@@ -50,9 +50,6 @@ from bridge.tables import (
     owned_table,
     upgrade_retry_table,
 )
-
-# A forwarder's pauses are read again at most this often (`sfbridge pause`).
-PAUSE_READ_MINIMUM = 1.0
 
 log = logging.getLogger(__name__)
 
@@ -105,13 +102,11 @@ class BatchForwarder:
             SubscriberDirectory(config, forwarder.database),
         )
         self._outages = outages or OutageTracker(probe_interval(config))
-        self._pauses = PauseBoard(max(forwarder.peek_interval, PAUSE_READ_MINIMUM))
+        self._pauses = PauseBoard(forwarder.slow_poll_interval)
         self._writer = writer or QueueWriter()
         # Rows the next claim locks, per source, from the sizes the last one saw.
         self._claim_limits: dict[Source, int] = {}
-        self._observer: ForwardingObserver = (
-            NoObserver() if observer is None else SafeObserver(observer)
-        )
+        self._observer = safe_observer(observer)
         self._remote: dict[str, RemoteDelivery] = {}
         self._retry_table_checked = False
         self._next_unhealed_log = 0.0
@@ -156,7 +151,8 @@ class BatchForwarder:
         return report
 
     def pause_state(self) -> PauseState:
-        """The forwarder's pauses, read again once per peek interval (`sfbridge pause`)."""
+        """The forwarder's pauses (`sfbridge pause`), read again once per
+        `forwarder.slow_poll_interval`."""
         if self._pauses.stale():
             connection = self.connections.get(self.forwarder.database)
             self._pauses.update(
@@ -216,6 +212,7 @@ class BatchForwarder:
                 self._upgrade_retry_table(connection)
             connection.begin()
             now = _utcnow()
+            limit = self._claim_limits.get(source, self.forwarder.batch_size)
             claimed = claim_batch(
                 connection,
                 self.dialect,
@@ -226,9 +223,8 @@ class BatchForwarder:
                 policy=self.config.retries,
                 waiting_databases=self._waiting_databases(),
                 seq_range=seq_range,
-                limit=self._claim_limits.get(source),
+                limit=limit,
             )
-            limit = self._claim_limits.get(source, self.forwarder.batch_size)
             sizes = [m.claimed_size for m in claimed]
             if claimed:
                 self._claim_limits[source] = claim_limit(self.forwarder, sizes)

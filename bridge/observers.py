@@ -67,6 +67,14 @@ class NoObserver:
         pass
 
 
+def safe_observer(observer: ForwardingObserver | None) -> ForwardingObserver:
+    """`observer` behind a SafeObserver (once: a SafeObserver is given back as it is), or
+    NoObserver for None."""
+    if observer is None:
+        return NoObserver()
+    return observer if isinstance(observer, SafeObserver) else SafeObserver(observer)
+
+
 class SafeObserver:
     """Passes every call on to `inner`, swallowing (and logging) what it raises."""
 

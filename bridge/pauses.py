@@ -226,7 +226,7 @@ def change_pause(
     what = f"forwarder '{forwarder_name}'" + (
         f" deliveries to database '{database}'" if database else ""
     )
-    within = f"every daemon on its queue obeys within {max(forwarder.peek_interval, 1.0):g} s"
+    within = f"every daemon on its queue obeys within {forwarder.slow_poll_interval:g} s"
     if pause:
         held = (
             "its messages for that database wait in retry storage, spending no attempts"

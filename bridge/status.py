@@ -11,12 +11,12 @@ from typing import Any
 from bridge.config.model import BridgeConfig, ForwarderConfig
 from bridge.connections import Connections
 from bridge.destination_states import read_states
-from bridge.dialects import Dialect, dialect_for
+from bridge.dialects import dialect_for
 from bridge.drivers import Connection, DatabaseError, QueueNotFound
 from bridge.headers import TIME_SENT_HEADER, PoisonHeaders, parse_headers, parse_wire_date
 from bridge.pauses import PauseState, read_pauses
 from bridge.proxies import proxy_destination
-from bridge.tables import ForwarderTables, forwarder_tables
+from bridge.tables import forwarder_tables
 
 # Destination states older than this were written by a daemon that is probably not running.
 STALE_STATE_SECONDS = 120.0
@@ -27,9 +27,15 @@ class QueueDepths:
     """How much one forwarder holds: its queue, its retry storage, its error queue."""
 
     queued: int
-    waiting_for_retry: int
     in_error: int
     oldest_age_seconds: float | None  # of the oldest queued message, by its TimeSent
+    # Retry storage per destination: the `retry_summary` rows (destination, messages,
+    # failing since, next attempt, most attempts made, last error).
+    retry_summary: tuple[tuple[Any, ...], ...]
+
+    @property
+    def waiting_for_retry(self) -> int:
+        return sum(int(row[1]) for row in self.retry_summary)
 
 
 def read_queue_depths(
@@ -51,9 +57,9 @@ def read_queue_depths(
         connection.rollback()  # it only read
     return QueueDepths(
         queued=int(queued),
-        waiting_for_retry=sum(int(row[1]) for row in retries),
         in_error=int(in_error),
         oldest_age_seconds=_age_of(oldest[0][0]) if oldest else None,
+        retry_summary=tuple(tuple(row) for row in retries),
     )
 
 
@@ -160,17 +166,11 @@ def _forwarder_status(config: BridgeConfig, name: str, connections: Connections)
         status["proxy_for"] = {"database": proxy.database, "queue": proxy.canonical}
     try:
         connection = connections.get(forwarder.database)
-        connection.begin()
-        status["queued"] = connection.query(dialect.sql("queue_count", queue=tables.queue))[0][0]
-        status["in_error"] = connection.query(dialect.sql("queue_count", queue=tables.error_queue))[
-            0
-        ][0]
-        oldest = connection.query(dialect.sql("queue_oldest_headers", queue=tables.queue))
-        status["oldest_age_seconds"] = _age_of(oldest[0][0]) if oldest else None
-        retries = connection.query(
-            dialect.sql("retry_summary", retry=tables.retry), (forwarder.name,)
-        )
-        status["waiting_for_retry"] = sum(int(row[1]) for row in retries)
+        depths = read_queue_depths(config, forwarder, connection)
+        status["queued"] = depths.queued
+        status["in_error"] = depths.in_error
+        status["oldest_age_seconds"] = depths.oldest_age_seconds
+        status["waiting_for_retry"] = depths.waiting_for_retry
         status["retries"] = [
             {
                 "destination": row[0],
@@ -180,8 +180,9 @@ def _forwarder_status(config: BridgeConfig, name: str, connections: Connections)
                 "max_attempts_made": int(row[4]),
                 "last_error": row[5],
             }
-            for row in retries
+            for row in depths.retry_summary
         ]
+        connection.begin()
         counters = connection.query(
             dialect.sql("counters_read", counters=tables.counters), (forwarder.name,)
         )
@@ -198,29 +199,18 @@ def _forwarder_status(config: BridgeConfig, name: str, connections: Connections)
             )
         ]
         connection.commit()
-        status["paused"] = _pauses(connection, dialect, tables, forwarder.name)
+        status["paused"] = [
+            {
+                "destination_database": pause.database,
+                "since": _iso(pause.paused_at),
+                "reason": pause.reason,
+            }
+            for pause in read_pause_state(config, forwarder, connection).pauses
+        ]
     except DatabaseError as error:
         connections.discard(forwarder.database)
         status["error"] = str(error)
     return status
-
-
-def _pauses(
-    connection: Connection, dialect: Dialect, tables: ForwarderTables, forwarder: str
-) -> list[dict[str, Any]]:
-    """The forwarder's pauses; none when the table is not there yet (made on first pause)."""
-    try:
-        state = read_pauses(connection, dialect, tables, forwarder)
-    except QueueNotFound:
-        return []
-    return [
-        {
-            "destination_database": pause.database,
-            "since": _iso(pause.paused_at),
-            "reason": pause.reason,
-        }
-        for pause in state.pauses
-    ]
 
 
 def _age_of(headers_text: str | None) -> float | None:

@@ -44,6 +44,10 @@ class FixedDestination:
     queue: str | None = None
 
 
+# Retry storage and pauses are read at most this often (seconds) by an idle worker.
+SLOW_POLL_MINIMUM = 1.0
+
+
 @dataclass(frozen=True)
 class ForwarderConfig:
     """One local forwarding queue and the workers that drain it.
@@ -62,6 +66,13 @@ class ForwarderConfig:
     concurrency: int = 2
     peek_interval: float = 0.05
     destination: FixedDestination | None = None
+
+    @property
+    def slow_poll_interval(self) -> float:
+        """How often an idle worker looks at retry storage and at pauses: the peek interval,
+        but at most once a second (retry delays are seconds; a short peek interval is for new
+        messages, and the extra statements would be its idle cost)."""
+        return max(self.peek_interval, SLOW_POLL_MINIMUM)
 
     @property
     def is_proxy(self) -> bool:

@@ -323,7 +323,8 @@ class Dialect:
 
         With `arrays` (the connection binds arrays) and a `<name>_arrays` form: one statement
         of fixed text with one array per column, whatever the number of rows. Otherwise the
-        VALUES form, as many rows per statement as `max_parameters` allows.
+        VALUES form in the row counts `row_counts` gives (`max_parameters` bounds the
+        largest).
         """
         if not rows:
             return []
