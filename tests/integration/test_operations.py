@@ -195,15 +195,19 @@ def test_competing_daemons_on_one_queue_deliver_each_message_once(
     )
     assert sfbridge("-c", str(config_path), "install").returncode == 0
     pg_create_queue(receiver, '"public"."Receiver"')
-    ids = set()
-    with pg_connect(sender) as connection:
-        for _ in range(3000):
-            headers = nsb_message_headers('"public"."Receiver"')
-            ids.add(headers["NServiceBus.MessageId"])
-            pg_nsb_send(connection, '"public"."forward"', headers, b"payload")
-        connection.commit()
     daemons = [DaemonProcess(config_path, tmp_path / f"d{i}.log") for i in range(3)]
     try:
+        # Every daemon runs before there is work (the queue drains in about the time a
+        # daemon takes to start); the messages then appear for all of them at once.
+        for daemon in daemons:
+            wait_until(lambda d=daemon: "worker(s) on" in d.output(), 30, "a daemon to start")
+        ids = set()
+        with pg_connect(sender) as connection:
+            for _ in range(3000):
+                headers = nsb_message_headers('"public"."Receiver"')
+                ids.add(headers["NServiceBus.MessageId"])
+                pg_nsb_send(connection, '"public"."forward"', headers, b"payload")
+            connection.commit()
         wait_until(lambda: pg_count(sender, '"public"."forward"') == 0, 90, "the queue to drain")
         time.sleep(1)
         assert [daemon.stop() for daemon in daemons] == [0, 0, 0]
