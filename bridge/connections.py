@@ -25,23 +25,25 @@ class Connections:
 
     def __init__(self, databases: Mapping[str, DatabaseConfig]) -> None:
         self._databases = databases
-        self._open: dict[str, Connection] = {}
+        self._open: dict[tuple[str, str], Connection] = {}
 
-    def get(self, database: str) -> Connection:
-        """An open connection to `database`. Raises ConnectionFailed."""
-        connection = self._open.get(database)
+    def get(self, database: str, role: str = "") -> Connection:
+        """An open connection to `database`; a `role` other than the default one is a second
+        connection of its own (e.g. for records committed apart from a batch). Raises
+        ConnectionFailed."""
+        connection = self._open.get((database, role))
         if connection is None:
             connection = connect(self._databases[database])
-            self._open[database] = connection
+            self._open[(database, role)] = connection
         return connection
 
-    def discard(self, database: str) -> None:
+    def discard(self, database: str, role: str = "") -> None:
         """Drop a connection that failed; the next `get` opens a new one."""
-        connection = self._open.pop(database, None)
+        connection = self._open.pop((database, role), None)
         if connection is not None:
             connection.rollback()
             connection.close()
 
     def close(self) -> None:
-        for database in list(self._open):
-            self.discard(database)
+        for database, role in list(self._open):
+            self.discard(database, role)

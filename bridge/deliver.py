@@ -6,10 +6,13 @@ results`:
 - `LocalDelivery`, for queues in the forwarding database itself: the rows are written inside
   the source transaction (in a savepoint), so one commit makes receive and send atomic and no
   ledger is needed;
-- `RemoteDelivery`, for any other database: every message's dedup-ledger row and queue row are
-  written in one destination transaction that commits before the source transaction does. If
-  the bridge dies between the two commits the source rows come back, and redelivering them
-  only hits the ledger.
+- `RemoteDelivery`, for any other database, in one destination transaction per attempt that
+  ends as the route's transaction mode says (`Target.transaction`): `ledger` writes every
+  message's dedup-ledger row with its queue row and commits before the source transaction
+  does (if the bridge dies between the two commits the source rows come back, and
+  redelivering them only hits the ledger); `two-phase` prepares the transaction instead, to
+  be committed after the source, and `at-least-once` commits with no ledger
+  (`bridge.transactions` holds their source side).
 
 Both isolate a failure that concerns one message (its destination table is missing, the server
 rejects a value): the attempt is undone and made again without that message, so one bad message
@@ -26,7 +29,7 @@ from typing import Protocol
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from bridge.addressing import QueueAddress
-from bridge.config.model import BridgeConfig
+from bridge.config.model import BridgeConfig, TransactionMode
 from bridge.connections import Connections
 from bridge.dialects import Dialect
 from bridge.drivers import (
@@ -55,6 +58,7 @@ from bridge.queue_writes import (
 )
 from bridge.routing import nearest_table
 from bridge.tables import BridgeTableMissing
+from bridge.transactions import BatchTransactions, DestinationNotReady
 
 log = logging.getLogger(__name__)
 
@@ -69,23 +73,25 @@ class Delivery(Protocol):
 
 def deliver_units(
     units: Sequence[Unit],
-    delivery_for: Callable[[str], Delivery],
+    delivery_for: Callable[[str, TransactionMode], Delivery],
     delivered: Callable[[str, int], None] | None = None,
 ) -> list[DeliveryResult | None]:
-    """Deliver every unit that is to be delivered, grouped per destination database.
+    """Deliver every unit that is to be delivered, grouped per destination database and
+    transaction mode.
 
     Returns a result per unit, in order: None for units that are not deliveries. `delivered`
-    is told, right after each database's delivery returns, how many units it delivered (not
+    is told, right after each group's delivery returns, how many units it delivered (not
     counting duplicates), for metrics.
     """
-    groups: dict[str, list[int]] = {}
+    groups: dict[tuple[str, TransactionMode], list[int]] = {}
     for index, unit in enumerate(units):
         if isinstance(unit.outcome, Deliver):
-            groups.setdefault(unit.outcome.destination.database, []).append(index)
+            destination = unit.outcome.destination
+            groups.setdefault((destination.database, destination.transaction), []).append(index)
     results: list[DeliveryResult | None] = [None] * len(units)
-    for database, indexes in groups.items():
+    for (database, mode), indexes in groups.items():
         items = [_item(units[index]) for index in indexes]
-        database_results = delivery_for(database).deliver(items)
+        database_results = delivery_for(database, mode).deliver(items)
         for index, result in zip(indexes, database_results, strict=True):
             results[index] = result
         if delivered is not None:
@@ -223,7 +229,8 @@ class LocalDelivery:
 class Target:
     """A destination database as remote delivery needs it.
 
-    `create_ledger`: create the ledger when it is missing (`install.at_runtime`).
+    `create_ledger`: create the ledger when it is missing (`install.at_runtime`). The ledger
+    is written only with `transaction` `ledger`.
     """
 
     name: str
@@ -231,10 +238,15 @@ class Target:
     ledger: QueueAddress
     config: BridgeConfig
     create_ledger: bool
+    transaction: TransactionMode = "ledger"
 
 
 class RemoteDelivery:
-    """Into one other database, in its own transaction, with the dedup ledger."""
+    """Into one other database, in its own transaction, ended as `target.transaction` says.
+
+    `batch` is the source side of the batch being forwarded, set before each batch (two-phase
+    and at-least-once record there).
+    """
 
     def __init__(
         self,
@@ -249,6 +261,8 @@ class RemoteDelivery:
         self._immediate_attempts = max(1, immediate_attempts)
         self._outages = outages
         self._writer = writer
+        self.batch: BatchTransactions | None = None
+        self._can_prepare = False  # max_prepared_transactions seen above 0
 
     def deliver(self, items: Sequence[Item]) -> list[DeliveryResult]:
         """Every item gets a result; database errors never escape.
@@ -276,6 +290,8 @@ class RemoteDelivery:
             except LedgerDenied as error:
                 advice = cannot_create_advice(error.detail)
                 return self._not_ready(items, ledger_problem(self._target.config, name, advice))
+            except DestinationNotReady as not_ready:
+                return self._not_ready(items, not_ready.problem)
             except DatabaseError as error:
                 return self._fail_all(items, error)
             self._outages.record_up(name)
@@ -316,10 +332,10 @@ class RemoteDelivery:
                 target.dialect,
                 self._writer,
                 items,
-                ledger=target.ledger,
+                ledger=target.ledger if target.transaction == "ledger" else None,
                 one_by_one=one_by_one,
             )
-            connection.commit()
+            self._end(connection, items, results)
         except (NotIsolated, ItemWriteError, BridgeTableMissing):
             connection.rollback()
             raise
@@ -332,6 +348,48 @@ class RemoteDelivery:
         if not target.dialect.keep_destination_connections:
             self._connections.discard(target.name)
         return results
+
+    def _end(
+        self, connection: Connection, items: Sequence[Item], results: dict[int, DeliveryResult]
+    ) -> None:
+        """End the destination transaction as the transaction mode says."""
+        mode = self._target.transaction
+        if mode == "ledger":
+            connection.commit()
+            return
+        assert self.batch is not None, "two-phase and at-least-once need the batch's source"
+        written = [
+            items[p] for p, result in sorted(results.items()) if isinstance(result, Delivered)
+        ]
+        if not written:
+            connection.commit()
+        elif mode == "two-phase":
+            self._require_prepared_transactions(connection)
+            self.batch.prepare(connection, self._target.dialect, self._target.name)
+        else:
+            gid = self.batch.record_in_flight(self._target.name, written)
+            try:
+                connection.commit()
+            except DatabaseUnavailable:
+                # The commit may have happened: the record must outlive this batch.
+                if gid is not None:
+                    self.batch.keep_in_flight(gid, self._target.name, written)
+                raise
+
+    def _require_prepared_transactions(self, connection: Connection) -> None:
+        """Raises DestinationNotReady where PostgreSQL's prepared transactions are off."""
+        if self._can_prepare:
+            return
+        rows = connection.query(self._target.dialect.sql("max_prepared_transactions"))
+        if int(rows[0][0]) > 0:
+            self._can_prepare = True
+            return
+        raise DestinationNotReady(
+            f"database '{self._target.name}' has max_prepared_transactions = 0, so "
+            "'transaction: two-phase' cannot prepare there: set it above 0 (for example "
+            "max_prepared_transactions = 100 in postgresql.conf) and restart PostgreSQL, or "
+            "choose another transaction mode for its routes"
+        )
 
     def _item_failure(
         self, items: Sequence[Item], failure: ItemWriteError

@@ -9,10 +9,12 @@ One call of `BatchForwarder.forward_batch` is one source transaction:
    subscriber copy);
 3. deliver the units, grouped per destination database (`bridge.deliver`): the forwarding
    database's own queues inside the source transaction, other databases in their own
-   transaction with the dedup ledger, committed first;
+   transaction, committed first with the dedup ledger (`transaction: ledger`), prepared
+   (`two-phase`) or committed without a ledger (`at-least-once`);
 4. settle every unit (`bridge.settle`): count it, or write it to retry storage or the error
    queue, in the same source transaction;
-5. commit the source transaction. Only now are the rows gone from where they were.
+5. commit the source transaction. Only now are the rows gone from where they were; then
+   commit what was prepared (`bridge.transactions`).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from typing import TypeVar
 
 from bridge.claim import claim_batch, claim_limit
 from bridge.classify import classify
-from bridge.config.model import BridgeConfig, ForwarderConfig
+from bridge.config.model import BridgeConfig, ForwarderConfig, TransactionMode
 from bridge.connections import Connections
 from bridge.deliver import Delivery, LocalDelivery, RemoteDelivery, Target, deliver_units
 from bridge.dialects import Dialect, dialect_for
@@ -50,6 +52,7 @@ from bridge.tables import (
     owned_table,
     upgrade_retry_table,
 )
+from bridge.transactions import BatchTransactions, SourceFailed
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +110,9 @@ class BatchForwarder:
         # Rows the next claim locks, per source, from the sizes the last one saw.
         self._claim_limits: dict[Source, int] = {}
         self._observer = safe_observer(observer)
-        self._remote: dict[str, RemoteDelivery] = {}
+        self._remote: dict[tuple[str, TransactionMode], RemoteDelivery] = {}
+        self._batch: BatchTransactions | None = None
+        self._store: str | None = None  # the forwarding database's id in two-phase gids
         self._retry_table_checked = False
         self._next_unhealed_log = 0.0
 
@@ -232,6 +237,15 @@ class BatchForwarder:
             report = BatchReport(claimed=len(claimed), full=full)
             claimed_at = time.monotonic()
             committed_locally = 0
+            self._batch = BatchTransactions(
+                connection,
+                self.dialect,
+                self.tables.transactions,
+                self.forwarder.name,
+                self.connections,
+                self.forwarder.database,
+                store=self._store,
+            )
             if claimed:
                 units = [unit for message in claimed for unit in self._units(connection, message)]
 
@@ -242,9 +256,14 @@ class BatchForwarder:
                     elif count:
                         self._observer.delivered(database, count, time.monotonic() - claimed_at)
 
-                results = deliver_units(
-                    units, lambda database: self._delivery(connection, database), delivered
-                )
+                try:
+                    results = deliver_units(
+                        units,
+                        lambda database, mode: self._delivery(connection, database, mode),
+                        delivered,
+                    )
+                except SourceFailed as failed:
+                    raise failed.error from None
                 settlement = Settlement(
                     connection,
                     self.dialect,
@@ -258,6 +277,9 @@ class BatchForwarder:
                     units, results, self.config.retries, self.config.publish.no_subscribers
                 )
             connection.commit()
+            self._store = self._batch.store
+            if self._batch.prepared:
+                self._batch.commit_prepared(self._destination_dialects())
             if committed_locally:
                 self._observer.delivered(
                     self.forwarder.database, committed_locally, time.monotonic() - claimed_at
@@ -297,13 +319,16 @@ class BatchForwarder:
             waiting += [d for d in self._outages.waiting_databases() if d not in waiting]
         return waiting
 
-    def _delivery(self, connection: Connection, database: str) -> Delivery:
+    def _destination_dialects(self) -> dict[str, Dialect]:
+        return {name: dialect_for(d.dialect) for name, d in self.config.databases.items()}
+
+    def _delivery(self, connection: Connection, database: str, mode: TransactionMode) -> Delivery:
         pause = self._pauses.state.destinations.get(database)
         if pause is not None:
             return PausedDelivery(database, pause)
         if database == self.forwarder.database:
             return LocalDelivery(connection, self.dialect, self._writer)
-        delivery = self._remote.get(database)
+        delivery = self._remote.get((database, mode))
         if delivery is None:
             target = Target(
                 name=database,
@@ -311,6 +336,7 @@ class BatchForwarder:
                 ledger=ledger_address(self.config, database),
                 config=self.config,
                 create_ledger=self.config.install.at_runtime,
+                transaction=mode,
             )
             delivery = RemoteDelivery(
                 target,
@@ -319,7 +345,8 @@ class BatchForwarder:
                 self._outages,
                 self._writer,
             )
-            self._remote[database] = delivery
+            self._remote[(database, mode)] = delivery
+        delivery.batch = self._batch
         return delivery
 
     # -- healing the forwarding database -------------------------------------------------

@@ -25,7 +25,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from bridge.addressing import AddressError, QueueAddress
-from bridge.config.model import BridgeConfig, DatabaseConfig, FixedDestination, ForwarderConfig
+from bridge.config.model import (
+    BridgeConfig,
+    DatabaseConfig,
+    FixedDestination,
+    ForwarderConfig,
+    TransactionMode,
+)
 from bridge.config.proxy_addresses import fixed_destination_address
 from bridge.dialects.registry import grammar_for
 from bridge.headers import REPLY_TO_ADDRESS_HEADER, Headers
@@ -51,12 +57,21 @@ _REPLY_HEADERS = (REPLY_TO_ADDRESS_HEADER, CALLBACK_QUEUE_HEADER, SUBSCRIBER_ADD
 
 
 def resolve_fixed_destination(
-    proxy_queue: str, source: DatabaseConfig, fixed: FixedDestination, target: DatabaseConfig
+    proxy_queue: str,
+    source: DatabaseConfig,
+    fixed: FixedDestination,
+    target: DatabaseConfig,
+    default_transaction: TransactionMode = "ledger",
 ) -> Destination:
     """The queue a proxy delivers to (see `fixed_destination_address`) as a `Destination`."""
     address = fixed_destination_address(proxy_queue, source, fixed, target)
     canonical = grammar_for(target.dialect).render(address)
-    return Destination(database=target.name, address=address, canonical=canonical)
+    return Destination(
+        database=target.name,
+        address=address,
+        canonical=canonical,
+        transaction=fixed.transaction or default_transaction,
+    )
 
 
 def proxy_destination(config: BridgeConfig, forwarder: ForwarderConfig) -> Destination | None:
@@ -71,6 +86,7 @@ def proxy_destination(config: BridgeConfig, forwarder: ForwarderConfig) -> Desti
         config.databases[forwarder.database],
         forwarder.destination,
         config.databases[forwarder.destination.database],
+        config.delivery.transaction,
     )
 
 
@@ -82,6 +98,7 @@ def forwarder_router(config: BridgeConfig, forwarder: ForwarderConfig) -> Router
         config.databases,
         proxy=proxy_destination(config, forwarder),
         replies=ReplyAddresses.from_config(config),
+        default_transaction=config.delivery.transaction,
     )
 
 

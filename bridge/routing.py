@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from bridge.addressing import AddressError, QueueAddress
-from bridge.config.model import DatabaseConfig, RouteConfig
+from bridge.config.model import DatabaseConfig, RouteConfig, TransactionMode
 from bridge.dialects.registry import grammar_for
 from bridge.headers import Headers, without_routing_headers
 
@@ -23,12 +23,14 @@ class Destination:
     """Where a message goes: a configured database and a queue address in its grammar.
 
     `canonical` is the address rendered in the destination dialect's canonical form; it is
-    the dedup ledger key (with the message id) and what `status` shows.
+    the dedup ledger key (with the message id) and what `status` shows. `transaction` is how
+    a message crosses into that database (`bridge.config.model.TransactionMode`).
     """
 
     database: str
     address: QueueAddress
     canonical: str
+    transaction: TransactionMode = "ledger"
 
 
 @dataclass(frozen=True)
@@ -59,8 +61,10 @@ class Router:
         *,
         proxy: Destination | None = None,
         replies: ReplyRewriter | None = None,
+        default_transaction: TransactionMode = "ledger",
     ) -> None:
         self._source = source
+        self._default_transaction: TransactionMode = default_transaction
         self._routes = tuple(routes)
         self._databases = databases
         self._cache: dict[tuple[str, str | None], Destination | Unroutable] = {}
@@ -99,7 +103,11 @@ class Router:
                     )
                 grammar_source = self._databases[address_database]
             decision = route_destination(
-                destination_header, grammar_source, self._routes, self._databases
+                destination_header,
+                grammar_source,
+                self._routes,
+                self._databases,
+                default_transaction=self._default_transaction,
             )
             # Bounded: a stream of distinct bogus destinations must not grow memory forever.
             if len(self._cache) < 10_000:
@@ -112,8 +120,11 @@ def route_destination(
     source: DatabaseConfig,
     routes: Sequence[RouteConfig],
     databases: Mapping[str, DatabaseConfig],
+    *,
+    default_transaction: TransactionMode = "ledger",
 ) -> Destination | Unroutable:
-    """Route one destination header value; see the module docstring for the rules."""
+    """Route one destination header value; see the module docstring for the rules. The
+    destination's transaction mode is the route's, else `default_transaction`."""
     source_grammar = grammar_for(source.dialect)
     try:
         parsed = source_grammar.parse(destination_header)
@@ -135,7 +146,12 @@ def route_destination(
             f"destination {destination_header!r} cannot be a {target.dialect} queue in database "
             f"'{target.name}' ({error}); route it elsewhere or rename the queue"
         )
-    return Destination(database=target.name, address=address, canonical=canonical)
+    return Destination(
+        database=target.name,
+        address=address,
+        canonical=canonical,
+        transaction=route.transaction or default_transaction,
+    )
 
 
 def first_matching_route(table: str, routes: Sequence[RouteConfig]) -> RouteConfig | None:

@@ -2,9 +2,11 @@
 
 The bridge owns, in each forwarding database, the forwarding queue (its input queue, as an
 endpoint owns its own), the error queue, retry storage, counters, event types and destination
-states; in each destination database, the dedup ledger (see `bridge.ledger`). `sfbridge
-install` creates them all up front. The daemon creates one it finds missing while it works
-(unless `install.at_runtime` is false), so a database that is dropped and recreated heals.
+states, and where the dialect keeps them the transaction records of `bridge.transactions`;
+in each destination database reached with `transaction: ledger`, the dedup ledger (see
+`bridge.ledger`). `sfbridge install` creates them all up front. The daemon creates one it
+finds missing while it works (unless `install.at_runtime` is false), so a database that is
+dropped and recreated heals.
 Destination queues are never created by the bridge: they belong to the receiving endpoints.
 """
 
@@ -23,6 +25,7 @@ from bridge.dialects.base import (
     EVENT_TYPES_TABLE,
     PAUSES_TABLE,
     RETRY_TABLE,
+    TRANSACTIONS_TABLE,
 )
 from bridge.drivers import (
     AlreadyExists,
@@ -46,6 +49,9 @@ class ForwarderTables:
     destination_states: QueueAddress
     pauses: QueueAddress
     queue_canonical: str
+    # Two-phase decisions and at-least-once records (`bridge.transactions`), where the
+    # dialect keeps them.
+    transactions: QueueAddress
 
 
 def forwarder_tables(config: BridgeConfig, forwarder: ForwarderConfig) -> ForwarderTables:
@@ -63,6 +69,7 @@ def forwarder_tables(config: BridgeConfig, forwarder: ForwarderConfig) -> Forwar
         destination_states=dialect.bridge_table(DESTINATION_STATES_TABLE, database.schema),
         pauses=dialect.bridge_table(PAUSES_TABLE, database.schema),
         queue_canonical=grammar.render(queue),
+        transactions=dialect.bridge_table(TRANSACTIONS_TABLE, database.schema),
     )
 
 
@@ -113,6 +120,8 @@ def forwarder_table_steps(config: BridgeConfig, forwarder: ForwarderConfig) -> l
         "destination_states",
     )
     step("pauses", tables.pauses, "create_pauses_table", "pauses")
+    if dialect.records_transactions:
+        step("transactions table", tables.transactions, "create_transactions_table", "transactions")
     return steps
 
 

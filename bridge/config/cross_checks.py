@@ -19,7 +19,7 @@ from bridge.config.messages import join_path, suggestion
 from bridge.config.model import DatabaseConfig, FixedDestination, RouteConfig
 from bridge.config.problems import ProblemLog
 from bridge.config.proxy_addresses import fixed_destination_address
-from bridge.config.schema import LEDGER, RETRIES, ROUTES, SUBSCRIPTIONS
+from bridge.config.schema import DELIVERY, LEDGER, RETRIES, ROUTES, SUBSCRIPTIONS
 from bridge.config.walker import Document, Entry, Item
 from bridge.dialects.registry import dialects, grammar_for
 
@@ -32,6 +32,7 @@ __all__ = [
     "check_routes",
     "check_subscription_tables",
     "check_subscriptions",
+    "check_transactions",
 ]
 
 
@@ -45,6 +46,7 @@ def check_across_keys(document: Document, log: ProblemLog) -> None:
     check_forwarders(document, log)
     check_proxies(document, log)
     check_routes(document, log)
+    check_transactions(document, log)
     check_subscriptions(document, log)
     check_subscription_tables(document, log)
     check_retries(document, log)
@@ -271,6 +273,75 @@ def check_routes(document: Document, log: ProblemLog) -> None:
                 f"{dialect.name} has no schemas (database {entry.values['database']!r} is "
                 f"{dialect.name})",
             )
+
+
+def check_transactions(document: Document, log: ProblemLog) -> None:
+    """`two-phase` needs a destination that can prepare a transaction and forwarding databases
+    that hold the decision (PostgreSQL both): a route or proxy destination asking for it
+    elsewhere is an error, naming what is in the way. A route into the forwarders' own
+    database is atomic whatever it says, so it is not checked."""
+    delivery = document.mappings.get(DELIVERY.name)
+    default = (delivery.values.get("transaction") if delivery is not None else None) or "ledger"
+    forwarding = [
+        (entry.path, entry.values.get("database"), document.dialect_of(entry))
+        for entry in document.forwarders
+        if entry is not None
+    ]
+    for entry in document.routes:
+        if entry is None:
+            continue
+        given = entry.values.get("transaction")
+        if (given or default) != "two-phase":
+            continue
+        path = join_path(entry.path, "transaction")
+        if given is None:
+            path = f"{path} (from delivery.transaction)"
+        sources = [f for f in forwarding if f[1] != entry.values.get("database")]
+        database = entry.values.get("database")
+        _check_two_phase(log, path, database, document.dialect_of(entry), sources)
+    for entry in document.forwarders:
+        fixed = None if entry is None else entry.values.get("destination")
+        if entry is None or not isinstance(fixed, FixedDestination):
+            continue
+        if (fixed.transaction or default) != "two-phase":
+            continue
+        if fixed.database == entry.values.get("database"):
+            continue
+        path = join_path(join_path(entry.path, "destination"), "transaction")
+        if fixed.transaction is None:
+            path = f"{path} (from delivery.transaction)"
+        target = _database_config(document, fixed.database)
+        sources = [(entry.path, entry.values.get("database"), document.dialect_of(entry))]
+        _check_two_phase(log, path, fixed.database, target.dialect if target else None, sources)
+
+
+def _check_two_phase(
+    log: ProblemLog,
+    path: str,
+    database: object,
+    dialect_name: str | None,
+    sources: list[tuple[str, object, str | None]],
+) -> None:
+    dialect = dialects().get(dialect_name or "")
+    if dialect is not None and dialect.cannot_prepare is not None:
+        log.error(
+            path,
+            f"two-phase needs a destination that can prepare a transaction, and database "
+            f"{database!r} is {dialect.name}: {dialect.cannot_prepare}. Use 'ledger' "
+            "(exactly once, with a ledger table there) or 'at-least-once'",
+        )
+        return
+    for forwarder_path, source, source_dialect in sources:
+        known = dialects().get(source_dialect or "")
+        if known is not None and known.cannot_prepare is not None:
+            log.error(
+                path,
+                f"two-phase keeps its commit decisions in the forwarding database, and "
+                f"{forwarder_path} forwards from {source!r}, a {known.name} database: "
+                "two-phase works between PostgreSQL databases. Use 'ledger' or "
+                "'at-least-once' for this route",
+            )
+            return
 
 
 def _check_reachable(log: ProblemLog, entry: Entry, match: str, earlier: list[Entry]) -> None:

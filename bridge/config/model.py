@@ -13,6 +13,12 @@ Backoff = Literal["constant", "linear", "exponential"]
 MissingQueuePolicy = Literal["retry", "error"]
 OutagePolicy = Literal["count", "wait"]
 NoSubscribersPolicy = Literal["drop", "error"]
+# How a message crosses into another database (`bridge.transactions`): `ledger` (destination
+# commit with a dedup-ledger row, then the source), `two-phase` (the destination prepared, the
+# source committed with the decision, then the destination), `at-least-once` (no ledger: a
+# crash between the two commits can deliver a message twice).
+TransactionMode = Literal["ledger", "two-phase", "at-least-once"]
+TRANSACTION_MODES: tuple[TransactionMode, ...] = ("ledger", "two-phase", "at-least-once")
 
 
 @dataclass(frozen=True)
@@ -42,6 +48,7 @@ class FixedDestination:
 
     database: str
     queue: str | None = None
+    transaction: TransactionMode | None = None  # None: `delivery.transaction`
 
 
 # Retry storage and pauses are read at most this often (seconds) by an idle worker.
@@ -86,6 +93,7 @@ class RouteConfig:
     match: str
     database: str
     schema: str | None = None
+    transaction: TransactionMode | None = None  # None: `delivery.transaction`
 
     def matches(self, table: str) -> bool:
         """Whether `match` matches the table name (case-sensitive, like NServiceBus)."""
@@ -105,6 +113,13 @@ class RetryConfig:
     # `wait`: a whole-database outage spends no attempts; its messages wait up to `max_wait`.
     during_outage: OutagePolicy = "count"
     max_wait: float = 7 * 24 * 3600.0
+
+
+@dataclass(frozen=True)
+class DeliveryConfig:
+    """`transaction`: the mode of every route (and proxy destination) that names none."""
+
+    transaction: TransactionMode = "ledger"
 
 
 @dataclass(frozen=True)
@@ -171,6 +186,7 @@ class BridgeConfig:
     forwarders: tuple[ForwarderConfig, ...]
     routes: tuple[RouteConfig, ...] = ()
     retries: RetryConfig = field(default_factory=RetryConfig)
+    delivery: DeliveryConfig = field(default_factory=DeliveryConfig)
     install: InstallConfig = field(default_factory=InstallConfig)
     ledger: LedgerConfig = field(default_factory=LedgerConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
@@ -182,6 +198,12 @@ class BridgeConfig:
     subscription_tables: tuple[SubscriptionTableConfig, ...] = ()
     publish: PublishConfig = field(default_factory=PublishConfig)
     source_path: str | None = None
+
+    def route_transaction(self, route: RouteConfig) -> TransactionMode:
+        return route.transaction or self.delivery.transaction
+
+    def proxy_transaction(self, destination: FixedDestination) -> TransactionMode:
+        return destination.transaction or self.delivery.transaction
 
     def forwarder(self, name: str) -> ForwarderConfig:
         for forwarder in self.forwarders:

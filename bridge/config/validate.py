@@ -16,6 +16,7 @@ from bridge.config.cross_checks import check_across_keys
 from bridge.config.model import (
     BridgeConfig,
     DatabaseConfig,
+    DeliveryConfig,
     ForwarderConfig,
     InstallConfig,
     LedgerConfig,
@@ -66,6 +67,7 @@ def _build(document: Document, source_path: str | None) -> BridgeConfig:
         forwarders=tuple(ForwarderConfig(**e.values) for e in document.forwarders if e),
         routes=tuple(RouteConfig(**e.values) for e in document.routes if e),
         retries=RetryConfig(**mappings["retries"]),
+        delivery=DeliveryConfig(**mappings["delivery"]),
         install=InstallConfig(**mappings["install"]),
         ledger=LedgerConfig(**mappings["ledger"]),
         logging=LoggingConfig(**mappings["logging"]),

@@ -16,6 +16,7 @@ a template may also use `{x_literal}` (the quoted, qualified name as an SQL stri
 
 from __future__ import annotations
 
+import re
 import threading
 import uuid
 from collections import OrderedDict
@@ -53,6 +54,40 @@ class ConfiguredDatabase(Protocol):
 # Optional forms of multi-row statements that bind one array per column instead of one
 # parameter per value (`Dialect.rows_statements`): a dialect defines all of them or none.
 ARRAY_STATEMENT_NAMES = frozenset({"send_many_arrays", "ledger_record_many_arrays"})
+# Optional, all or none: the transaction records of `bridge.transactions` (durable in-flight
+# records of at-least-once deliveries, two-phase decisions), and two-phase commit itself
+# (PREPARE TRANSACTION in a destination; the `{gid}` placeholder takes a literal). A dialect
+# with two-phase statements has the record statements too and `cannot_prepare` None.
+TRANSACTION_RECORD_STATEMENT_NAMES = frozenset(
+    {
+        "create_transactions_table",
+        "transaction_record",
+        "transaction_forget",
+        "transactions_orphaned",
+        "transactions_summary",
+    }
+)
+TWO_PHASE_STATEMENT_NAMES = frozenset(
+    {
+        "transaction_record_unless_decided",
+        "transaction_read",
+        "transactions_decided",
+        "store_id_claim",
+        "store_id_read",
+        "lock_timeout",
+        "prepare_transaction",
+        "commit_prepared",
+        "rollback_prepared",
+        "prepared_transactions",
+        "max_prepared_transactions",
+    }
+)
+OPTIONAL_STATEMENT_GROUPS = (
+    ARRAY_STATEMENT_NAMES,
+    TRANSACTION_RECORD_STATEMENT_NAMES,
+    TWO_PHASE_STATEMENT_NAMES,
+)
+OPTIONAL_STATEMENT_NAMES = frozenset().union(*OPTIONAL_STATEMENT_GROUPS)
 # A multi-row VALUES statement writes at most this many rows, whatever the parameter limit.
 MAX_ROWS_PER_STATEMENT = 1000
 # Rendered statements a dialect keeps (see `Dialect._rendered`): enough for every statement of
@@ -147,6 +182,10 @@ COUNTERS_TABLE = "sfbridge_counters"
 EVENT_TYPES_TABLE = "sfbridge_event_types"
 DESTINATION_STATES_TABLE = "sfbridge_destination_states"
 PAUSES_TABLE = "sfbridge_pauses"
+# What the bridge's global transaction ids are made of (never quoted by a driver: see
+# `Dialect.with_gid`).
+GID_PATTERN = re.compile(r"[A-Za-z0-9:-]{1,200}")
+TRANSACTIONS_TABLE = "sfbridge_transactions"
 
 
 class QueueShapes(Protocol):
@@ -253,6 +292,10 @@ class Dialect:
     inspect_queue_table: QueueTableInspector | None = None
     drivers: tuple[str, ...] = ()
     max_parameters: int = 2000
+    # Why a transaction cannot be prepared here (`transaction: two-phase`); None where it can:
+    # then the dialect has `prepare_transaction`, `commit_prepared`, `rollback_prepared` and
+    # `prepared_transactions` statements.
+    cannot_prepare: str | None = "the bridge cannot prepare transactions in this dialect"
     # Rendered statements by (overrides, name, rows, tables): the same text is the same
     # object, which pyodbc needs to reuse a prepared statement. Least recently used first;
     # bounded, since row counts and queues (named by messages) vary without end.
@@ -262,6 +305,17 @@ class Dialect:
     _rendered_lock: threading.Lock = field(
         default_factory=threading.Lock, init=False, repr=False, compare=False
     )
+
+    @property
+    def records_transactions(self) -> bool:
+        """Whether the dialect keeps durable transaction records (`bridge.transactions`)."""
+        return "create_transactions_table" in self.statements
+
+    def with_gid(self, name: str, gid: str) -> str:
+        """The two-phase statement `name` for the global transaction id `gid` (a literal)."""
+        if not GID_PATTERN.fullmatch(gid):
+            raise ValueError(f"not a gid the bridge makes: {gid!r}")
+        return self.statements[name].format(gid=sql_string_literal(gid))
 
     def opens_with_odbc(self, database: ConfiguredDatabase) -> bool:
         """Whether `database` is opened through ODBC: its `driver` (or the dialect's default)

@@ -380,6 +380,58 @@ STATEMENTS: dict[str, str] = {
     # Whether this login may create tables in the schema (PostgreSQL 15: only the owner may
     # create in `public` unless granted).
     "can_create_tables": "SELECT has_schema_privilege(?, 'CREATE')",
+    # Transaction records (`bridge.transactions`), one table per forwarding database: a
+    # two-phase commit decision ('C' commit, 'A' abort) under the prepared transaction's gid;
+    # an at-least-once delivery in flight ('P', with its message ids); '$store' holds the
+    # random id that this database's gids carry.
+    "create_transactions_table": """
+        CREATE TABLE IF NOT EXISTS {transactions} (
+            gid varchar(200) NOT NULL PRIMARY KEY,
+            outcome char(1) NOT NULL,
+            forwarder varchar(200) NOT NULL,
+            destination_database varchar(200) NOT NULL,
+            recorded_at timestamp NOT NULL,
+            message_ids text
+        )""",
+    "transaction_record": """
+        INSERT INTO {transactions} (gid, outcome, forwarder, destination_database, recorded_at,
+                                    message_ids)
+        VALUES (?, ?, ?, ?, ?, ?)""",
+    # The resolver's abort, recorded only where nothing is recorded yet. A decision another
+    # transaction is inserting (a batch still running) makes this wait for that transaction,
+    # at most the lock timeout set just before.
+    "transaction_record_unless_decided": """
+        INSERT INTO {transactions} (gid, outcome, forwarder, destination_database, recorded_at,
+                                    message_ids)
+        VALUES (?, ?, ?, ?, ?, NULL) ON CONFLICT (gid) DO NOTHING""",
+    "transaction_read": "SELECT outcome FROM {transactions} WHERE gid = ?",
+    "transaction_forget": "DELETE FROM {transactions} WHERE gid = ?",
+    "transactions_decided": """
+        SELECT gid, outcome FROM {transactions}
+        WHERE destination_database = ? AND outcome IN ('C', 'A')""",
+    # In-flight records older than a cutoff that no live batch holds (a batch locks its own
+    # by deleting it before the destination commits): their batch died.
+    "transactions_orphaned": """
+        SELECT gid, forwarder, destination_database, message_ids FROM {transactions}
+        WHERE outcome = 'P' AND recorded_at < ? FOR UPDATE SKIP LOCKED""",
+    "transactions_summary": """
+        SELECT outcome, destination_database, count(*), min(recorded_at) FROM {transactions}
+        WHERE outcome <> 'S' GROUP BY outcome, destination_database""",
+    "store_id_claim": """
+        INSERT INTO {transactions} (gid, outcome, forwarder, destination_database, recorded_at,
+                                    message_ids)
+        VALUES ('$store', 'S', '', '', ?, ?) ON CONFLICT (gid) DO NOTHING""",
+    "store_id_read": "SELECT message_ids FROM {transactions} WHERE gid = '$store'",
+    "lock_timeout": "SET LOCAL lock_timeout = '200ms'",
+    # Two-phase commit in a destination. A gid is a literal, never a parameter: the bridge's
+    # gids are made of letters, digits, ':' and '-' only (`bridge.transactions`).
+    "prepare_transaction": "PREPARE TRANSACTION {gid}",
+    "commit_prepared": "COMMIT PREPARED {gid}",
+    "rollback_prepared": "ROLLBACK PREPARED {gid}",
+    "prepared_transactions": """
+        SELECT gid, EXTRACT(EPOCH FROM (now() - prepared)) FROM pg_prepared_xacts
+        WHERE database = current_database() AND gid LIKE ?""",
+    "max_prepared_transactions": "SELECT current_setting('max_prepared_transactions')::int",
     "savepoint": "SAVEPOINT sfbridge_local",
     "rollback_to_savepoint": "ROLLBACK TO SAVEPOINT sfbridge_local",
     "release_savepoint": "RELEASE SAVEPOINT sfbridge_local",
@@ -463,4 +515,5 @@ DIALECT = Dialect(
     decode_timestamp=_decode_timestamp,
     drivers=DRIVERS,
     max_parameters=65535,
+    cannot_prepare=None,
 )

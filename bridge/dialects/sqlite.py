@@ -382,4 +382,5 @@ DIALECT = Dialect(
     decode_timestamp=_decode_timestamp,
     # SQLITE_MAX_VARIABLE_NUMBER's default since SQLite 3.32.
     max_parameters=32766,
+    cannot_prepare="SQLite has no prepared (two-phase) transactions",
 )

@@ -17,6 +17,7 @@ from bridge.drivers.base import (
     PermissionDenied,
     QueueNotFound,
     TransientDatabaseError,
+    UndefinedObject,
 )
 
 __all__ = [
@@ -30,4 +31,5 @@ __all__ = [
     "PermissionDenied",
     "QueueNotFound",
     "TransientDatabaseError",
+    "UndefinedObject",
 ]

@@ -43,6 +43,11 @@ class QueueNotFound(DatabaseError):
     """A table the statement needs does not exist."""
 
 
+class UndefinedObject(DatabaseError):
+    """A named object other than a table does not exist (e.g. a prepared transaction that was
+    committed or rolled back meanwhile)."""
+
+
 class DuplicateKey(DatabaseError):
     """A unique key or primary key was violated."""
 
@@ -83,6 +88,11 @@ class Connection(Protocol):
 
     def query_named(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
         """Like `query`, each row as a dict keyed by lower-cased column name."""
+        ...
+
+    def execute_outside_transaction(self, sql: str) -> int:
+        """Run a statement that may not run inside a transaction block (`COMMIT PREPARED`),
+        without parameters. Any open transaction is rolled back first; none is left open."""
         ...
 
     def commit(self) -> None: ...

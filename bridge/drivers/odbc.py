@@ -260,6 +260,21 @@ class OdbcConnection:
             self._cursors.move_to_end(sql)
         return cursor
 
+    def execute_outside_transaction(self, sql: str) -> int:
+        try:
+            self._connection.rollback()
+            self._connection.autocommit = True
+            try:
+                cursor = self._connection.cursor()
+                try:
+                    return int(cursor.execute(sql).rowcount)
+                finally:
+                    cursor.close()
+            finally:
+                self._connection.autocommit = False
+        except self._pyodbc_error as error:
+            raise _translate(self.database, error, self._native_errors) from None
+
     def commit(self) -> None:
         try:
             self._connection.commit()

@@ -183,6 +183,18 @@ class PsycopgConnection:
         names, rows = self._fetch(sql, params)
         return [dict(zip(names, row, strict=True)) for row in rows]
 
+    def execute_outside_transaction(self, sql: str) -> int:
+        try:
+            self._connection.rollback()
+            self._connection.autocommit = True
+            try:
+                self._cursor.execute(sql)
+                return int(self._cursor.rowcount)
+            finally:
+                self._connection.autocommit = False
+        except self._psycopg_error as error:
+            raise self._translate(error) from None
+
     def commit(self) -> None:
         try:
             self._connection.commit()

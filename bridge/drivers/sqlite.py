@@ -102,6 +102,12 @@ class SqliteConnection:
         names = [column[0].lower() for column in cursor.description or ()]
         return [dict(zip(names, row, strict=True)) for row in rows]
 
+    def execute_outside_transaction(self, sql: str) -> int:
+        self.rollback()
+        count = self.execute(sql)
+        self.commit()
+        return count
+
     def commit(self) -> None:
         if self._connection.in_transaction:
             self._run("COMMIT")

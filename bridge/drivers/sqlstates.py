@@ -11,6 +11,7 @@ from bridge.drivers.base import (
     PermissionDenied,
     QueueNotFound,
     TransientDatabaseError,
+    UndefinedObject,
 )
 
 # 08001 mid-session: Driver 18's connection resiliency failed to reconnect a broken link.
@@ -32,6 +33,7 @@ _DUPLICATE_STATES = {"23505"}
 # 42P07 duplicate table (and index), 42P06 duplicate schema, 42710 duplicate object.
 _ALREADY_EXISTS_STATES = {"42P07", "42P06", "42710"}
 _PERMISSION_DENIED_STATES = {"42501"}
+_UNDEFINED_OBJECT_STATES = {"42704"}
 
 # In order of precedence: the exception types that SQLSTATEs (or native error numbers) name.
 _CLASSES: tuple[tuple[type[DatabaseError], set[str]], ...] = (
@@ -40,6 +42,7 @@ _CLASSES: tuple[tuple[type[DatabaseError], set[str]], ...] = (
     (AlreadyExists, _ALREADY_EXISTS_STATES),
     (PermissionDenied, _PERMISSION_DENIED_STATES),
     (TransientDatabaseError, _TRANSIENT_STATES),
+    (UndefinedObject, _UNDEFINED_OBJECT_STATES),
 )
 
 

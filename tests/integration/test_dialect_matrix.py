@@ -116,7 +116,7 @@ class Bridge:
         connections = Connections(self.config.databases)
         forwarder = BatchForwarder(self.config, self.config.forwarders[0], connections)
         if crash_once:
-            connections._open["source"] = CommitFailsOnce(connections.get("source"))
+            connections._open[("source", "")] = CommitFailsOnce(connections.get("source"))
         totals: Counter[str] = Counter()
         try:
             while True:

@@ -117,7 +117,7 @@ def test_a_crash_between_the_destination_and_source_commits_delivers_once(
     connections = Connections(config.databases)
     forwarder = BatchForwarder(config, config.forwarders[0], connections)
     source = CommitFailsOnce(connections.get("sender"))
-    connections._open["sender"] = source  # the crash is injected; the databases are real
+    connections._open[("sender", "")] = source  # the crash is injected; the databases are real
 
     with pytest.raises(ConnectionLost):
         forwarder.forward_batch()

@@ -122,7 +122,7 @@ def test_the_source_connection_ended_between_the_commits_delivers_each_message_o
     bridge: Any,
 ) -> None:
     source = TerminatedBeforeCommit(bridge["connections"].get("sender"), bridge["sender"])
-    bridge["connections"]._open["sender"] = source
+    bridge["connections"]._open[("sender", "")] = source
     ids = send(bridge["sender"], 200)
     source.armed = True
     with pytest.raises(ConnectionLost):

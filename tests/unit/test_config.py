@@ -279,6 +279,7 @@ def test_schema_sections_are_the_top_level_keys_of_the_contract() -> None:
         "subscription_tables",
         "publish",
         "retries",
+        "delivery",
         "install",
         "ledger",
         "logging",
@@ -425,7 +426,8 @@ def test_unknown_top_level_key_is_reported_with_nearest_match() -> None:
 def test_unknown_key_without_a_near_match_lists_the_expected_keys() -> None:
     assert the_error(with_(minimal(), "zzz", 1)) == (
         "zzz: unknown key (expected one of: databases, forwarders, routes, subscriptions, "
-        "subscription_tables, publish, retries, install, ledger, logging, sentry, metrics)"
+        "subscription_tables, publish, retries, delivery, install, ledger, logging, sentry, "
+        "metrics)"
     )
 
 
@@ -1130,7 +1132,9 @@ def test_unknown_route_database_is_reported_with_nearest_match() -> None:
             id="yaml-boolean",
         ),
         pytest.param("schema", 5, "expected a string, got an integer (5)", id="schema-number"),
-        pytest.param("to", "x", "unknown key (expected one of: match, database, schema)", id="k"),
+        pytest.param(
+            "to", "x", "unknown key (expected one of: match, database, schema, transaction)", id="k"
+        ),
     ],
 )
 def test_route_key_rules(key: str, value: object, message: str) -> None:

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 import pytest
 
 from bridge.addressing import QueueAddress
+from bridge.config.model import TransactionMode
 from bridge.deliver import deliver_units, isolate_failures
 from bridge.drivers import DatabaseError, QueueNotFound
 from bridge.messages import (
@@ -30,8 +31,8 @@ def claimed(number: int) -> ClaimedMessage:
     return ClaimedMessage(uuid.uuid4(), False, None, "{}", b"", number)
 
 
-def deliver(table: str, database: str = "receiver") -> Deliver:
-    destination = Destination(database, QueueAddress(table), table)
+def deliver(table: str, database: str = "receiver", mode: TransactionMode = "ledger") -> Deliver:
+    destination = Destination(database, QueueAddress(table), table, mode)
     return Deliver({}, destination, "{}", str(uuid.uuid4()))
 
 
@@ -52,10 +53,30 @@ def test_units_are_delivered_grouped_per_database_and_the_rest_get_no_result() -
         Unit(claimed(4), deliver("c", "receiver"), ""),
     ]
     deliveries = {"receiver": FakeDelivery(), "billing": FakeDelivery()}
-    results = deliver_units(units, deliveries.__getitem__)
+    results = deliver_units(units, lambda database, mode: deliveries[database])
     assert results == [Delivered(), None, Delivered(), Delivered()]
     assert deliveries["receiver"].calls == [["a", "c"]]
     assert deliveries["billing"].calls == [["b"]]
+
+
+def test_units_for_one_database_are_grouped_per_transaction_mode_too() -> None:
+    units = [
+        Unit(claimed(1), deliver("a", "receiver", "two-phase"), ""),
+        Unit(claimed(2), deliver("b", "receiver", "ledger"), ""),
+        Unit(claimed(3), deliver("c", "receiver", "two-phase"), ""),
+        Unit(claimed(4), deliver("d", "receiver", "at-least-once"), ""),
+    ]
+    deliveries: dict[tuple[str, str], FakeDelivery] = {}
+
+    def delivery_for(database: str, mode: str) -> FakeDelivery:
+        return deliveries.setdefault((database, mode), FakeDelivery())
+
+    assert deliver_units(units, delivery_for) == [Delivered()] * 4
+    assert {key: d.calls for key, d in deliveries.items()} == {
+        ("receiver", "two-phase"): [["a", "c"]],
+        ("receiver", "ledger"): [["b"]],
+        ("receiver", "at-least-once"): [["d"]],
+    }
 
 
 def items(*tables: str) -> list[Item]:

@@ -30,7 +30,7 @@ from bridge.config.validate import validate
 from bridge.connections import connect
 from bridge.daemon import worker_count
 from bridge.dialects import STATEMENT_NAMES, Dialect
-from bridge.dialects.base import ARRAY_STATEMENT_NAMES
+from bridge.dialects.base import OPTIONAL_STATEMENT_NAMES
 from bridge.dialects.registry import (
     dialect_for,
     dialect_names,
@@ -83,7 +83,7 @@ def test_each_dialect_is_named_like_its_module_and_its_grammar_says_so() -> None
 @pytest.mark.parametrize("name", dialect_names())
 def test_every_dialect_defines_every_statement_and_a_complete_description(name: str) -> None:
     dialect = dialect_for(name)
-    assert set(dialect.statements) - ARRAY_STATEMENT_NAMES == STATEMENT_NAMES
+    assert set(dialect.statements) - OPTIONAL_STATEMENT_NAMES == STATEMENT_NAMES
     assert dialect.title and dialect.locator in ("connection", "path")
     assert callable(dialect.connect)
     assert dialect.queue_indexed_columns

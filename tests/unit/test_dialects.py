@@ -13,11 +13,13 @@ import pytest
 from bridge.addressing import QueueAddress
 from bridge.dialects import STATEMENT_NAMES, Dialect, dialect_for
 from bridge.dialects.base import (
-    ARRAY_STATEMENT_NAMES,
     COUNTERS_TABLE,
     INDEX_SUFFIXES,
     LEDGER_TABLE,
+    OPTIONAL_STATEMENT_GROUPS,
+    OPTIONAL_STATEMENT_NAMES,
     RETRY_TABLE,
+    TWO_PHASE_STATEMENT_NAMES,
 )
 from bridge.dialects.postgresql import GRAMMAR as PG_GRAMMAR
 from bridge.dialects.registry import grammars
@@ -35,6 +37,7 @@ TABLE_PLACEHOLDERS = {
     "event_types",
     "destination_states",
     "pauses",
+    "transactions",
     "table",
 }
 
@@ -80,6 +83,8 @@ def _all_statements(dialect: Dialect, table: str, schema: str | None) -> dict[st
     for name, template in dialect.statements.items():
         if name == "create_schema":
             produced[name] = dialect.create_schema_sql(schema or "s") or ""
+        elif "{gid}" in template:
+            produced[name] = dialect.with_gid(name, "sfbridge:0a1b:2c3d")
         else:
             rows = 2 if name.endswith("_many") else None
             produced[name] = dialect.sql(name, rows=rows, **_tables_for(template, table, schema))
@@ -120,7 +125,7 @@ def test_dialect_for_an_unavailable_dialect_raises_key_error_naming_the_choices(
 
 @pytest.mark.parametrize("name", sorted(GRAMMARS))
 def test_every_address_grammar_has_a_dialect_with_exactly_the_statement_names(name: str) -> None:
-    assert set(dialect_for(name).statements) - ARRAY_STATEMENT_NAMES == STATEMENT_NAMES
+    assert set(dialect_for(name).statements) - OPTIONAL_STATEMENT_NAMES == STATEMENT_NAMES
 
 
 def test_each_dialect_speaks_its_own_address_grammar() -> None:
@@ -135,9 +140,13 @@ def test_each_dialect_speaks_its_own_address_grammar() -> None:
 
 def test_every_dialect_defines_exactly_the_statement_names(dialect: Dialect) -> None:
     names = set(dialect.statements)
-    assert names - ARRAY_STATEMENT_NAMES == STATEMENT_NAMES
-    # The array forms are all there or none: a driver that binds arrays uses each of them.
-    assert names & ARRAY_STATEMENT_NAMES in (set(), ARRAY_STATEMENT_NAMES)
+    assert names - OPTIONAL_STATEMENT_NAMES == STATEMENT_NAMES
+    # Optional forms are all there or none: e.g. a driver that binds arrays uses each of them.
+    for group in OPTIONAL_STATEMENT_GROUPS:
+        assert names & group in (set(), group)
+    assert (dialect.cannot_prepare is None) == (names >= TWO_PHASE_STATEMENT_NAMES)
+    if names >= TWO_PHASE_STATEMENT_NAMES:
+        assert dialect.records_transactions
 
 
 def test_statement_names_are_the_documented_set() -> None:
@@ -159,6 +168,9 @@ def test_statement_placeholders_are_only_tables_and_their_index_names(dialect: D
         for field in _placeholders(template):
             if name == "create_schema":
                 assert field == "schema"
+                continue
+            if field == "gid":
+                assert name in TWO_PHASE_STATEMENT_NAMES, name
                 continue
             if field == "rows":
                 assert name.endswith("_many") and name.removesuffix("_many") + "_row" in (

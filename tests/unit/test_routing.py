@@ -445,9 +445,9 @@ def test_the_router_caches_decisions_per_header(monkeypatch: pytest.MonkeyPatch)
     calls: list[str] = []
     real = routing.route_destination
 
-    def counting(header: str, *args: object) -> Destination | Unroutable:
+    def counting(header: str, *args: object, **keywords: object) -> Destination | Unroutable:
         calls.append(header)
-        return real(header, *args)  # type: ignore[arg-type]
+        return real(header, *args, **keywords)  # type: ignore[arg-type]
 
     monkeypatch.setattr(routing, "route_destination", counting)
     router = _router()

@@ -16,7 +16,9 @@ from typing import Any, Final
 
 from bridge.config.keys import Key, Section
 from bridge.config.model import (
+    TRANSACTION_MODES,
     DatabaseConfig,
+    DeliveryConfig,
     FixedDestination,
     ForwarderConfig,
     InstallConfig,
@@ -33,6 +35,7 @@ from bridge.dialects.registry import dialects
 
 __all__ = [
     "DATABASES",
+    "DELIVERY",
     "DIALECTS",
     "FILE_DIALECTS",
     "FORWARDERS",
@@ -90,6 +93,18 @@ NAME_MESSAGE: Final = "is not a valid name: use only letters, digits, '_', '.' a
 # --------------------------------------------------------------------------------------------
 
 _POSITIVE: Final[dict[str, Any]] = {"minimum": 0, "exclusive_minimum": True}
+
+
+def _transaction_key(description: str, default: str | None = None) -> Key:
+    return Key(
+        "transaction",
+        "choice",
+        description,
+        example="two-phase",
+        choices=TRANSACTION_MODES,
+        default=default,
+    )
+
 
 DATABASES = Section(
     name="databases",
@@ -271,6 +286,10 @@ FORWARDERS = Section(
                     example="Samples.Receiver",
                     default=None,
                 ),
+                _transaction_key(
+                    "How messages cross into that database (default: `delivery.transaction`); "
+                    'see "Transaction modes".',
+                ),
             ),
         ),
     ),
@@ -305,6 +324,10 @@ ROUTES = Section(
             "(not for sqlite).",
             example="nsb",
             default=None,
+        ),
+        _transaction_key(
+            "How messages cross into this route's database (default: `delivery.transaction`); "
+            'see "Transaction modes".',
         ),
     ),
 )
@@ -475,6 +498,27 @@ RETRIES = Section(
     ),
 )
 
+DELIVERY = Section(
+    name="delivery",
+    shape="mapping",
+    model=DeliveryConfig,
+    description=(
+        "How messages cross into another database, for every route and proxy destination that "
+        'does not say otherwise. See "Transaction modes" for which to choose.'
+    ),
+    keys=(
+        _transaction_key(
+            "`ledger`: exactly once, with a dedup-ledger table in each destination database. "
+            "`two-phase`: exactly once with no bridge table in the destination, through "
+            "PostgreSQL's `PREPARE TRANSACTION` (PostgreSQL forwarding and destination "
+            "databases, `max_prepared_transactions` above 0 in the destination). "
+            "`at-least-once`: no ledger; a crash between the two commits can deliver a "
+            "message twice (counted as suspected duplicates).",
+            default="ledger",
+        ),
+    ),
+)
+
 INSTALL = Section(
     name="install",
     shape="mapping",
@@ -605,6 +649,7 @@ SCHEMA: Final[tuple[Section, ...]] = (
     SUBSCRIPTION_TABLES,
     PUBLISH,
     RETRIES,
+    DELIVERY,
     INSTALL,
     LEDGER,
     LOGGING,

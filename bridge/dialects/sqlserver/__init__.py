@@ -192,4 +192,8 @@ DIALECT = Dialect(
     max_parameters=2000,
     queue_shapes=RecoverableColumn(),
     inspect_queue_table=inspect_queue_table,
+    cannot_prepare=(
+        "SQL Server prepares a transaction only under a distributed transaction coordinator "
+        "(MSDTC), never from T-SQL, and the bridge does not use one"
+    ),
 )
