@@ -30,6 +30,7 @@ from bridge.destination_states import StatePublisher
 from bridge.dialects import dialect_for
 from bridge.drivers import DatabaseError, DatabaseUnavailable, PermissionDenied, QueueNotFound
 from bridge.forwarding import BatchForwarder, BatchReport, probe_interval
+from bridge.in_doubt import SETTLE_INTERVAL_MAX, needs_settling, settle_in_doubt
 from bridge.ledger import (
     RUNTIME_DDL_OFF_ADVICE,
     cannot_create_advice,
@@ -344,6 +345,15 @@ class Daemon:
                 coalesce=True,
                 next_run_time=datetime.now(UTC),
             )
+        if needs_settling(self.config):
+            self._scheduler.add_job(
+                self._settle_in_doubt,
+                "interval",
+                seconds=min(self.config.retries.delay, SETTLE_INTERVAL_MAX),
+                max_instances=1,
+                coalesce=True,
+                next_run_time=datetime.now(UTC),
+            )
         self._scheduler.add_job(
             probe_databases,
             "interval",
@@ -370,6 +380,23 @@ class Daemon:
                 next_run_time=datetime.now(UTC),
             )
         self._scheduler.start()
+
+    def _settle_in_doubt(self) -> None:
+        """The scheduled job: settle what crashed batches left (`bridge.in_doubt`)."""
+        connections = Connections(self.config.databases)
+        try:
+            settled = settle_in_doubt(self.config, connections)
+        except Exception:
+            log.exception("settling prepared transactions and in-flight records failed")
+            return
+        finally:
+            connections.close()
+        for problem in settled.problems:
+            log.warning("settling prepared transactions: %s", problem)
+        if self.metrics is not None:
+            self.metrics.settled(
+                settled.committed, settled.rolled_back, settled.suspected_duplicates
+            )
 
     def stop(self) -> None:
         """Let every worker finish its batch, stop the scheduled jobs, and wait for them."""

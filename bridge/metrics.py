@@ -137,6 +137,20 @@ class BridgeMetrics:
             buckets=_LATENCY_BUCKETS,
             registry=registry,
         )
+        self.suspected_duplicates = Counter(
+            "sfbridge_suspected_duplicates",
+            "Messages of at-least-once routes that may have arrived twice: their batch ended "
+            "between the destination and source commits.",
+            ["forwarder"],
+            registry=registry,
+        )
+        self.in_doubt_settled = Counter(
+            "sfbridge_in_doubt_settled",
+            "Prepared transactions (two-phase) left by a batch that did not finish, settled "
+            "by their recorded decision.",
+            ["outcome"],
+            registry=registry,
+        )
         self.workers_busy = Gauge(
             "sfbridge_workers_busy",
             "Workers inside a batch right now.",
@@ -234,6 +248,15 @@ class BridgeMetrics:
                 self._forwarding_down.add(database)
 
     # -- sampling --------------------------------------------------------------------------
+
+    def settled(self, committed: int, rolled_back: int, suspected: Mapping[str, int]) -> None:
+        """What a round of `bridge.in_doubt` settled."""
+        if committed:
+            self.in_doubt_settled.labels("committed").inc(committed)
+        if rolled_back:
+            self.in_doubt_settled.labels("rolled_back").inc(rolled_back)
+        for forwarder, count in suspected.items():
+            self.suspected_duplicates.labels(forwarder).inc(count)
 
     def sample(self, connections: Connections) -> None:
         """Read every forwarder's depths and pauses (the scheduled job). Never raises: a

@@ -111,12 +111,13 @@ def new_pg_database(postgres: PostgresServer) -> Callable[[], str]:
 class PrivatePostgres:
     """A throwaway PostgreSQL cluster this test session owns, so it can be killed and restarted."""
 
-    def __init__(self, folder: Path, port: int) -> None:
+    def __init__(self, folder: Path, port: int, options: str = "") -> None:
         import shutil
         import subprocess
 
         self.folder = folder
         self.port = port
+        self.options = options
         self.data = folder / "data"
         binaries = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"))
         if not binaries:
@@ -160,7 +161,7 @@ class PrivatePostgres:
         )
 
     def start(self) -> None:
-        options = f"-h 127.0.0.1 -p {self.port} -k {self.folder} -c fsync=off"
+        options = f"-h 127.0.0.1 -p {self.port} -k {self.folder} -c fsync=off {self.options}"
         self._ctl("-l", str(self.folder / "log"), "-w", "-o", options, "start")
 
     def kill(self) -> None:
@@ -200,3 +201,33 @@ def private_postgres() -> Iterator[PrivatePostgres]:
     yield server
     server.stop()
     shutil.rmtree(folder, ignore_errors=True)
+
+
+def _max_prepared_transactions(server: PostgresServer) -> int:
+    with server.admin() as admin:
+        return int(admin.execute("SHOW max_prepared_transactions").fetchone()[0])
+
+
+@pytest.fixture(scope="session")
+def two_phase_postgres(postgres: PostgresServer) -> Iterator[PostgresServer]:
+    """A PostgreSQL server that allows prepared transactions (`transaction: two-phase`).
+
+    The test server when its max_prepared_transactions is above 0 (the default is 0, and
+    changing it takes a restart); otherwise a private cluster started with 64, for the session.
+    """
+    import shutil
+    import tempfile
+
+    if _max_prepared_transactions(postgres) > 0:
+        yield postgres
+        return
+    folder = Path(tempfile.mkdtemp(prefix="sfbridge-pg-2pc-"))
+    folder.chmod(0o755)
+    private = PrivatePostgres(folder, _free_port(), "-c max_prepared_transactions=64")
+    server = PostgresServer(private.connection_string().removesuffix("Database=postgres;"))
+    try:
+        yield server
+    finally:
+        server.drop_all()
+        private.stop()
+        shutil.rmtree(folder, ignore_errors=True)

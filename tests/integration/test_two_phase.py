@@ -1,0 +1,275 @@
+"""`transaction: two-phase` and `at-least-once` on real PostgreSQL databases: every crash point
+between PREPARE TRANSACTION, the source commit and COMMIT PREPARED, a batch still deciding
+while a resolver looks, and a destination connection lost after the prepare. Each ends with
+every message in exactly one place and no prepared transaction left behind."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support import (
+    CommitFailsOnce,
+    nsb_message_headers,
+    pg_connect,
+    pg_count,
+    pg_create_queue,
+    pg_nsb_receive_all,
+    pg_nsb_send,
+    pg_rows,
+    sfbridge,
+    write_config,
+)
+
+import bridge.in_doubt
+from bridge.config import load_config
+from bridge.connections import Connections
+from bridge.drivers import ConnectionLost
+from bridge.forwarding import BatchForwarder
+from bridge.in_doubt import settle_in_doubt
+from bridge.settle import Settlement
+from bridge.transactions import BatchTransactions
+
+pytestmark = pytest.mark.integration
+
+FORWARD = '"public"."Samples.Sender.Forward"'
+RECEIVER = '"public"."Samples.Receiver"'
+TRANSACTIONS = '"public"."sfbridge_transactions"'
+
+
+@pytest.fixture
+def new_2pc_database(two_phase_postgres: Any) -> Callable[[], str]:
+    def create() -> str:
+        return two_phase_postgres.connection_string(two_phase_postgres.create_database())
+
+    return create
+
+
+def make_setup(
+    tmp_path: Path, sender: str, receiver: str, transaction: str = "two-phase"
+) -> dict[str, Any]:
+    config = {
+        "databases": {
+            "sender": {"dialect": "postgresql", "connection": sender},
+            "receiver": {"dialect": "postgresql", "connection": receiver, "connect_timeout": "2s"},
+        },
+        "forwarders": [
+            {"name": "sender", "database": "sender", "queue": FORWARD, "peek_interval": "100ms"}
+        ],
+        "routes": [{"match": "*", "database": "receiver", "transaction": transaction}],
+        "retries": {"delay": "1s", "max_attempts": 1000},
+    }
+    path = write_config(tmp_path / "sfbridge.yaml", config)
+    result = sfbridge("-c", str(path), "install")
+    assert result.returncode == 0, result.stdout + result.stderr
+    pg_create_queue(receiver, RECEIVER)
+    return {"config": path, "sender": sender, "receiver": receiver}
+
+
+def send(sender: str, count: int) -> set[str]:
+    ids = set()
+    with pg_connect(sender) as connection:
+        for _ in range(count):
+            headers = nsb_message_headers(RECEIVER)
+            pg_nsb_send(connection, FORWARD, headers, b"body")
+            ids.add(str(headers["NServiceBus.MessageId"]))
+        connection.commit()
+    return ids
+
+
+def received(receiver: str) -> Counter[str]:
+    return Counter(
+        m["headers"]["NServiceBus.MessageId"] for m in pg_nsb_receive_all(receiver, RECEIVER)
+    )
+
+
+def prepared(database: str) -> list[str]:
+    return [
+        str(row[0])
+        for row in pg_rows(
+            database, "SELECT gid FROM pg_prepared_xacts WHERE database = current_database()"
+        )
+    ]
+
+
+def bridge_tables(database: str) -> list[str]:
+    return [
+        str(row[0])
+        for row in pg_rows(
+            database,
+            "SELECT table_name FROM information_schema.tables WHERE table_name LIKE 'sfbridge%'",
+        )
+    ]
+
+
+def in_process(setup: dict[str, Any]) -> tuple[Any, Connections, BatchForwarder]:
+    config, _ = load_config(setup["config"])
+    connections = Connections(config.databases)
+    return config, connections, BatchForwarder(config, config.forwarders[0], connections)
+
+
+def test_two_phase_delivers_exactly_once_with_no_bridge_table_in_the_destination(
+    tmp_path: Path, new_2pc_database: Any
+) -> None:
+    sender, receiver = new_2pc_database(), new_2pc_database()
+    setup = make_setup(tmp_path, sender, receiver)
+    assert bridge_tables(receiver) == []  # install made nothing there: no ledger
+    ids = send(sender, 120)
+    config, connections, forwarder = in_process(setup)
+    report = forwarder.forward_batch()
+    assert report.counts == Counter({"delivered": 120})
+    assert received(receiver) == Counter(dict.fromkeys(ids, 1))
+    assert pg_count(sender, FORWARD) == 0
+    assert prepared(receiver) == []
+    assert bridge_tables(receiver) == []
+    # The decision is kept until a resolver round sees its transaction committed.
+    assert pg_count(sender, f"{TRANSACTIONS} WHERE outcome = 'C'") == 1
+    settle_in_doubt(config, connections)
+    assert pg_count(sender, f"{TRANSACTIONS} WHERE outcome = 'C'") == 0
+    connections.close()
+
+
+def test_a_crash_after_the_prepare_before_the_source_commit_rolls_the_prepared_back(
+    tmp_path: Path, new_2pc_database: Any
+) -> None:
+    sender, receiver = new_2pc_database(), new_2pc_database()
+    setup = make_setup(tmp_path, sender, receiver)
+    ids = send(sender, 50)
+    config, connections, forwarder = in_process(setup)
+    connections._open[("sender", "")] = CommitFailsOnce(connections.get("sender"))
+
+    with pytest.raises(ConnectionLost):
+        forwarder.forward_batch()
+    # Prepared in the destination (invisible there), back in the source: no decision.
+    assert len(prepared(receiver)) == 1
+    assert pg_count(receiver, RECEIVER) == 0
+    assert pg_count(sender, FORWARD) == 50
+
+    settled = settle_in_doubt(config, connections)
+    assert (settled.committed, settled.rolled_back) == (0, 1)
+    assert prepared(receiver) == []
+    forwarder.forward_batch()
+    assert received(receiver) == Counter(dict.fromkeys(ids, 1))
+    assert pg_count(sender, FORWARD) == 0
+    connections.close()
+
+
+def test_a_crash_after_the_source_commit_before_commit_prepared_commits_it(
+    tmp_path: Path, new_2pc_database: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sender, receiver = new_2pc_database(), new_2pc_database()
+    setup = make_setup(tmp_path, sender, receiver)
+    ids = send(sender, 50)
+    config, connections, forwarder = in_process(setup)
+    # The bridge dies right after the source commit: nothing commits what was prepared.
+    monkeypatch.setattr(BatchTransactions, "commit_prepared", lambda self, dialects: 0)
+    forwarder.forward_batch()
+    assert pg_count(sender, FORWARD) == 0
+    assert pg_count(receiver, RECEIVER) == 0
+    assert len(prepared(receiver)) == 1
+
+    settled = settle_in_doubt(config, connections)
+    assert (settled.committed, settled.rolled_back) == (1, 0)
+    assert prepared(receiver) == []
+    assert received(receiver) == Counter(dict.fromkeys(ids, 1))
+    assert pg_count(sender, f"{TRANSACTIONS} WHERE outcome IN ('C', 'A')") == 0
+    connections.close()
+
+
+def test_a_resolver_leaves_alone_what_a_running_batch_has_prepared(
+    tmp_path: Path, new_2pc_database: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sender, receiver = new_2pc_database(), new_2pc_database()
+    setup = make_setup(tmp_path, sender, receiver)
+    ids = send(sender, 40)
+    config, connections, forwarder = in_process(setup)
+    prepared_now, go_on = threading.Event(), threading.Event()
+    settle = Settlement.settle
+
+    def settle_slowly(self: Settlement, *args: Any, **kwargs: Any) -> Any:
+        prepared_now.set()  # the destination is prepared; the source has not committed
+        assert go_on.wait(30)
+        return settle(self, *args, **kwargs)
+
+    monkeypatch.setattr(Settlement, "settle", settle_slowly)
+    batch = threading.Thread(target=forwarder.forward_batch)
+    batch.start()
+    assert prepared_now.wait(30)
+    other = Connections(config.databases)  # another daemon's resolver
+    settled = settle_in_doubt(config, other)
+    assert (settled.committed, settled.rolled_back, settled.undecided) == (0, 0, 1)
+    assert len(prepared(receiver)) == 1
+    go_on.set()
+    batch.join(30)
+    assert received(receiver) == Counter(dict.fromkeys(ids, 1))
+    assert prepared(receiver) == []
+    other.close()
+    connections.close()
+
+
+def test_a_destination_lost_between_prepare_and_commit_is_committed_when_back(
+    tmp_path: Path, new_2pc_database: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sender, receiver = new_2pc_database(), new_2pc_database()
+    setup = make_setup(tmp_path, sender, receiver)
+    ids = send(sender, 30)
+    config, connections, forwarder = in_process(setup)
+    settle = Settlement.settle
+    receiver_name = pg_rows(receiver, "SELECT current_database()")[0][0]
+
+    def settle_and_lose_the_destination(self: Settlement, *args: Any, **kwargs: Any) -> Any:
+        with pg_connect(sender) as admin:  # any database of the same server will do
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = ?",
+                receiver_name,
+            )
+        return settle(self, *args, **kwargs)
+
+    monkeypatch.setattr(Settlement, "settle", settle_and_lose_the_destination)
+    report = forwarder.forward_batch()
+    assert report.counts == Counter({"delivered": 30})
+    # The source committed; COMMIT PREPARED found its connection gone: still prepared.
+    assert pg_count(sender, FORWARD) == 0
+    monkeypatch.setattr(Settlement, "settle", settle)
+    assert len(prepared(receiver)) == 1
+    settled = settle_in_doubt(config, connections)
+    assert settled.committed == 1
+    assert received(receiver) == Counter(dict.fromkeys(ids, 1))
+    assert prepared(receiver) == []
+    connections.close()
+
+
+def test_at_least_once_counts_the_duplicates_a_crash_between_the_commits_makes(
+    tmp_path: Path, new_2pc_database: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sender, receiver = new_2pc_database(), new_2pc_database()
+    setup = make_setup(tmp_path, sender, receiver, transaction="at-least-once")
+    assert bridge_tables(receiver) == []
+    ids = send(sender, 25)
+    config, connections, forwarder = in_process(setup)
+    connections._open[("sender", "")] = CommitFailsOnce(connections.get("sender"))
+    with pytest.raises(ConnectionLost):
+        forwarder.forward_batch()
+    assert pg_count(receiver, RECEIVER) == 25 and pg_count(sender, FORWARD) == 25
+    forwarder.forward_batch()  # delivered again: this mode has no ledger
+    assert received(receiver) == Counter(dict.fromkeys(ids, 2))
+
+    monkeypatch.setattr(bridge.in_doubt, "ORPHAN_AGE", timedelta(0))
+    settled = settle_in_doubt(config, connections)
+    assert settled.suspected_duplicates == Counter({"sender": 25})
+    assert pg_count(sender, TRANSACTIONS + " WHERE outcome = 'P'") == 0
+    counted = pg_rows(
+        sender,
+        "SELECT sum(value) FROM sfbridge_counters WHERE counter = 'suspected_duplicates'",
+    )
+    assert counted[0][0] == 25
+    # A batch that commits normally leaves no record, so nothing more is suspected.
+    send(sender, 10)
+    forwarder.forward_batch()
+    assert settle_in_doubt(config, connections).suspected_duplicates == Counter()
+    connections.close()
