@@ -51,7 +51,11 @@ def new_2pc_database(two_phase_postgres: Any) -> Callable[[], str]:
 
 
 def make_setup(
-    tmp_path: Path, sender: str, receiver: str, transaction: str = "two-phase"
+    tmp_path: Path,
+    sender: str,
+    receiver: str,
+    transaction: str = "two-phase",
+    **forwarder: Any,
 ) -> dict[str, Any]:
     config = {
         "databases": {
@@ -59,7 +63,13 @@ def make_setup(
             "receiver": {"dialect": "postgresql", "connection": receiver, "connect_timeout": "2s"},
         },
         "forwarders": [
-            {"name": "sender", "database": "sender", "queue": FORWARD, "peek_interval": "100ms"}
+            {
+                "name": "sender",
+                "database": "sender",
+                "queue": FORWARD,
+                "peek_interval": "100ms",
+                **forwarder,
+            }
         ],
         "routes": [{"match": "*", "database": "receiver", "transaction": transaction}],
         "retries": {"delay": "1s", "max_attempts": 1000},
@@ -273,3 +283,65 @@ def test_at_least_once_counts_the_duplicates_a_crash_between_the_commits_makes(
     forwarder.forward_batch()
     assert settle_in_doubt(config, connections).suspected_duplicates == Counter()
     connections.close()
+
+
+def test_a_storm_of_sigkills_on_competing_daemons_leaves_every_message_exactly_once(
+    tmp_path: Path, new_2pc_database: Any
+) -> None:
+    """The issue's "done when": two-phase PostgreSQL -> PostgreSQL with no bridge table in the
+    destination, two competing daemons SIGKILLed at random moments (at least ten kills) while
+    thousands of messages are being sent and forwarded."""
+    import random
+    import time
+
+    from support import DaemonProcess, wait_until
+
+    sender, receiver = new_2pc_database(), new_2pc_database()
+    # Small batches, so that a kill lands between a PREPARE and its COMMIT PREPARED often.
+    setup = make_setup(tmp_path, sender, receiver, batch_size=40, peek_interval="20ms")
+    rng = random.Random(13)
+    sent: set[str] = set()
+    stop_sending = threading.Event()
+
+    def keep_sending() -> None:  # about 250 messages a second, for the whole storm
+        while not stop_sending.is_set() and len(sent) < 4000:
+            sent.update(send(sender, 50))
+            time.sleep(0.2)
+
+    sending = threading.Thread(target=keep_sending)
+    sending.start()
+    daemons = [DaemonProcess(setup["config"], tmp_path / f"daemon-{n}.log") for n in range(2)]
+    kills, left_prepared = 0, 0
+    try:
+        while kills < 16 or len(sent) < 3000:
+            time.sleep(rng.uniform(0.7, 1.5))
+            victim = kills % 2
+            daemons[victim].kill()
+            kills += 1
+            left_prepared += len(prepared(receiver))
+            daemons[victim] = DaemonProcess(setup["config"], tmp_path / f"daemon-{kills}.log")
+        stop_sending.set()
+        sending.join(60)
+        assert bridge_tables(receiver) == []
+        wait_until(lambda: pg_count(receiver, RECEIVER) >= len(sent), 120, "every message")
+        time.sleep(1.5)  # one retry delay (1s) for the settling round, and any duplicate
+        for daemon in daemons:
+            assert daemon.stop() == 0, daemon.output()
+    finally:
+        stop_sending.set()
+        for daemon in daemons:
+            if daemon.process.poll() is None:
+                daemon.kill()
+    got = received(receiver)
+    assert kills >= 10
+    assert set(got) == sent and max(got.values()) == 1, (len(got), len(sent))
+    assert prepared(receiver) == [], "prepared transactions left behind"
+    assert pg_count(sender, FORWARD) == 0
+    assert pg_count(sender, '"public"."sfbridge_retry"') == 0
+    assert pg_count(sender, '"public"."error"') == 0
+    logs = "".join(path.read_text() for path in tmp_path.glob("daemon-*.log"))
+    settled = logs.count("left by a batch that did not finish")
+    print(
+        f"{kills} kills, {len(sent)} messages, {left_prepared} prepared found right after a "
+        f"kill, {settled} settled by a resolver"
+    )
