@@ -12,6 +12,11 @@ from bridge.connections import Connections
 from bridge.dialects import Dialect, dialect_for
 from bridge.drivers import Connection, DatabaseError
 from bridge.drivers.odbc import driver_log_switches
+from bridge.in_doubt import (
+    all_two_phase_destinations,
+    max_prepared_transactions,
+    old_prepared_transactions,
+)
 from bridge.ledger import ledger_address, ledger_databases
 from bridge.messages import Deliver, NoSubscribers, Publish
 from bridge.multicast import fan_out
@@ -86,6 +91,7 @@ def run_checks(config: BridgeConfig) -> list[Finding]:
         for forwarder in config.forwarders:
             if forwarder.database in reachable:
                 findings.extend(_check_event_subscribers(config, forwarder, connections))
+        findings.extend(_check_transaction_modes(config, connections, reachable))
         for name in ledger_databases(config):
             if name not in reachable:
                 continue
@@ -102,6 +108,73 @@ def run_checks(config: BridgeConfig) -> list[Finding]:
     finally:
         connections.close()
     return findings
+
+
+def _check_transaction_modes(
+    config: BridgeConfig, connections: Connections, reachable: set[str]
+) -> Iterator[Finding]:
+    """Routes without exactly-once; what two-phase needs of its destinations (prepared
+    transactions allowed) and what it must never leave there (old prepared transactions)."""
+    forwarding = {f.database for f in config.forwarders}
+    for index, route in enumerate(config.routes):
+        if config.route_transaction(route) == "at-least-once" and forwarding - {route.database}:
+            yield Finding(
+                True,
+                f"routes[{index}] (match {route.match!r})",
+                f"runs without exactly-once (transaction: at-least-once): a crash between the "
+                f"commits in database '{route.database}' and in the forwarding database can "
+                "deliver a message twice (counted as suspected_duplicates)",
+                warning=True,
+            )
+    for forwarder in config.forwarders:
+        fixed = forwarder.destination
+        if (
+            fixed
+            and fixed.database != forwarder.database
+            and config.proxy_transaction(fixed) == "at-least-once"
+        ):
+            yield Finding(
+                True,
+                f"forwarder '{forwarder.name}' destination",
+                "runs without exactly-once (transaction: at-least-once)",
+                warning=True,
+            )
+    for name in all_two_phase_destinations(config):
+        if name not in reachable:
+            continue
+        dialect = dialect_for(config.databases[name].dialect)
+        try:
+            allowed = max_prepared_transactions(connections.get(name), dialect)
+        except DatabaseError as error:
+            yield Finding(False, f"database '{name}'", f"cannot read a setting: {error.detail}")
+            continue
+        if allowed > 0:
+            yield Finding(
+                True, f"database '{name}'", f"allows {allowed} prepared transactions (two-phase)"
+            )
+        else:
+            yield Finding(
+                False,
+                f"database '{name}'",
+                "max_prepared_transactions is 0, so two-phase routes into it cannot prepare "
+                "(their messages wait): set it above 0, e.g. max_prepared_transactions = 100 "
+                "in postgresql.conf or ALTER SYSTEM SET max_prepared_transactions = 100, then "
+                "restart PostgreSQL. The forwarding database needs none: it keeps the decisions",
+            )
+    old, _ = old_prepared_transactions(config, connections)
+    by_database: dict[str, list[dict[str, object]]] = {}
+    for entry in old:
+        by_database.setdefault(str(entry["database"]), []).append(entry)
+    for name, entries in sorted(by_database.items()):
+        oldest = max(float(str(e["age_seconds"])) for e in entries)
+        yield Finding(
+            False,
+            f"database '{name}'",
+            f"{len(entries)} prepared transaction(s) of the bridge older than a minute (oldest "
+            f"{oldest:.0f} s: {entries[0]['gid']}); they hold locks and hold back VACUUM. A "
+            "running 'sfbridge run' settles them within a retry delay from the decisions in "
+            'the forwarding database; if one stays, see "Transaction modes" in the README',
+        )
 
 
 def _driver_logging(config: BridgeConfig) -> Iterator[Finding]:

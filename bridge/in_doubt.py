@@ -37,7 +37,7 @@ from bridge.drivers import (
     TransientDatabaseError,
     UndefinedObject,
 )
-from bridge.transactions import ABORT, COMMIT, gid_pattern, utcnow
+from bridge.transactions import ABORT, COMMIT, GID_PREFIX, gid_pattern, utcnow
 
 log = logging.getLogger(__name__)
 
@@ -263,3 +263,41 @@ def _sweep_in_flight(
     except BaseException:
         connection.rollback()
         raise
+
+
+def all_two_phase_destinations(config: BridgeConfig) -> list[str]:
+    """Every database some forwarder of `config` reaches with `transaction: two-phase`."""
+    sources = {f.database for f in config.forwarders}
+    return sorted({d for s in sources for d in two_phase_destinations(config, s)})
+
+
+def old_prepared_transactions(
+    config: BridgeConfig, connections: Connections, older_than: float | None = None
+) -> tuple[list[dict[str, object]], list[str]]:
+    """The bridge's prepared transactions older than `older_than` seconds in two-phase
+    destinations (database, gid, age in seconds), and the databases that could not be read."""
+    threshold = PREPARED_REPORT_AGE if older_than is None else older_than
+    found: list[dict[str, object]] = []
+    unreadable: list[str] = []
+    for database in all_two_phase_destinations(config):
+        dialect = dialect_for(config.databases[database].dialect)
+        try:
+            connection = connections.get(database)
+            rows = connection.query(dialect.sql("prepared_transactions"), (f"{GID_PREFIX}:%",))
+            connection.rollback()
+        except DatabaseError:
+            connections.discard(database)
+            unreadable.append(database)
+            continue
+        found.extend(
+            {"database": database, "gid": str(gid), "age_seconds": round(float(age), 1)}
+            for gid, age in rows
+            if float(age) >= threshold
+        )
+    return found, unreadable
+
+
+def max_prepared_transactions(connection: Connection, dialect: Dialect) -> int:
+    rows = connection.query(dialect.sql("max_prepared_transactions"))
+    connection.rollback()
+    return int(rows[0][0])

@@ -14,6 +14,7 @@ from bridge.destination_states import read_states
 from bridge.dialects import dialect_for
 from bridge.drivers import Connection, DatabaseError, QueueNotFound
 from bridge.headers import TIME_SENT_HEADER, PoisonHeaders, parse_headers, parse_wire_date
+from bridge.in_doubt import old_prepared_transactions
 from bridge.pauses import PauseState, read_pauses
 from bridge.proxies import proxy_destination
 from bridge.tables import forwarder_tables
@@ -84,7 +85,12 @@ def collect_status(config: BridgeConfig) -> dict[str, list[dict[str, Any]]]:
             _forwarder_status(config, name, connections)
             for name in (forwarder.name for forwarder in config.forwarders)
         ]
-        return {"forwarders": forwarders, "destinations": _destinations(config, connections)}
+        old, _ = old_prepared_transactions(config, connections)
+        return {
+            "forwarders": forwarders,
+            "destinations": _destinations(config, connections),
+            "prepared_transactions": old,
+        }
     finally:
         connections.close()
 
@@ -239,6 +245,12 @@ def render_text(status: dict[str, list[dict[str, Any]]]) -> str:
         lines.append("destination databases (as the daemon last saw them):")
     for destination in status["destinations"]:
         lines.extend(_render_destination(destination))
+    for entry in status.get("prepared_transactions", []):
+        lines.append(
+            f"PREPARED TRANSACTION left in database '{entry['database']}' for "
+            f"{_human(float(entry['age_seconds']))}: {entry['gid']} (a running daemon settles "
+            "it; see 'sfbridge check')"
+        )
     return "\n".join(lines)
 
 

@@ -345,3 +345,74 @@ def test_a_storm_of_sigkills_on_competing_daemons_leaves_every_message_exactly_o
         f"{kills} kills, {len(sent)} messages, {left_prepared} prepared found right after a "
         f"kill, {settled} settled by a resolver"
     )
+
+
+def test_check_and_status_report_what_the_transaction_modes_need_and_leave(
+    tmp_path: Path, new_2pc_database: Any, new_pg_database: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bridge.check import run_checks
+    from bridge.status import collect_status, render_text
+
+    sender, receiver = new_2pc_database(), new_2pc_database()
+    setup = make_setup(tmp_path, sender, receiver)
+    config, connections, _ = in_process(setup)
+    findings = [str(f) for f in run_checks(config)]
+    assert any("receiver" in f and "allows 64 prepared transactions" in f for f in findings)
+    assert not any(f.startswith("PROBLEM") for f in findings), findings
+
+    # A prepared transaction of the bridge that nobody settles is a problem for both.
+    with pg_connect(receiver) as connection:
+        connection.execute(
+            f"INSERT INTO {RECEIVER} (id, headers) VALUES (gen_random_uuid(), '{{}}')"
+        )
+        connection.execute("PREPARE TRANSACTION 'sfbridge:00000000:left-behind'")
+    monkeypatch.setattr(bridge.in_doubt, "PREPARED_REPORT_AGE", 0.0)
+    problems = [str(f) for f in run_checks(config) if not f.ok]
+    assert len(problems) == 1 and "prepared transaction(s) of the bridge older" in problems[0]
+    assert "sfbridge:00000000:left-behind" in problems[0]
+    status = collect_status(config)
+    assert [e["gid"] for e in status["prepared_transactions"]] == ["sfbridge:00000000:left-behind"]
+    assert "PREPARED TRANSACTION left in database 'receiver'" in render_text(status)
+    with pg_connect(receiver) as connection:
+        connection.autocommit = True
+        connection.execute("ROLLBACK PREPARED 'sfbridge:00000000:left-behind'")
+
+    # An at-least-once route is named as running without exactly-once.
+    path = write_config(
+        tmp_path / "alo.yaml",
+        {
+            "databases": {
+                "sender": {"dialect": "postgresql", "connection": sender},
+                "receiver": {"dialect": "postgresql", "connection": receiver},
+            },
+            "forwarders": [{"name": "sender", "database": "sender", "queue": FORWARD}],
+            "routes": [{"match": "*", "database": "receiver"}],
+            "delivery": {"transaction": "at-least-once"},
+        },
+    )
+    warnings = [str(f) for f in run_checks(load_config(path)[0]) if f.warning]
+    assert any("routes[0]" in w and "without exactly-once" in w for w in warnings), warnings
+    connections.close()
+
+
+def test_a_destination_without_prepared_transactions_makes_messages_wait_with_advice(
+    tmp_path: Path, new_pg_database: Any, postgres: Any
+) -> None:
+    from bridge.check import run_checks
+
+    with postgres.admin() as admin:
+        if int(admin.execute("SHOW max_prepared_transactions").fetchone()[0]) > 0:
+            pytest.skip("the test server allows prepared transactions")
+    sender, receiver = new_pg_database(), new_pg_database()
+    setup = make_setup(tmp_path, sender, receiver)
+    ids = send(sender, 10)
+    config, connections, forwarder = in_process(setup)
+    report = forwarder.forward_batch()
+    assert report.counts == Counter({"retries-scheduled": 10})
+    assert pg_count(sender, '"public"."sfbridge_retry"') == 10 and pg_count(receiver, RECEIVER) == 0
+    errors = pg_rows(sender, "SELECT DISTINCT last_error FROM sfbridge_retry")
+    assert "max_prepared_transactions = 0" in errors[0][0] and "restart" in errors[0][0]
+    problems = [str(f) for f in run_checks(config) if not f.ok]
+    assert any("max_prepared_transactions is 0" in p for p in problems), problems
+    assert len(ids) == 10
+    connections.close()

@@ -1856,3 +1856,75 @@ def test_waiting_longer_than_the_ledger_remembers_draws_a_warning() -> None:
     assert "longer than ledger.retention 7d" in warning.message
     fine = with_(with_(raw, "ledger", {"retention": "30d"}), "retries.during_outage", "wait")
     assert [p for p in validate(fine, {})[1] if p.severity == "warning"] == []
+
+
+# --------------------------------------------------------------------------------------------
+# Transaction modes
+# --------------------------------------------------------------------------------------------
+
+SQLSERVER_RECEIVER = {"dialect": "sqlserver", "connection": "Driver={FreeTDS};Server=h"}
+
+
+def test_routes_take_their_transaction_mode_or_the_delivery_default() -> None:
+    raw = with_(minimal(), "routes[0].transaction", "two-phase")
+    config = build(with_(raw, "delivery.transaction", "at-least-once"))
+    assert [config.route_transaction(route) for route in config.routes] == [
+        "two-phase",
+        "at-least-once",
+    ]
+    assert build(minimal()).route_transaction(build(minimal()).routes[0]) == "ledger"
+
+
+def test_an_unknown_transaction_mode_lists_the_three() -> None:
+    assert the_error(with_(minimal(), "routes[0].transaction", "xa")) == (
+        "routes[0].transaction: 'xa' is not one of ledger, two-phase, at-least-once"
+    )
+
+
+def test_two_phase_into_sql_server_is_refused_with_the_reason() -> None:
+    raw = with_(minimal(), "databases.receiver", SQLSERVER_RECEIVER)
+    error = the_error(with_(raw, "routes[0].transaction", "two-phase"))
+    assert error.startswith("routes[0].transaction: two-phase needs a destination that can ")
+    assert "MSDTC" in error and "Use 'ledger'" in error
+
+
+def test_two_phase_from_the_delivery_default_names_the_route_it_applies_to() -> None:
+    raw = with_(minimal(), "databases.receiver", SQLSERVER_RECEIVER)
+    error = the_error(with_(raw, "delivery.transaction", "two-phase"))
+    assert error.startswith("routes[0].transaction (from delivery.transaction): two-phase")
+
+
+def test_two_phase_from_a_sqlite_forwarding_database_is_refused() -> None:
+    raw = minimal()
+    raw["forwarders"].append({"name": "edge", "database": "edge", "queue": "fwd"})
+    error = the_error(with_(raw, "routes[0].transaction", "two-phase"))
+    assert "forwarders[1] forwards from 'edge', a sqlite database" in error
+
+
+def test_two_phase_into_sqlite_is_refused() -> None:
+    raw = with_(minimal(), "routes[0].database", "edge")
+    error = the_error(with_(raw, "routes[0].transaction", "two-phase"))
+    assert "SQLite has no prepared (two-phase) transactions" in error
+
+
+def test_a_route_into_the_forwarding_database_itself_is_atomic_whatever_it_says() -> None:
+    raw = with_(minimal(), "databases.sender", {"dialect": "sqlite", "path": "/x.db"})
+    assert build(with_(raw, "routes[1].transaction", "two-phase"))
+
+
+def test_at_least_once_is_accepted_everywhere() -> None:
+    raw = with_(minimal(), "databases.receiver", SQLSERVER_RECEIVER)
+    assert build(with_(raw, "delivery.transaction", "at-least-once"))
+
+
+def test_a_proxy_destination_takes_a_transaction_mode_and_is_checked_like_a_route() -> None:
+    raw = with_(minimal(), "databases.receiver", SQLSERVER_RECEIVER)
+    raw["forwarders"].append(
+        {
+            "name": "proxy",
+            "database": "sender",
+            "queue": "Samples.Receiver",
+            "destination": {"database": "receiver", "transaction": "two-phase"},
+        }
+    )
+    assert the_error(raw).startswith("forwarders[1].destination.transaction: two-phase needs")
