@@ -40,7 +40,13 @@ from throughput.databases import (
 )
 from throughput.latency import measure_pickup
 from throughput.report import print_header, print_latency, print_scenario, summarize_rows
-from throughput.scenarios import Scenario, run_scenario, standard_rows, stderr
+from throughput.scenarios import (
+    Scenario,
+    run_scenario,
+    standard_rows,
+    stderr,
+    transaction_mode_rows,
+)
 
 SCENARIOS = {"pg-pg": ("PG", "PG"), "sqlite-pg": ("SQLite", "PG"), "pg-sqlite": ("PG", "SQLite")}
 UNITS = {"": 1, "B": 1, "KIB": 1024, "MIB": 1024**2}
@@ -90,6 +96,12 @@ def parse_args() -> argparse.Namespace:
         help="messages per run (default 20000 up to 16 KiB bodies, 5000 above; 2000 with --quick)",
     )
     parser.add_argument("--repeat", type=int, default=1, help="runs per row (medians)")
+    parser.add_argument(
+        "--transaction-modes",
+        action="store_true",
+        help="add rows for the defaults with transaction: two-phase (PG -> PG only; the "
+        "server needs max_prepared_transactions > 0) and at-least-once on the route",
+    )
     parser.add_argument(
         "--best",
         type=parse_overrides,
@@ -215,6 +227,8 @@ def run_benchmark(args: argparse.Namespace, run: Run) -> dict[str, Any]:
             body = os.urandom(body_size)  # incompressible: TOAST cannot shrink it
             progress.label = f"{name}, {format_size(body_size)}"
             specs = standard_rows(args.best, args.previous_code)
+            if args.transaction_modes:
+                specs[-2:-2] = transaction_mode_rows(source_kind == destination_kind == "PG")
             rows = run_scenario(scenario, specs, messages, body, args.repeat)
             summary["scenarios"].append(
                 {

@@ -45,6 +45,7 @@ class RowSpec:
     forwarder_keys: dict[str, Any] = field(default_factory=dict)
     postgresql_keys: dict[str, Any] = field(default_factory=dict)  # every PG database
     code: str | None = None  # a checkout whose `bridge` runs this row (None: this one)
+    route_keys: dict[str, Any] = field(default_factory=dict)  # the route's (`transaction`)
 
 
 @dataclass
@@ -65,6 +66,21 @@ class RowRuns:
     @property
     def failures(self) -> list[str]:
         return [check for check in self.checks if check != "ok"]
+
+
+def transaction_mode_rows(both_postgresql: bool) -> list[RowSpec]:
+    """The defaults with each other transaction mode on the route (issue 13); two-phase only
+    between PostgreSQL databases."""
+    modes = ["two-phase", "at-least-once"] if both_postgresql else ["at-least-once"]
+    return [
+        RowSpec(
+            f"transaction-{mode}",
+            f"defaults, transaction: {mode}",
+            "daemon",
+            route_keys={"transaction": mode},
+        )
+        for mode in modes
+    ]
 
 
 def standard_rows(best: dict[str, Any], previous_code: str | None = None) -> list[RowSpec]:
@@ -139,7 +155,10 @@ class Scenario:
         source.create_queue(CEILING)
 
     def daemon_config(
-        self, forwarder_keys: dict[str, Any], postgresql_keys: dict[str, Any]
+        self,
+        forwarder_keys: dict[str, Any],
+        postgresql_keys: dict[str, Any],
+        route_keys: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """The YAML a user writes, plus exactly the keys the row asks for."""
         databases = {"source": self.source.config_entry(), "dest": self.destination.config_entry()}
@@ -150,7 +169,7 @@ class Scenario:
         return {
             "databases": databases,
             "forwarders": [forwarder],
-            "routes": [{"match": "*", "database": "dest"}],
+            "routes": [{"match": "*", "database": "dest", **(route_keys or {})}],
         }
 
     def prepare(self, messages: int, body: bytes) -> set[str]:
@@ -199,7 +218,7 @@ class Scenario:
 
     def run_daemon_row(self, row: RowRuns, ids: set[str], messages: int) -> None:
         spec = row.spec
-        config = self.daemon_config(spec.forwarder_keys, spec.postgresql_keys)
+        config = self.daemon_config(spec.forwarder_keys, spec.postgresql_keys, spec.route_keys)
         path = write_config(self.workdir / f"{spec.key}.yaml", config)
         poll = 0.02 if len(ids) > 1000 else 0.05
         try:

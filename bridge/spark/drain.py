@@ -13,6 +13,7 @@ from task results, which lose failed attempts.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -26,8 +27,11 @@ from bridge.config.model import BridgeConfig, ForwarderConfig
 from bridge.connections import Connections
 from bridge.dialects import dialect_for
 from bridge.forwarding import BatchForwarder
+from bridge.in_doubt import needs_settling, settle_in_doubt
 from bridge.spark.ranges import split_range
 from bridge.tables import forwarder_tables
+
+log = logging.getLogger(__name__)
 
 # Counter slots of drain tasks, apart from the daemon's workers (0, 1, ...).
 SLOT_BASE = 1000
@@ -133,6 +137,22 @@ def run_drain(
         return list(context.parallelize(tasks, len(tasks)).mapPartitions(drain_partition).collect())
     finally:
         progress.stop()
+        _settle_what_failed_tasks_left(config)
+
+
+def _settle_what_failed_tasks_left(config: BridgeConfig) -> None:
+    """A task killed (or retried by Spark) between a prepare and its commit leaves a prepared
+    transaction or an in-flight record: settle them now, as a daemon would at start, so a
+    drain never leaves prepared transactions behind when no daemon runs."""
+    if not needs_settling(config):
+        return
+    connections = Connections(config.databases)
+    try:
+        settled = settle_in_doubt(config, connections)
+    finally:
+        connections.close()
+    for problem in settled.problems:
+        log.warning("settling prepared transactions after the drain: %s", problem)
 
 
 class _Progress(threading.Thread):
