@@ -297,6 +297,8 @@ def check_transactions(document: Document, log: ProblemLog) -> None:
         if given is None:
             path = f"{path} (from delivery.transaction)"
         sources = [f for f in forwarding if f[1] != entry.values.get("database")]
+        if not sources:
+            continue  # only into the forwarding database itself: one transaction anyway
         database = entry.values.get("database")
         _check_two_phase(log, path, database, document.dialect_of(entry), sources)
     for entry in document.forwarders:
