@@ -66,27 +66,20 @@ class Settled:
 
 def two_phase_destinations(config: BridgeConfig, source: str) -> list[str]:
     """Databases that forwarders in `source` reach with `transaction: two-phase`."""
-    found = {
-        route.database
-        for route in config.routes
-        if route.database != source and config.route_transaction(route) == "two-phase"
-    }
-    found |= {
-        f.destination.database
-        for f in config.forwarders
-        if f.database == source
-        and f.destination is not None
-        and f.destination.database != source
-        and config.proxy_transaction(f.destination) == "two-phase"
-    }
-    return sorted(found)
+    return sorted(
+        {
+            target
+            for origin, target, mode in config.crossings()
+            if origin == source and mode == "two-phase"
+        }
+    )
 
 
 def needs_settling(config: BridgeConfig) -> bool:
-    """Whether some route or proxy destination of `config` is two-phase or at-least-once."""
-    modes = {config.route_transaction(route) for route in config.routes}
-    modes |= {config.proxy_transaction(f.destination) for f in config.forwarders if f.destination}
-    return bool(modes - {"ledger"}) and bool(recording_databases(config))
+    """Whether some forwarder of `config` crosses into another database with `two-phase` or
+    `at-least-once` from a database that keeps transaction records."""
+    recording = set(recording_databases(config))
+    return any(mode != "ledger" and origin in recording for origin, _, mode in config.crossings())
 
 
 def recording_databases(config: BridgeConfig) -> list[str]:
@@ -267,8 +260,7 @@ def _sweep_in_flight(
 
 def all_two_phase_destinations(config: BridgeConfig) -> list[str]:
     """Every database some forwarder of `config` reaches with `transaction: two-phase`."""
-    sources = {f.database for f in config.forwarders}
-    return sorted({d for s in sources for d in two_phase_destinations(config, s)})
+    return sorted({target for _, target, mode in config.crossings() if mode == "two-phase"})
 
 
 def old_prepared_transactions(

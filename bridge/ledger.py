@@ -53,23 +53,10 @@ def ledger_address(config: BridgeConfig, database: str) -> QueueAddress:
 
 
 def ledger_databases(config: BridgeConfig) -> list[str]:
-    """Databases that hold a ledger: targets of `transaction: ledger` routes that some
-    forwarder delivers to from elsewhere, and such proxy destinations in another database
-    than their proxy. Two-phase and at-least-once destinations hold no bridge table."""
-    forwarding = {forwarder.database for forwarder in config.forwarders}
-    targets = {
-        route.database
-        for route in config.routes
-        if forwarding - {route.database} and config.route_transaction(route) == "ledger"
-    }
-    targets |= {
-        forwarder.destination.database
-        for forwarder in config.forwarders
-        if forwarder.destination is not None
-        and forwarder.destination.database != forwarder.database
-        and config.proxy_transaction(forwarder.destination) == "ledger"
-    }
-    return sorted(targets)
+    """Databases that hold a ledger: those some forwarder delivers to from another database
+    with `transaction: ledger` (routes and proxy destinations). Two-phase and at-least-once
+    destinations hold no bridge table."""
+    return sorted({target for _, target, mode in config.crossings() if mode == "ledger"})
 
 
 def ledger_steps(config: BridgeConfig, database: str) -> list[TableStep]:

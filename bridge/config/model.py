@@ -205,6 +205,23 @@ class BridgeConfig:
     def proxy_transaction(self, destination: FixedDestination) -> TransactionMode:
         return destination.transaction or self.delivery.transaction
 
+    def crossings(self) -> set[tuple[str, str, TransactionMode]]:
+        """(forwarding database, destination database, mode) for every way a message can
+        cross into another database: each forwarder with each route into another database,
+        and each proxy whose destination is in another database."""
+        found = {
+            (forwarder.database, route.database, self.route_transaction(route))
+            for forwarder in self.forwarders
+            for route in self.routes
+            if route.database != forwarder.database
+        }
+        found |= {
+            (f.database, f.destination.database, self.proxy_transaction(f.destination))
+            for f in self.forwarders
+            if f.destination is not None and f.destination.database != f.database
+        }
+        return found
+
     def forwarder(self, name: str) -> ForwarderConfig:
         for forwarder in self.forwarders:
             if forwarder.name == name:
