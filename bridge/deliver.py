@@ -51,6 +51,7 @@ from bridge.messages import Deliver, Delivered, DeliveryResult, Failed, Item, Un
 from bridge.outages import OutageTracker
 from bridge.queue_writes import (
     ItemWriteError,
+    LedgerConflict,
     LedgerDenied,
     NotIsolated,
     QueueWriter,
@@ -327,14 +328,13 @@ class RemoteDelivery:
         connection = self._connections.get(target.name)
         try:
             connection.begin()
-            results = write_messages(
-                connection,
-                target.dialect,
-                self._writer,
-                items,
-                ledger=target.ledger if target.transaction == "ledger" else None,
-                one_by_one=one_by_one,
-            )
+            try:
+                results = self._write(connection, items, one_by_one, expect_duplicates=False)
+            except LedgerConflict:
+                # Some message was recorded before: again, skipping those.
+                connection.rollback()
+                connection.begin()
+                results = self._write(connection, items, one_by_one, expect_duplicates=True)
             self._end(connection, items, results)
         except (NotIsolated, ItemWriteError, BridgeTableMissing):
             connection.rollback()
@@ -348,6 +348,25 @@ class RemoteDelivery:
         if not target.dialect.keep_destination_connections:
             self._connections.discard(target.name)
         return results
+
+    def _write(
+        self,
+        connection: Connection,
+        items: Sequence[Item],
+        one_by_one: bool,
+        *,
+        expect_duplicates: bool,
+    ) -> dict[int, DeliveryResult]:
+        target = self._target
+        return write_messages(
+            connection,
+            target.dialect,
+            self._writer,
+            items,
+            ledger=target.ledger if target.transaction == "ledger" else None,
+            one_by_one=one_by_one,
+            expect_duplicates=expect_duplicates,
+        )
 
     def _end(
         self, connection: Connection, items: Sequence[Item], results: dict[int, DeliveryResult]

@@ -61,12 +61,16 @@ def parse_headers(text: str | None) -> Headers:
         return {}
     if not isinstance(value, dict):
         raise PoisonHeaders(f"headers are a JSON {type(value).__name__}, not an object")
-    for key, item in value.items():
-        if item is not None and not isinstance(item, str):
-            raise PoisonHeaders(
-                f"header {key!r} has a {type(item).__name__} value; only strings are allowed"
-            )
+    if not _STRING_OR_NULL.issuperset(map(type, value.values())):
+        for key, item in value.items():
+            if item is not None and not isinstance(item, str):
+                raise PoisonHeaders(
+                    f"header {key!r} has a {type(item).__name__} value; only strings are allowed"
+                )
     return value
+
+
+_STRING_OR_NULL = frozenset({str, type(None)})
 
 
 def serialize_headers(headers: Mapping[str, str | None]) -> str:
@@ -90,6 +94,63 @@ def serialize_headers(headers: Mapping[str, str | None]) -> str:
 def without_routing_headers(headers: Mapping[str, str | None]) -> Headers:
     """The headers a destination receives: everything but the routing headers."""
     return {key: value for key, value in headers.items() if key not in ROUTING_HEADERS}
+
+
+def without_routing_headers_text(text: str | None, headers: Headers) -> str:
+    """`serialize_headers(without_routing_headers(headers))` for `headers` parsed from `text`.
+
+    Why: that re-serialisation is a good part of the bridge's work per message. When `text`
+    is exactly what `serialize_headers(headers)` gives (`is_serialized_form`), as it is for
+    headers that NServiceBus and the bridge write, the routing headers are cut out of the
+    text instead, which gives the same string.
+    """
+    if text is None or not is_serialized_form(text, headers):
+        return serialize_headers(without_routing_headers(headers))
+    for key in ROUTING_HEADERS:
+        if key not in headers:
+            continue
+        value = headers[key]
+        member = f'"{key}":' + ("null" if value is None else f'"{value}"')
+        start = text.index(member)
+        end = start + len(member)
+        if text[start - 1] == ",":
+            start -= 1  # the comma before it goes with it
+        elif text[end] == ",":
+            end += 1  # the first member: the comma after it
+        text = text[:start] + text[end:]
+    return text
+
+
+def is_serialized_form(text: str, headers: Headers) -> bool:
+    """Whether `text`, which parses to `headers`, is exactly `serialize_headers(headers)`.
+
+    Without a backslash no string in `text` is escaped, so each key and value stands in it as
+    it is (and control characters, which the encoder would escape, are not valid JSON in a
+    string). Then `text` holds nothing but the compact members, none repeated, exactly when it
+    is as long as they are: any whitespace or a repeated key (the parser keeps the last one)
+    makes it longer.
+    """
+    if "\\" in text:
+        return False
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            return False  # a lone surrogate: serialize_headers escapes every non-ASCII character
+    if not headers:
+        return text == "{}"
+    # '{' and '}', and per member its key in quotes, ':', its value in quotes (null: 2 more)
+    # and ',' (one too many: the last member has none). Summed with C loops, not Python's.
+    values = list(headers.values())
+    nulls = values.count(None)
+    length = (
+        1
+        + sum(map(len, headers))
+        + sum(map(len, filter(None, values) if nulls else values))  # type: ignore[arg-type]
+        + 6 * len(values)
+        + 2 * nulls
+    )
+    return len(text) == length
 
 
 def with_legacy_reply_to(headers_text: str | None, reply_to: str) -> str | None:

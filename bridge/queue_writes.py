@@ -1,16 +1,19 @@
 """Writing messages into queue tables and the dedup ledger, inside the caller's transaction.
 
 `QueueWriter` picks the statement variant each existing queue table takes (see
-`bridge.dialects.base.QueueShapes`); `write_messages` inserts a group of messages, multi-row
-where it can, recording each in the ledger first when there is one.
+`bridge.dialects.base.QueueShapes`) and streams rows with `COPY` where the driver and the table
+allow it; `write_messages` inserts a group of messages, many rows per statement where it can,
+recording each in the ledger first when there is one.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import uuid
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from bridge.addressing import QueueAddress
@@ -19,6 +22,8 @@ from bridge.drivers import (
     Connection,
     DatabaseError,
     DatabaseUnavailable,
+    DuplicateKey,
+    NotSupported,
     PermissionDenied,
     QueueNotFound,
     TransientDatabaseError,
@@ -26,6 +31,8 @@ from bridge.drivers import (
 from bridge.ledger import LEDGER_DESCRIPTION, ledger_key
 from bridge.messages import Delivered, DeliveryResult, Duplicate, Item
 from bridge.tables import BridgeTableMissing, owned_table
+
+log = logging.getLogger(__name__)
 
 
 class QueueWriter:
@@ -39,7 +46,52 @@ class QueueWriter:
 
     def __init__(self) -> None:
         self._overrides: dict[tuple[str, str, str], Mapping[str, str]] = {}
+        # Tables that refused COPY (a view, row-level security): written with statements.
+        self._refuse_copy: set[tuple[str, str, str]] = set()
         self._lock = threading.Lock()
+
+    def copies(
+        self, connection: Connection, dialect: Dialect, name: str, table: QueueAddress
+    ) -> bool:
+        """Whether the rows of the multi-row statement `name` (`send_many`, ...) go into `table`
+        with the dialect's `<name>_copy` statement through `copy_rows`."""
+        copy_name = name.removesuffix("_many") + "_copy"
+        if not connection.copies_rows or copy_name not in dialect.statements:
+            return False
+        with self._lock:
+            return self._key(connection, dialect, table) not in self._refuse_copy
+
+    def copy_rows(
+        self,
+        connection: Connection,
+        dialect: Dialect,
+        name: str,
+        table: QueueAddress,
+        rows: Sequence[Sequence[Any]],
+        **tables: QueueAddress,
+    ) -> None:
+        """Stream `rows` into `table` with the `COPY` form of `name` (where `copies` says so).
+        A table that refuses COPY is remembered and raises NotSupported this once: the caller
+        rolls back and writes the rows again, now with statements."""
+        copy_name = name.removesuffix("_many") + "_copy"
+        try:
+            connection.copy_rows(
+                dialect.sql(copy_name, None, **tables), dialect.copy_types[copy_name], rows
+            )
+        except NotSupported as error:
+            with self._lock:
+                self._refuse_copy.add(self._key(connection, dialect, table))
+            log.warning(
+                "%s in database '%s' does not take COPY (%s); writing it with INSERT from now on",
+                dialect.grammar.render(table),
+                connection.database,
+                error.detail,
+            )
+            raise
+
+    @staticmethod
+    def _key(connection: Connection, dialect: Dialect, table: QueueAddress) -> tuple[str, str, str]:
+        return (dialect.name, connection.database, dialect.grammar.qualified_name(table))
 
     def sql(
         self,
@@ -63,9 +115,12 @@ class QueueWriter:
         queue: QueueAddress,
         rows: Sequence[Sequence[Any]],
     ) -> None:
-        """Write `rows` into `queue` with the multi-row statement `name`, in as few statements
-        as the dialect and the driver allow (`Dialect.rows_statements`). Raises the
-        DatabaseError family."""
+        """Write `rows` into `queue` with the multi-row statement `name`: streamed with COPY
+        where `copies` says so, else in as few statements as the dialect and the driver allow
+        (`Dialect.rows_statements`). Raises the DatabaseError family."""
+        if self.copies(connection, dialect, name, queue):
+            self.copy_rows(connection, dialect, name, queue, rows, queue=queue)
+            return
         for attempt in (1, 2):
             overrides = self._overrides_for(connection, dialect, queue)
             statements = dialect.rows_statements(
@@ -88,7 +143,7 @@ class QueueWriter:
         shapes = dialect.queue_shapes
         if shapes is None:
             return {}
-        key = (dialect.name, connection.database, dialect.grammar.qualified_name(queue))
+        key = self._key(connection, dialect, queue)
         with self._lock:
             overrides = self._overrides.get(key)
         if overrides is None:
@@ -101,7 +156,7 @@ class QueueWriter:
         return overrides
 
     def _forget(self, connection: Connection, dialect: Dialect, queue: QueueAddress) -> None:
-        key = (dialect.name, connection.database, dialect.grammar.qualified_name(queue))
+        key = self._key(connection, dialect, queue)
         with self._lock:
             self._overrides.pop(key, None)
 
@@ -146,6 +201,12 @@ class NotIsolated(Exception):
     """A multi-row statement failed and the failing message cannot be told: deliver one by one."""
 
 
+class LedgerConflict(Exception):
+    """Streaming the ledger rows failed: a message was recorded before (redelivered after a
+    crash between the destination and source commits, or sent twice), or the ledger does not
+    take COPY. Roll back and write again with `expect_duplicates`."""
+
+
 def write_messages(
     connection: Connection,
     dialect: Dialect,
@@ -154,12 +215,19 @@ def write_messages(
     *,
     ledger: QueueAddress | None,
     one_by_one: bool = False,
+    expect_duplicates: bool = False,
 ) -> dict[int, DeliveryResult]:
     """Insert every item inside the caller's open transaction; the caller commits.
 
     With a `ledger` address each message is first recorded there; a message already recorded
     for the same destination (now or earlier in the same batch) is a Duplicate and is not
     inserted again. Returns results keyed by position in `items`.
+
+    Where the driver streams rows, the ledger rows are streamed with COPY, which cannot skip a
+    message recorded before: it raises LedgerConflict, and the caller rolls back and calls
+    again with `expect_duplicates`, which records them with a statement that skips those.
+    Duplicates are rare (a crash between the two commits), and COPY costs the server and the
+    bridge about half of what that statement does.
 
     Multi-row statements are used unless `one_by_one`. Raises ItemWriteError for a failure
     that concerns known items (a missing destination table), NotIsolated when a multi-row
@@ -170,7 +238,7 @@ def write_messages(
     """
     if one_by_one or len(items) == 1:
         return _one_by_one(connection, dialect, writer, items, ledger)
-    return _batched(connection, dialect, writer, items, ledger)
+    return _batched(connection, dialect, writer, items, ledger, expect_duplicates)
 
 
 def _batched(
@@ -179,6 +247,7 @@ def _batched(
     writer: QueueWriter,
     items: Sequence[Item],
     ledger: QueueAddress | None,
+    expect_duplicates: bool,
 ) -> dict[int, DeliveryResult]:
     results: dict[int, DeliveryResult] = {}
     to_send = list(range(len(items)))
@@ -187,7 +256,13 @@ def _batched(
             (ledger_key(decision.message_id), decision.destination.canonical)
             for _, decision in items
         ]
-        recorded = _record_in_ledger(connection, dialect, ledger, list(dict.fromkeys(keys)))
+        distinct = list(dict.fromkeys(keys))
+        if not expect_duplicates and writer.copies(
+            connection, dialect, "ledger_record_many", ledger
+        ):
+            recorded = _stream_to_ledger(connection, dialect, writer, ledger, distinct)
+        else:
+            recorded = _record_in_ledger(connection, dialect, ledger, distinct)
         to_send = []
         for position, key in enumerate(keys):
             if key in recorded:
@@ -214,6 +289,37 @@ def _batched(
         for position in positions:
             results[position] = Delivered()
     return results
+
+
+def _stream_to_ledger(
+    connection: Connection,
+    dialect: Dialect,
+    writer: QueueWriter,
+    ledger: QueueAddress,
+    keys: Sequence[tuple[str, str]],
+) -> set[tuple[str, str]]:
+    """Record distinct (ledger key, destination) pairs, none recorded before, with COPY;
+    returns them all. Raises LedgerConflict when one was (or COPY is refused)."""
+    now = datetime.now(UTC).replace(tzinfo=None)
+    try:
+        with owned_table(LEDGER_DESCRIPTION, dialect.grammar.render(ledger)):
+            writer.copy_rows(
+                connection,
+                dialect,
+                "ledger_record_many",
+                ledger,
+                [(key, destination, now) for key, destination in keys],
+                ledger=ledger,
+            )
+    except (DuplicateKey, NotSupported):
+        raise LedgerConflict() from None
+    except PermissionDenied as error:
+        raise LedgerDenied(error.database, error.detail) from None
+    except (DatabaseUnavailable, TransientDatabaseError, BridgeTableMissing):
+        raise
+    except (DatabaseError, ValueError, TypeError):
+        raise NotIsolated() from None
+    return set(keys)
 
 
 def _record_in_ledger(

@@ -82,8 +82,12 @@ TWO_PHASE_STATEMENT_NAMES = frozenset(
         "max_prepared_transactions",
     }
 )
+# Optional, all or none: `COPY ... FROM STDIN` into a queue and into the ledger, for drivers that
+# stream rows (`Connection.copies_rows`); `Dialect.copy_types` names each column's type.
+COPY_STATEMENT_NAMES = frozenset({"send_copy", "ledger_record_copy"})
 OPTIONAL_STATEMENT_GROUPS = (
     ARRAY_STATEMENT_NAMES,
+    COPY_STATEMENT_NAMES,
     TRANSACTION_RECORD_STATEMENT_NAMES,
     TWO_PHASE_STATEMENT_NAMES,
 )
@@ -296,6 +300,9 @@ class Dialect:
     # then the dialect has `prepare_transaction`, `commit_prepared`, `rollback_prepared` and
     # `prepared_transactions` statements.
     cannot_prepare: str | None = "the bridge cannot prepare transactions in this dialect"
+    # The column types of each `*_copy` statement, in its column order (see
+    # COPY_STATEMENT_NAMES).
+    copy_types: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     # Rendered statements by (overrides, name, rows, tables): the same text is the same
     # object, which pyodbc needs to reuse a prepared statement. Least recently used first;
     # bounded, since row counts and queues (named by messages) vary without end.

@@ -281,6 +281,13 @@ STATEMENTS: dict[str, str] = {
         FROM unnest(?::varchar[], ?::varchar[]) AS pairs(message_id, destination)
         ON CONFLICT DO NOTHING RETURNING message_id, destination""",
     "send_row": "(?, ?, ?, ?)",
+    # The same rows streamed in PostgreSQL's binary COPY format (drivers that stream rows):
+    # no statement to plan or execute per row. COPY cannot skip a conflict, so the ledger's
+    # form fails on a message recorded before and the writer falls back to
+    # `ledger_record_many_arrays`, which can.
+    "send_copy": "COPY {queue} (id, expires, headers, body) FROM STDIN (FORMAT BINARY)",
+    "ledger_record_copy": """
+        COPY {ledger} (message_id, destination, forwarded_at) FROM STDIN (FORMAT BINARY)""",
     # NServiceBus's own subscriber lookup in its `SubscriptionRouting` table (native
     # publish/subscribe); its columns are unquoted, so lower case.
     "subscribers_many": "SELECT DISTINCT QueueAddress FROM {subscriptions} WHERE Topic IN ({rows})",
@@ -516,4 +523,8 @@ DIALECT = Dialect(
     drivers=DRIVERS,
     max_parameters=65535,
     cannot_prepare=None,
+    copy_types={
+        "send_copy": ("uuid", "timestamp", "text", "bytea"),
+        "ledger_record_copy": ("text", "text", "timestamp"),
+    },
 )

@@ -48,6 +48,11 @@ class UndefinedObject(DatabaseError):
     committed or rolled back meanwhile)."""
 
 
+class NotSupported(DatabaseError):
+    """The object does not take this kind of statement (PostgreSQL: `COPY` into a view, or into
+    a table with row-level security): the same rows go in another way."""
+
+
 class DuplicateKey(DatabaseError):
     """A unique key or primary key was violated."""
 
@@ -72,6 +77,9 @@ class Connection(Protocol):
     # Whether the driver binds a Python list as one SQL array parameter (psycopg does): the
     # dialects then write many rows with one `*_arrays` statement of fixed text.
     binds_arrays: bool
+    # Whether `copy_rows` works (psycopg: PostgreSQL's binary COPY); where it does not, the
+    # dialects' multi-row statements write the rows.
+    copies_rows: bool
 
     def begin(self) -> None: ...
 
@@ -93,6 +101,11 @@ class Connection(Protocol):
     def execute_outside_transaction(self, sql: str) -> int:
         """Run a statement that may not run inside a transaction block (`COMMIT PREPARED`),
         without parameters. Any open transaction is rolled back first; none is left open."""
+        ...
+
+    def copy_rows(self, sql: str, types: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+        """Stream `rows` with the `COPY ... FROM STDIN` statement `sql`, each column dumped as
+        the type named in `types`, inside the open transaction. Only where `copies_rows`."""
         ...
 
     def commit(self) -> None: ...

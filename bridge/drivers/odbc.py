@@ -141,6 +141,7 @@ class OdbcConnection:
     """A pyodbc connection with autocommit off: always inside a transaction."""
 
     binds_arrays = False
+    copies_rows = False
 
     def __init__(
         self,
@@ -274,6 +275,9 @@ class OdbcConnection:
                 self._connection.autocommit = False
         except self._pyodbc_error as error:
             raise _translate(self.database, error, self._native_errors) from None
+
+    def copy_rows(self, sql: str, types: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+        raise DatabaseError(self.database, "COPY is not available through ODBC")
 
     def commit(self) -> None:
         try:

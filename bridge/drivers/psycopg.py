@@ -107,6 +107,7 @@ class PsycopgConnection:
     """A psycopg connection with autocommit off: a transaction starts with the first statement."""
 
     binds_arrays = True
+    copies_rows = True
 
     def __init__(
         self,
@@ -180,8 +181,19 @@ class PsycopgConnection:
         return self._fetch(sql, params)[1]
 
     def query_named(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
-        names, rows = self._fetch(sql, params)
+        """Results come in binary: these are queue rows (uuid, timestamp, text, bytea, integers),
+        and a body in text would be hex-encoded by the server and decoded here."""
+        names, rows = self._fetch(sql, params, binary=True)
         return [dict(zip(names, row, strict=True)) for row in rows]
+
+    def copy_rows(self, sql: str, types: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+        try:
+            with self._cursor.copy(sql) as copy:
+                copy.set_types(list(types))
+                for row in rows:
+                    copy.write_row(row)
+        except self._psycopg_error as error:
+            raise self._translate(error) from None
 
     def execute_outside_transaction(self, sql: str) -> int:
         try:
@@ -215,9 +227,11 @@ class PsycopgConnection:
 
     # -- internals -------------------------------------------------------------------------
 
-    def _fetch(self, sql: str, params: Sequence[Any]) -> tuple[list[str], list[Row]]:
+    def _fetch(
+        self, sql: str, params: Sequence[Any], *, binary: bool = False
+    ) -> tuple[list[str], list[Row]]:
         try:
-            self._run(sql, params)
+            self._run(sql, params, binary=binary)
             description = self._cursor.description
             if description is None:
                 return [], []
@@ -226,13 +240,13 @@ class PsycopgConnection:
         except self._psycopg_error as error:
             raise self._translate(error) from None
 
-    def _run(self, sql: str, params: Sequence[Any]) -> None:
+    def _run(self, sql: str, params: Sequence[Any], *, binary: bool = False) -> None:
         if params:
-            self._cursor.execute(self._statement(sql), tuple(params))
+            self._cursor.execute(self._statement(sql), tuple(params), binary=binary)
         else:
             # Without parameters the text goes as it is (several statements are allowed, as
             # in install scripts, and nothing needs escaping).
-            self._cursor.execute(sql)
+            self._cursor.execute(sql, binary=binary)
 
     def _statement(self, sql: str) -> str:
         statement = self._statements.get(sql)

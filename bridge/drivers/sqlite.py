@@ -52,6 +52,7 @@ class SqliteConnection:
     """A stdlib sqlite3 connection in manual-transaction mode."""
 
     binds_arrays = False
+    copies_rows = False
 
     def __init__(self, database: str, path: str, *, create: bool = False) -> None:
         self.database = database
@@ -107,6 +108,9 @@ class SqliteConnection:
         count = self.execute(sql)
         self.commit()
         return count
+
+    def copy_rows(self, sql: str, types: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+        raise DatabaseError(self.database, "COPY is not available through SQLite")
 
     def commit(self) -> None:
         if self._connection.in_transaction:

@@ -8,6 +8,7 @@ from bridge.drivers.base import (
     ConnectionLost,
     DatabaseError,
     DuplicateKey,
+    NotSupported,
     PermissionDenied,
     QueueNotFound,
     TransientDatabaseError,
@@ -34,6 +35,9 @@ _DUPLICATE_STATES = {"23505"}
 _ALREADY_EXISTS_STATES = {"42P07", "42P06", "42710"}
 _PERMISSION_DENIED_STATES = {"42501"}
 _UNDEFINED_OBJECT_STATES = {"42704"}
+# 0A000 feature not supported (COPY into a table with row-level security), 42809 wrong object
+# type (COPY into a view).
+_NOT_SUPPORTED_STATES = {"0A000", "42809"}
 
 # In order of precedence: the exception types that SQLSTATEs (or native error numbers) name.
 _CLASSES: tuple[tuple[type[DatabaseError], set[str]], ...] = (
@@ -43,6 +47,7 @@ _CLASSES: tuple[tuple[type[DatabaseError], set[str]], ...] = (
     (PermissionDenied, _PERMISSION_DENIED_STATES),
     (TransientDatabaseError, _TRANSIENT_STATES),
     (UndefinedObject, _UNDEFINED_OBJECT_STATES),
+    (NotSupported, _NOT_SUPPORTED_STATES),
 )
 
 

@@ -13,6 +13,7 @@ import pytest
 from bridge.addressing import QueueAddress
 from bridge.dialects import STATEMENT_NAMES, Dialect, dialect_for
 from bridge.dialects.base import (
+    COPY_STATEMENT_NAMES,
     COUNTERS_TABLE,
     INDEX_SUFFIXES,
     LEDGER_TABLE,
@@ -147,6 +148,11 @@ def test_every_dialect_defines_exactly_the_statement_names(dialect: Dialect) -> 
     assert (dialect.cannot_prepare is None) == (names >= TWO_PHASE_STATEMENT_NAMES)
     if names >= TWO_PHASE_STATEMENT_NAMES:
         assert dialect.records_transactions
+    # Every COPY statement says its column types, as many as its column list names.
+    assert set(dialect.copy_types) == names & COPY_STATEMENT_NAMES
+    for name, types in dialect.copy_types.items():
+        columns = dialect.statements[name].split("(", 1)[1].split(")", 1)[0].split(",")
+        assert len(types) == len(columns), name
 
 
 def test_statement_names_are_the_documented_set() -> None:
