@@ -51,15 +51,28 @@ class QueueWriter:
         self._lock = threading.Lock()
 
     def copies(
-        self, connection: Connection, dialect: Dialect, name: str, table: QueueAddress
+        self,
+        connection: Connection,
+        dialect: Dialect,
+        name: str,
+        table: QueueAddress,
+        **tables: QueueAddress,
     ) -> bool:
         """Whether the rows of the multi-row statement `name` (`send_many`, ...) go into `table`
-        with the dialect's `<name>_copy` statement through `copy_rows`."""
+        with the dialect's `<name>_copy` statement through `copy_rows`: the driver streams
+        rows, the table took COPY before (or was never tried), and its columns have the types
+        the COPY sends, read now, inside the caller's transaction (binary values are not cast,
+        and a table can be created again with other types at any time). `tables` fill the
+        statements' placeholders. Raises the DatabaseError family (QueueNotFound for a
+        missing table)."""
         copy_name = name.removesuffix("_many") + "_copy"
         if not connection.copies_rows or copy_name not in dialect.statements:
             return False
         with self._lock:
-            return self._key(connection, dialect, table) not in self._refuse_copy
+            if self._key(connection, dialect, table) in self._refuse_copy:
+                return False
+        found = connection.column_types(dialect.sql(f"{copy_name}_columns", None, **tables))
+        return tuple(found) == dialect.copy_types[copy_name]
 
     def copy_rows(
         self,
@@ -118,7 +131,7 @@ class QueueWriter:
         """Write `rows` into `queue` with the multi-row statement `name`: streamed with COPY
         where `copies` says so, else in as few statements as the dialect and the driver allow
         (`Dialect.rows_statements`). Raises the DatabaseError family."""
-        if self.copies(connection, dialect, name, queue):
+        if self.copies(connection, dialect, name, queue, queue=queue):
             self.copy_rows(connection, dialect, name, queue, rows, queue=queue)
             return
         for attempt in (1, 2):
@@ -257,11 +270,10 @@ def _batched(
             for _, decision in items
         ]
         distinct = list(dict.fromkeys(keys))
-        if not expect_duplicates and writer.copies(
-            connection, dialect, "ledger_record_many", ledger
-        ):
+        recorded = None
+        if not expect_duplicates:
             recorded = _stream_to_ledger(connection, dialect, writer, ledger, distinct)
-        else:
+        if recorded is None:
             recorded = _record_in_ledger(connection, dialect, ledger, distinct)
         to_send = []
         for position, key in enumerate(keys):
@@ -297,12 +309,15 @@ def _stream_to_ledger(
     writer: QueueWriter,
     ledger: QueueAddress,
     keys: Sequence[tuple[str, str]],
-) -> set[tuple[str, str]]:
+) -> set[tuple[str, str]] | None:
     """Record distinct (ledger key, destination) pairs, none recorded before, with COPY;
-    returns them all. Raises LedgerConflict when one was (or COPY is refused)."""
+    returns them all, or None when the ledger does not take COPY (nothing was written).
+    Raises LedgerConflict when one was recorded before (or COPY is refused)."""
     now = datetime.now(UTC).replace(tzinfo=None)
     try:
         with owned_table(LEDGER_DESCRIPTION, dialect.grammar.render(ledger)):
+            if not writer.copies(connection, dialect, "ledger_record_many", ledger, ledger=ledger):
+                return None
             writer.copy_rows(
                 connection,
                 dialect,

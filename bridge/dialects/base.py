@@ -83,8 +83,12 @@ TWO_PHASE_STATEMENT_NAMES = frozenset(
     }
 )
 # Optional, all or none: `COPY ... FROM STDIN` into a queue and into the ledger, for drivers that
-# stream rows (`Connection.copies_rows`); `Dialect.copy_types` names each column's type.
-COPY_STATEMENT_NAMES = frozenset({"send_copy", "ledger_record_copy"})
+# stream rows (`Connection.copies_rows`); `Dialect.copy_types` names each column's type, and
+# each `*_copy_columns` query returns the same columns of the table (no rows), to see that
+# they have those types.
+COPY_STATEMENT_NAMES = frozenset(
+    {"send_copy", "send_copy_columns", "ledger_record_copy", "ledger_record_copy_columns"}
+)
 OPTIONAL_STATEMENT_GROUPS = (
     ARRAY_STATEMENT_NAMES,
     COPY_STATEMENT_NAMES,

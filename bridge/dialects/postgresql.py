@@ -284,10 +284,16 @@ STATEMENTS: dict[str, str] = {
     # The same rows streamed in PostgreSQL's binary COPY format (drivers that stream rows):
     # no statement to plan or execute per row. COPY cannot skip a conflict, so the ledger's
     # form fails on a message recorded before and the writer falls back to
-    # `ledger_record_many_arrays`, which can.
+    # `ledger_record_many_arrays`, which can. Binary values are not cast: each batch first
+    # reads the columns' types with the `*_copy_columns` query, which also locks the table
+    # against a DROP until the transaction ends, and a table with other types (varchar ids,
+    # a timestamptz) is written with the statements above.
     "send_copy": "COPY {queue} (id, expires, headers, body) FROM STDIN (FORMAT BINARY)",
+    "send_copy_columns": "SELECT id, expires, headers, body FROM {queue} LIMIT 0",
     "ledger_record_copy": """
         COPY {ledger} (message_id, destination, forwarded_at) FROM STDIN (FORMAT BINARY)""",
+    "ledger_record_copy_columns": """
+        SELECT message_id, destination, forwarded_at FROM {ledger} LIMIT 0""",
     # NServiceBus's own subscriber lookup in its `SubscriptionRouting` table (native
     # publish/subscribe); its columns are unquoted, so lower case.
     "subscribers_many": "SELECT DISTINCT QueueAddress FROM {subscriptions} WHERE Topic IN ({rows})",
@@ -525,6 +531,6 @@ DIALECT = Dialect(
     cannot_prepare=None,
     copy_types={
         "send_copy": ("uuid", "timestamp", "text", "bytea"),
-        "ledger_record_copy": ("text", "text", "timestamp"),
+        "ledger_record_copy": ("varchar", "varchar", "timestamp"),
     },
 )

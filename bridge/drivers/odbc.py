@@ -279,6 +279,9 @@ class OdbcConnection:
     def copy_rows(self, sql: str, types: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
         raise DatabaseError(self.database, "COPY is not available through ODBC")
 
+    def column_types(self, sql: str) -> list[str]:
+        raise DatabaseError(self.database, "column types are not read through ODBC")
+
     def commit(self) -> None:
         try:
             self._connection.commit()

@@ -207,6 +207,17 @@ class PsycopgConnection:
         except self._psycopg_error as error:
             raise self._translate(error) from None
 
+    def column_types(self, sql: str) -> list[str]:
+        try:
+            self._cursor.execute(sql)
+            types = self._connection.adapters.types
+            return [
+                info.name if (info := types.get(column.type_code)) else str(column.type_code)
+                for column in self._cursor.description or ()
+            ]
+        except self._psycopg_error as error:
+            raise self._translate(error) from None
+
     def commit(self) -> None:
         try:
             self._connection.commit()

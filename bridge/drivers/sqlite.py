@@ -112,6 +112,9 @@ class SqliteConnection:
     def copy_rows(self, sql: str, types: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
         raise DatabaseError(self.database, "COPY is not available through SQLite")
 
+    def column_types(self, sql: str) -> list[str]:
+        raise DatabaseError(self.database, "column types are not read through SQLite")
+
     def commit(self) -> None:
         if self._connection.in_transaction:
             self._run("COMMIT")

@@ -148,11 +148,15 @@ def test_every_dialect_defines_exactly_the_statement_names(dialect: Dialect) -> 
     assert (dialect.cannot_prepare is None) == (names >= TWO_PHASE_STATEMENT_NAMES)
     if names >= TWO_PHASE_STATEMENT_NAMES:
         assert dialect.records_transactions
-    # Every COPY statement says its column types, as many as its column list names.
-    assert set(dialect.copy_types) == names & COPY_STATEMENT_NAMES
+    # Every COPY statement says its column types, as many as its column list names, and its
+    # query for the table's types reads the same columns.
+    copies = {name for name in names & COPY_STATEMENT_NAMES if not name.endswith("_columns")}
+    assert set(dialect.copy_types) == copies
     for name, types in dialect.copy_types.items():
         columns = dialect.statements[name].split("(", 1)[1].split(")", 1)[0].split(",")
         assert len(types) == len(columns), name
+        read = dialect.statements[f"{name}_columns"].split("SELECT", 1)[1].split("FROM")[0]
+        assert [c.strip() for c in read.split(",")] == [c.strip() for c in columns], name
 
 
 def test_statement_names_are_the_documented_set() -> None:
