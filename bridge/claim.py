@@ -9,13 +9,14 @@ they are still there for every other reader; a rollback puts them back.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from bridge.config.model import ForwarderConfig, RetryConfig
 from bridge.dialects import Dialect
 from bridge.drivers import Connection
+from bridge.drivers.base import Row
 from bridge.headers import with_legacy_reply_to
 from bridge.messages import ClaimedMessage, Source
 from bridge.tables import ForwarderTables, owned_table
@@ -87,8 +88,9 @@ def claim_batch(
         )
         table = ("retry storage", dialect.grammar.render(tables.retry))
     with owned_table(*table):
-        rows = connection.query_named(statement, parameters)
-    messages = [_decode_or_poison(dialect, row) for row in rows]
+        names, rows = connection.query_columns(statement, parameters)
+    decode = row_decoder(dialect, names)
+    messages = [_decode_or_poison(dialect, decode, names, row) for row in rows]
     # RETURNING gives no order guarantee; FIFO is restored here.
     messages.sort(key=lambda message: message.order)
     return messages
@@ -96,25 +98,48 @@ def claim_batch(
 
 def decode_row(dialect: Dialect, row: Mapping[str, Any]) -> ClaimedMessage:
     """A claimed row, by column name (see QUEUE_COLUMNS and RETRY_COLUMNS)."""
-    retried = "attempts" in row
-    headers_text = row["headers"]
-    legacy_reply_to = row.get("legacy_reply_to")
-    if legacy_reply_to:
-        # Written by a transport before 7.0; its receivers let the column win over the header,
-        # and the bridge writes the column NULL, so the header has to carry it on.
-        headers_text = with_legacy_reply_to(headers_text, str(legacy_reply_to))
-    return ClaimedMessage(
-        row_id=dialect.decode_id(row["id"]),
-        expired=bool(row["expired"]),
-        expires=dialect.decode_timestamp(row["expires"]),
-        headers_text=headers_text,
-        body=_as_bytes(row["body"]),
-        order=int(row["seq"]),
-        attempts=int(row["attempts"]) if retried else 0,
-        first_failure_at=dialect.decode_timestamp(row["first_failure_at"]) if retried else None,
-        last_error=row["last_error"] if retried else None,
-        claimed_size=_claimed_size(row),
+    return row_decoder(dialect, list(row))(tuple(row.values()))
+
+
+def row_decoder(dialect: Dialect, names: Sequence[str]) -> Callable[[Row], ClaimedMessage]:
+    """Decodes claimed rows of a result with these column names (see QUEUE_COLUMNS and
+    RETRY_COLUMNS), each by position: a claim decodes up to thousands of rows, and looking
+    each column up by name in a dict made for every row costs more than the rest."""
+    at = {name: index for index, name in enumerate(names)}
+    id_, expired, expires, headers, body, seq = (
+        at[name] for name in ("id", "expired", "expires", "headers", "body", "seq")
     )
+    size = at.get("claimed_size")
+    attempts, first_failure_at, last_error = (
+        at.get(name) for name in ("attempts", "first_failure_at", "last_error")
+    )
+    legacy_reply_to = at.get("legacy_reply_to")
+    decode_id, decode_timestamp = dialect.decode_id, dialect.decode_timestamp
+
+    def decode(row: Row) -> ClaimedMessage:
+        headers_text = row[headers]
+        if legacy_reply_to is not None and row[legacy_reply_to]:
+            # Written by a transport before 7.0; its receivers let the column win over the
+            # header, and the bridge writes the column NULL, so the header has to carry it on.
+            headers_text = with_legacy_reply_to(headers_text, str(row[legacy_reply_to]))
+        retried = attempts is not None
+        return ClaimedMessage(
+            row_id=decode_id(row[id_]),
+            expired=bool(row[expired]),
+            expires=decode_timestamp(row[expires]),
+            headers_text=headers_text,
+            body=_as_bytes(row[body]),
+            order=int(row[seq]),
+            attempts=int(row[attempts]) if attempts is not None else 0,
+            first_failure_at=decode_timestamp(row[first_failure_at])
+            if retried and first_failure_at is not None
+            else None,
+            last_error=row[last_error] if retried and last_error is not None else None,
+            # The claim's own measure of the row; 0 where a statement does not return it.
+            claimed_size=int(row[size] or 0) if size is not None else 0,
+        )
+
+    return decode
 
 
 def _claimed_size(row: Mapping[str, Any]) -> int:
@@ -123,12 +148,18 @@ def _claimed_size(row: Mapping[str, Any]) -> int:
     return int(value) if value is not None else 0
 
 
-def _decode_or_poison(dialect: Dialect, row: Mapping[str, Any]) -> ClaimedMessage:
+def _decode_or_poison(
+    dialect: Dialect,
+    decode: Callable[[Row], ClaimedMessage],
+    names: Sequence[str],
+    values: Row,
+) -> ClaimedMessage:
     """A row that cannot be decoded must not block its queue (the claim would roll back and
     take it again forever): it becomes an unreadable message, which classify calls poison."""
     try:
-        return decode_row(dialect, row)
+        return decode(values)
     except (ValueError, TypeError) as error:
+        row = dict(zip(names, values, strict=True))
         try:
             row_id = dialect.decode_id(row["id"])
         except (ValueError, TypeError):

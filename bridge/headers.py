@@ -11,6 +11,9 @@ import json
 import traceback
 from collections.abc import Mapping
 from datetime import UTC, datetime
+from typing import Any
+
+import orjson
 
 DESTINATION_HEADER = "$.store-and-forward.destination"
 EVENT_TYPE_HEADER = "$.store-and-forward.eventtype"
@@ -54,7 +57,7 @@ def parse_headers(text: str | None) -> Headers:
     if text is None or text.strip() == "":
         return {}
     try:
-        value = json.loads(text)
+        value = _loads(text)
     except (ValueError, RecursionError) as error:
         raise PoisonHeaders(f"headers are not valid JSON: {error}") from None
     if value is None:
@@ -71,6 +74,17 @@ def parse_headers(text: str | None) -> Headers:
 
 
 _STRING_OR_NULL = frozenset({str, type(None)})
+
+
+def _loads(text: str) -> Any:
+    """`json.loads(text)`, about three times faster for the headers of nearly every message:
+    orjson parses first, and what it refuses goes to the standard library, which decides (it
+    accepts unpaired surrogate escapes, which .NET strings may hold, and NaN; both parsers keep
+    the last of repeated keys, in the place of the first)."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text)
 
 
 def serialize_headers(headers: Mapping[str, str | None]) -> str:

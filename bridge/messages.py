@@ -18,7 +18,9 @@ from bridge.routing import Destination
 Source = Literal["queue", "retry"]
 
 
-@dataclass(frozen=True)
+# Built once per message (or per copy) on every batch, so not frozen: a frozen dataclass costs
+# about three times as much to build. Treated as values all the same: nothing assigns to them.
+@dataclass(slots=True)
 class ClaimedMessage:
     """A row taken (deleted, uncommitted) from the forwarding queue or from retry storage.
 
@@ -75,7 +77,9 @@ class Publish:
     topics: tuple[str, ...]
 
 
-@dataclass(frozen=True)
+# Built once per message (or per copy) on every batch, so not frozen: a frozen dataclass costs
+# about three times as much to build. Treated as values all the same: nothing assigns to them.
+@dataclass(slots=True)
 class Deliver:
     """Insert `headers_text` + body into `destination`, deduplicated by `message_id`."""
 
@@ -108,7 +112,9 @@ class SubscribersUnknown:
 Outcome = Poison | Expired | Reject | Deliver | NoSubscribers | SubscribersUnknown
 
 
-@dataclass(frozen=True)
+# Built once per message (or per copy) on every batch, so not frozen: a frozen dataclass costs
+# about three times as much to build. Treated as values all the same: nothing assigns to them.
+@dataclass(slots=True)
 class Unit:
     """One thing to deliver or settle: a claimed message, or one subscriber's copy of it.
 

@@ -414,9 +414,24 @@ def new_ids(dialect: Dialect, count: int) -> list[Any]:
     system's random source instead of one per id."""
     entropy = os.urandom(16 * count)
     return [
-        dialect.encode_id(uuid.UUID(bytes=entropy[16 * i : 16 * i + 16], version=4))
+        dialect.encode_id(_uuid4(int.from_bytes(entropy[16 * i : 16 * i + 16])))
         for i in range(count)
     ]
+
+
+_VERSION_4_CLEAR = ~((0xF000 << 64) | (0xC000 << 48))
+_VERSION_4_SET = (0x4000 << 64) | (0x8000 << 48)
+_SAFE_UNKNOWN = uuid.SafeUUID.unknown  # an enum member: looked up once, not per id
+
+
+def _uuid4(bits: int) -> uuid.UUID:
+    """`uuid.UUID(int=bits, version=4)` without its checks and keyword handling, which cost
+    more than the rest of writing a row: the version and variant bits are set as it sets
+    them, and the two slots filled as its constructor fills them."""
+    value = object.__new__(uuid.UUID)
+    object.__setattr__(value, "int", (bits & _VERSION_4_CLEAR) | _VERSION_4_SET)
+    object.__setattr__(value, "is_safe", _SAFE_UNKNOWN)
+    return value
 
 
 def _row(dialect: Dialect, item: Item, row_id: Any) -> list[Any]:

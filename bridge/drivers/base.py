@@ -98,6 +98,10 @@ class Connection(Protocol):
         """Like `query`, each row as a dict keyed by lower-cased column name."""
         ...
 
+    def query_columns(self, sql: str, params: Sequence[Any] = ()) -> tuple[list[str], list[Row]]:
+        """Like `query`, with the result's column names (lower case) first."""
+        ...
+
     def execute_outside_transaction(self, sql: str) -> int:
         """Run a statement that may not run inside a transaction block (`COMMIT PREPARED`),
         without parameters. Any open transaction is rolled back first; none is left open."""

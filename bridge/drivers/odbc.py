@@ -228,6 +228,9 @@ class OdbcConnection:
         names, rows = self._fetch(sql, params)
         return [dict(zip(names, row, strict=True)) for row in rows]
 
+    def query_columns(self, sql: str, params: Sequence[Any] = ()) -> tuple[list[str], list[Row]]:
+        return self._fetch(sql, params)
+
     def _fetch(self, sql: str, params: Sequence[Any]) -> tuple[list[str], list[Row]]:
         """The column names (lower case) and rows of the statement's result set."""
         try:

@@ -181,10 +181,13 @@ class PsycopgConnection:
         return self._fetch(sql, params)[1]
 
     def query_named(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        names, rows = self.query_columns(sql, params)
+        return [dict(zip(names, row, strict=True)) for row in rows]
+
+    def query_columns(self, sql: str, params: Sequence[Any] = ()) -> tuple[list[str], list[Row]]:
         """Results come in binary: these are queue rows (uuid, timestamp, text, bytea, integers),
         and a body in text would be hex-encoded by the server and decoded here."""
-        names, rows = self._fetch(sql, params, binary=True)
-        return [dict(zip(names, row, strict=True)) for row in rows]
+        return self._fetch(sql, params, binary=True)
 
     def copy_rows(self, sql: str, types: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
         try:
@@ -247,7 +250,7 @@ class PsycopgConnection:
             if description is None:
                 return [], []
             names = [column.name.lower() for column in description]
-            return names, [tuple(row) for row in self._cursor.fetchall()]
+            return names, self._cursor.fetchall()  # tuples already
         except self._psycopg_error as error:
             raise self._translate(error) from None
 

@@ -98,10 +98,13 @@ class SqliteConnection:
         return [tuple(row) for row in cursor.fetchall()]
 
     def query_named(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        names, rows = self.query_columns(sql, params)
+        return [dict(zip(names, row, strict=True)) for row in rows]
+
+    def query_columns(self, sql: str, params: Sequence[Any] = ()) -> tuple[list[str], list[Row]]:
         cursor = self._run(sql, params)
         rows = cursor.fetchall()
-        names = [column[0].lower() for column in cursor.description or ()]
-        return [dict(zip(names, row, strict=True)) for row in rows]
+        return [column[0].lower() for column in cursor.description or ()], rows
 
     def execute_outside_transaction(self, sql: str) -> int:
         self.rollback()

@@ -14,6 +14,7 @@ from bridge.headers import (
     DESTINATION_HEADER,
     EVENT_TYPE_HEADER,
     ROUTING_HEADERS,
+    PoisonHeaders,
     is_serialized_form,
     parse_headers,
     serialize_headers,
@@ -162,3 +163,36 @@ def test_texts_not_in_the_serialized_form_are_serialised_again(text: str) -> Non
 
 def test_no_text_is_no_headers() -> None:
     assert without_routing_headers_text(None, {}) == "{}"
+
+
+def test_headers_parse_exactly_as_the_standard_library_parses_them() -> None:
+    # orjson parses first (it is faster); the result must be the standard library's, in
+    # value, type and key order, for every text, and so must the verdict on poison.
+    rng = random.Random(7)
+    texts = [random_text(rng) for _ in range(5000)]
+    texts += [
+        '{"a":"1","b":"2","a":"3"}',
+        '{"a":NaN}',
+        '{"a":1e400}',
+        '{"a":123456789012345678901234}',
+    ]
+    texts += ['{"a":"\\ud800"}', "[" * 2000 + "]" * 2000, '{"a":"\\u0000"}', "{}", " null "]
+    for text in texts:
+        try:
+            expected: object = json.loads(text)
+        except (ValueError, RecursionError):
+            expected = PoisonHeaders
+        try:
+            got: object = parse_headers(text)
+        except PoisonHeaders:
+            got = PoisonHeaders
+        if isinstance(expected, dict):
+            if any(v is not None and not isinstance(v, str) for v in expected.values()):
+                expected = PoisonHeaders
+        elif expected is None:
+            expected = {}
+        elif expected is not PoisonHeaders:
+            expected = PoisonHeaders
+        assert got == expected, text
+        if isinstance(got, dict):
+            assert list(got) == list(expected), text  # type: ignore[call-overload]
