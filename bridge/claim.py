@@ -89,6 +89,8 @@ def claim_batch(
         table = ("retry storage", dialect.grammar.render(tables.retry))
     with owned_table(*table):
         names, rows = connection.query_columns(statement, parameters)
+    if not rows:
+        return []  # psqlODBC names no columns for a RETURNING that returned no row
     decode = row_decoder(dialect, names)
     messages = [_decode_or_poison(dialect, decode, names, row) for row in rows]
     # RETURNING gives no order guarantee; FIFO is restored here.

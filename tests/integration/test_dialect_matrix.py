@@ -112,7 +112,8 @@ class Bridge:
     destination_address: str
 
     def forward_all(self, source: str = "queue", crash_once: bool = False) -> Counter[str]:
-        """Forward batches until one comes back short, as a worker does; the counts."""
+        """Forward batches until one comes back empty (so that every source also claims from
+        an empty table: psqlODBC then names no columns); the counts."""
         connections = Connections(self.config.databases)
         forwarder = BatchForwarder(self.config, self.config.forwarders[0], connections)
         if crash_once:
@@ -122,7 +123,7 @@ class Bridge:
             while True:
                 report = forwarder.forward_batch("retry" if source == "retry" else "queue")
                 totals.update(report.counts)
-                if report.claimed < BATCH_SIZE:
+                if report.claimed == 0:
                     return totals
         finally:
             connections.close()
