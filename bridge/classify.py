@@ -15,6 +15,7 @@ from bridge.headers import (
     Headers,
     PoisonHeaders,
     parse_headers,
+    serialize_headers,
 )
 from bridge.messages import ClaimedMessage, Decision, Deliver, Expired, Poison, Publish, Reject
 from bridge.routing import Destination, Router, Unroutable
@@ -96,7 +97,7 @@ def _deliver(
     return Deliver(
         headers=headers,
         destination=destination,
-        headers_text=router.outgoing_text(message.headers_text, headers, destination),
+        headers_text=serialize_headers(router.outgoing_headers(headers, destination)),
         message_id=headers.get(MESSAGE_ID_HEADER) or str(message.row_id),
     )
 

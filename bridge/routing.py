@@ -15,12 +15,7 @@ from typing import Protocol
 from bridge.addressing import AddressError, QueueAddress
 from bridge.config.model import DatabaseConfig, RouteConfig, TransactionMode
 from bridge.dialects.registry import grammar_for
-from bridge.headers import (
-    Headers,
-    serialize_headers,
-    without_routing_headers,
-    without_routing_headers_text,
-)
+from bridge.headers import Headers, without_routing_headers
 
 
 @dataclass(frozen=True)
@@ -89,18 +84,6 @@ class Router:
         if self._replies is None:
             return outgoing
         return self._replies.rewrite(outgoing, self._source.name, destination.database)
-
-    def outgoing_text(self, text: str | None, headers: Headers, destination: Destination) -> str:
-        """`outgoing_headers` serialised, for `headers` parsed from the Headers column `text`:
-        cut out of `text` where no reply address is rewritten (see
-        `without_routing_headers_text`). Rewriting before the routing headers go gives the
-        same: they are not reply headers."""
-        rewritten = headers
-        if self._replies is not None:
-            rewritten = self._replies.rewrite(headers, self._source.name, destination.database)
-        if rewritten is headers:
-            return without_routing_headers_text(text, headers)
-        return serialize_headers(without_routing_headers(rewritten))
 
     def route(
         self, destination_header: str, address_database: str | None = None
