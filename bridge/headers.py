@@ -104,7 +104,10 @@ def serialize_headers(headers: Mapping[str, str | None]) -> str:
 
 def without_routing_headers(headers: Mapping[str, str | None]) -> Headers:
     """The headers a destination receives: everything but the routing headers."""
-    return {key: value for key, value in headers.items() if key not in ROUTING_HEADERS}
+    outgoing = dict(headers)  # a copy in C, then three removals: cheaper than a filter per key
+    for key in ROUTING_HEADERS:
+        outgoing.pop(key, None)
+    return outgoing
 
 
 def with_legacy_reply_to(headers_text: str | None, reply_to: str) -> str | None:
