@@ -1,4 +1,4 @@
-"""PostgreSQL: the NServiceBus PostgreSQL transport's queue tables, through psqlODBC.
+"""PostgreSQL: the NServiceBus PostgreSQL transport's queue tables, through psycopg 3 or psqlODBC.
 
 - Addresses are `"schema"."table"`, split on the first dot outside double quotes
   (https://docs.particular.net/transports/postgresql/addressing); the address is also the
@@ -8,7 +8,8 @@
   lower case, as the transport creates them); table names are quoted. Times are UTC
   wall-clock `timestamp without time zone`, compared with `now() AT TIME ZONE 'UTC'` on the
   server, as the transport does.
-- Connections go through psqlODBC with the options in `POSTGRESQL_REQUIRED_OPTIONS`.
+- Connections go through psycopg (the default), or through psqlODBC with the options in
+  `POSTGRESQL_REQUIRED_OPTIONS` (`driver: odbc`).
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
 """psycopg 3 connections, for PostgreSQL.
 
 Why a second driver for one database: psycopg speaks PostgreSQL's own protocol, sends bodies
-as binary parameters, prepares statements on the server by itself once they repeat, and needs
-no system packages (the `psycopg[binary]` wheel carries libpq). psqlODBC through pyodbc needs
-unixODBC, its options (`Protocol=7.4-0`, `ByteaAsLongVarBinary=1`, ...) and spends much of the
-bridge's time binding parameters and copying large values.
+as binary parameters, reads queue rows in binary (`query_named`, `query_columns`), streams rows
+with binary `COPY` (`copy_rows`), prepares statements on the server by itself once they repeat,
+and needs no system packages (the `psycopg[binary]` wheel carries libpq). psqlODBC through
+pyodbc needs unixODBC, its options (`Protocol=7.4-0`, `ByteaAsLongVarBinary=1`, ...) and spends
+much of the bridge's time binding parameters and copying large values.
 
 The dialects' statements use `?` placeholders (ODBC's); they are rewritten once per distinct
 text to psycopg's `%s`, outside quoted literals and identifiers, with every literal `%`
