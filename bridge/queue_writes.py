@@ -51,27 +51,22 @@ class QueueWriter:
         self._lock = threading.Lock()
 
     def copies(
-        self,
-        connection: Connection,
-        dialect: Dialect,
-        name: str,
-        table: QueueAddress,
-        **tables: QueueAddress,
+        self, connection: Connection, dialect: Dialect, name: str, **table: QueueAddress
     ) -> bool:
-        """Whether the rows of the multi-row statement `name` (`send_many`, ...) go into `table`
-        with the dialect's `<name>_copy` statement through `copy_rows`: the driver streams
-        rows, the table took COPY before (or was never tried), and its columns have the types
-        the COPY sends, read now, inside the caller's transaction (binary values are not cast,
-        and a table can be created again with other types at any time). `tables` fill the
-        statements' placeholders. Raises the DatabaseError family (QueueNotFound for a
-        missing table)."""
-        copy_name = name.removesuffix("_many") + "_copy"
+        """Whether the rows of the multi-row statement `name` (`send_many`, ...) go into the
+        table (given as the statements' one placeholder, `queue=...` or `ledger=...`) with the
+        dialect's `<name>_copy` statement through `copy_rows`: the driver streams rows, the
+        table took COPY before (or was never tried), and its columns have the types the COPY
+        sends, read now, inside the caller's transaction (binary values are not cast, and a
+        table can be created again with other types at any time). Raises the DatabaseError
+        family (QueueNotFound for a missing table)."""
+        copy_name = _copy_name(name)
         if not connection.copies_rows or copy_name not in dialect.statements:
             return False
         with self._lock:
-            if self._key(connection, dialect, table) in self._refuse_copy:
+            if self._key(connection, dialect, *table.values()) in self._refuse_copy:
                 return False
-        found = connection.column_types(dialect.sql(f"{copy_name}_columns", None, **tables))
+        found = connection.column_types(dialect.sql(f"{copy_name}_columns", None, **table))
         return tuple(found) == dialect.copy_types[copy_name]
 
     def copy_rows(
@@ -79,24 +74,24 @@ class QueueWriter:
         connection: Connection,
         dialect: Dialect,
         name: str,
-        table: QueueAddress,
         rows: Sequence[Sequence[Any]],
-        **tables: QueueAddress,
+        **table: QueueAddress,
     ) -> None:
-        """Stream `rows` into `table` with the `COPY` form of `name` (where `copies` says so).
-        A table that refuses COPY is remembered and raises NotSupported this once: the caller
-        rolls back and writes the rows again, now with statements."""
-        copy_name = name.removesuffix("_many") + "_copy"
+        """Stream `rows` into the table with the `COPY` form of `name` (where `copies` says
+        so). A table that refuses COPY is remembered and raises NotSupported this once: the
+        caller rolls back and writes the rows again, now with statements."""
+        copy_name = _copy_name(name)
         try:
             connection.copy_rows(
-                dialect.sql(copy_name, None, **tables), dialect.copy_types[copy_name], rows
+                dialect.sql(copy_name, None, **table), dialect.copy_types[copy_name], rows
             )
         except NotSupported as error:
+            (address,) = table.values()
             with self._lock:
-                self._refuse_copy.add(self._key(connection, dialect, table))
+                self._refuse_copy.add(self._key(connection, dialect, address))
             log.warning(
                 "%s in database '%s' does not take COPY (%s); writing it with INSERT from now on",
-                dialect.grammar.render(table),
+                dialect.grammar.render(address),
                 connection.database,
                 error.detail,
             )
@@ -131,8 +126,8 @@ class QueueWriter:
         """Write `rows` into `queue` with the multi-row statement `name`: streamed with COPY
         where `copies` says so, else in as few statements as the dialect and the driver allow
         (`Dialect.rows_statements`). Raises the DatabaseError family."""
-        if self.copies(connection, dialect, name, queue, queue=queue):
-            self.copy_rows(connection, dialect, name, queue, rows, queue=queue)
+        if self.copies(connection, dialect, name, queue=queue):
+            self.copy_rows(connection, dialect, name, rows, queue=queue)
             return
         for attempt in (1, 2):
             overrides = self._overrides_for(connection, dialect, queue)
@@ -194,6 +189,11 @@ class QueueWriter:
                 raise
             self._forget(connection, dialect, queue)
         return connection.execute(self.sql(connection, dialect, name, queue, rows), params)
+
+
+def _copy_name(name: str) -> str:
+    """The COPY form of the multi-row statement `name`: `send_many` -> `send_copy`."""
+    return name.removesuffix("_many") + "_copy"
 
 
 class ItemWriteError(Exception):
@@ -316,13 +316,12 @@ def _stream_to_ledger(
     now = datetime.now(UTC).replace(tzinfo=None)
     try:
         with owned_table(LEDGER_DESCRIPTION, dialect.grammar.render(ledger)):
-            if not writer.copies(connection, dialect, "ledger_record_many", ledger, ledger=ledger):
+            if not writer.copies(connection, dialect, "ledger_record_many", ledger=ledger):
                 return None
             writer.copy_rows(
                 connection,
                 dialect,
                 "ledger_record_many",
-                ledger,
                 [(key, destination, now) for key, destination in keys],
                 ledger=ledger,
             )

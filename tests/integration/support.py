@@ -181,6 +181,54 @@ class DaemonProcess:
             self._log.close()
 
 
+# The sample's sender and receiver queues, as `install_pg_pair` and `send_to_receiver` use them.
+SENDER_FORWARD = '"public"."Samples.Sender.Forward"'
+SAMPLES_RECEIVER = '"public"."Samples.Receiver"'
+
+
+def install_pg_pair(
+    tmp_path: Path,
+    sender: str,
+    receiver: str,
+    *,
+    route: Mapping[str, Any] | None = None,
+    **forwarder: Any,
+) -> dict[str, Any]:
+    """A sender PostgreSQL database forwarding every message to a receiver one (connection
+    strings): the config written (`forwarder` and `route` keys added to the forwarder and the
+    route), `sfbridge install` run and the receiver's queue created. Returns the config path
+    and both connection strings."""
+    config = {
+        "databases": {
+            "sender": {"dialect": "postgresql", "connection": sender},
+            "receiver": {"dialect": "postgresql", "connection": receiver, "connect_timeout": "2s"},
+        },
+        "forwarders": [
+            {"name": "sender", "database": "sender", "queue": SENDER_FORWARD, **forwarder}
+        ],
+        "routes": [{"match": "*", "database": "receiver", **(route or {})}],
+        "retries": {"delay": "1s", "max_attempts": 1000},
+    }
+    path = write_config(tmp_path / "sfbridge.yaml", config)
+    result = sfbridge("-c", str(path), "install")
+    assert result.returncode == 0, result.stdout + result.stderr
+    pg_create_queue(receiver, SAMPLES_RECEIVER)
+    return {"config": path, "sender": sender, "receiver": receiver}
+
+
+def send_to_receiver(sender: str, count: int, body: bytes) -> set[str]:
+    """`count` messages for the receiver into the sender's forwarding queue, in one
+    transaction; their message ids."""
+    ids = set()
+    with pg_connect(sender) as connection:
+        for _ in range(count):
+            headers = nsb_message_headers(SAMPLES_RECEIVER)
+            ids.add(str(headers["NServiceBus.MessageId"]))
+            pg_nsb_send(connection, SENDER_FORWARD, headers, body)
+        connection.commit()
+    return ids
+
+
 def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

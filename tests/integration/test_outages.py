@@ -10,15 +10,18 @@ from typing import Any
 
 import pytest
 from support import (
+    SAMPLES_RECEIVER,
+    SENDER_FORWARD,
     CommitFailsOnce,
     DaemonProcess,
+    install_pg_pair,
     nsb_message_headers,
     pg_connect,
     pg_count,
-    pg_create_queue,
     pg_nsb_receive_all,
     pg_nsb_send,
     pg_rows,
+    send_to_receiver,
     sfbridge,
     wait_until,
     write_config,
@@ -31,38 +34,15 @@ from bridge.forwarding import BatchForwarder
 
 pytestmark = pytest.mark.integration
 
-FORWARD = '"public"."Samples.Sender.Forward"'
-RECEIVER = '"public"."Samples.Receiver"'
+FORWARD, RECEIVER = SENDER_FORWARD, SAMPLES_RECEIVER
 
 
 def make_setup(tmp_path: Path, sender: str, receiver: str) -> dict[str, Any]:
-    config = {
-        "databases": {
-            "sender": {"dialect": "postgresql", "connection": sender},
-            "receiver": {"dialect": "postgresql", "connection": receiver, "connect_timeout": "2s"},
-        },
-        "forwarders": [
-            {"name": "sender", "database": "sender", "queue": FORWARD, "peek_interval": "200ms"}
-        ],
-        "routes": [{"match": "*", "database": "receiver"}],
-        "retries": {"delay": "1s", "max_attempts": 1000},
-    }
-    path = write_config(tmp_path / "sfbridge.yaml", config)
-    result = sfbridge("-c", str(path), "install")
-    assert result.returncode == 0, result.stdout + result.stderr
-    pg_create_queue(receiver, RECEIVER)
-    return {"config": path, "sender": sender, "receiver": receiver}
+    return install_pg_pair(tmp_path, sender, receiver, peek_interval="200ms")
 
 
 def send(sender: str, count: int) -> set[str]:
-    ids = set()
-    with pg_connect(sender) as connection:
-        for _ in range(count):
-            headers = nsb_message_headers(RECEIVER)
-            ids.add(str(headers["NServiceBus.MessageId"]))
-            pg_nsb_send(connection, FORWARD, headers, b"x" * 300)
-        connection.commit()
-    return ids
+    return send_to_receiver(sender, count, b"x" * 300)
 
 
 def test_killing_the_destination_database_and_bringing_it_back_loses_nothing(

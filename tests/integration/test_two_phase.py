@@ -14,15 +14,15 @@ from typing import Any
 
 import pytest
 from support import (
+    SAMPLES_RECEIVER,
+    SENDER_FORWARD,
     CommitFailsOnce,
-    nsb_message_headers,
+    install_pg_pair,
     pg_connect,
     pg_count,
-    pg_create_queue,
     pg_nsb_receive_all,
-    pg_nsb_send,
     pg_rows,
-    sfbridge,
+    send_to_receiver,
     write_config,
 )
 
@@ -37,8 +37,7 @@ from bridge.transactions import BatchTransactions
 
 pytestmark = pytest.mark.integration
 
-FORWARD = '"public"."Samples.Sender.Forward"'
-RECEIVER = '"public"."Samples.Receiver"'
+FORWARD, RECEIVER = SENDER_FORWARD, SAMPLES_RECEIVER
 TRANSACTIONS = '"public"."sfbridge_transactions"'
 
 
@@ -57,39 +56,17 @@ def make_setup(
     transaction: str = "two-phase",
     **forwarder: Any,
 ) -> dict[str, Any]:
-    config = {
-        "databases": {
-            "sender": {"dialect": "postgresql", "connection": sender},
-            "receiver": {"dialect": "postgresql", "connection": receiver, "connect_timeout": "2s"},
-        },
-        "forwarders": [
-            {
-                "name": "sender",
-                "database": "sender",
-                "queue": FORWARD,
-                "peek_interval": "100ms",
-                **forwarder,
-            }
-        ],
-        "routes": [{"match": "*", "database": "receiver", "transaction": transaction}],
-        "retries": {"delay": "1s", "max_attempts": 1000},
-    }
-    path = write_config(tmp_path / "sfbridge.yaml", config)
-    result = sfbridge("-c", str(path), "install")
-    assert result.returncode == 0, result.stdout + result.stderr
-    pg_create_queue(receiver, RECEIVER)
-    return {"config": path, "sender": sender, "receiver": receiver}
+    return install_pg_pair(
+        tmp_path,
+        sender,
+        receiver,
+        route={"transaction": transaction},
+        **{"peek_interval": "100ms", **forwarder},
+    )
 
 
 def send(sender: str, count: int) -> set[str]:
-    ids = set()
-    with pg_connect(sender) as connection:
-        for _ in range(count):
-            headers = nsb_message_headers(RECEIVER)
-            pg_nsb_send(connection, FORWARD, headers, b"body")
-            ids.add(str(headers["NServiceBus.MessageId"]))
-        connection.commit()
-    return ids
+    return send_to_receiver(sender, count, b"body")
 
 
 def received(receiver: str) -> Counter[str]:
