@@ -124,7 +124,6 @@ def row_decoder(dialect: Dialect, names: Sequence[str]) -> Callable[[Row], Claim
             # Written by a transport before 7.0; its receivers let the column win over the
             # header, and the bridge writes the column NULL, so the header has to carry it on.
             headers_text = with_legacy_reply_to(headers_text, str(row[legacy_reply_to]))
-        retried = attempts is not None
         return ClaimedMessage(
             row_id=decode_id(row[id_]),
             expired=bool(row[expired]),
@@ -133,10 +132,11 @@ def row_decoder(dialect: Dialect, names: Sequence[str]) -> Callable[[Row], Claim
             body=_as_bytes(row[body]),
             order=int(row[seq]),
             attempts=int(row[attempts]) if attempts is not None else 0,
-            first_failure_at=decode_timestamp(row[first_failure_at])
-            if retried and first_failure_at is not None
-            else None,
-            last_error=row[last_error] if retried and last_error is not None else None,
+            # Retry storage's bookkeeping, which queue rows have not.
+            first_failure_at=None
+            if first_failure_at is None
+            else decode_timestamp(row[first_failure_at]),
+            last_error=None if last_error is None else row[last_error],
             # The claim's own measure of the row; 0 where a statement does not return it.
             claimed_size=int(row[size] or 0) if size is not None else 0,
         )
