@@ -18,7 +18,7 @@ from bridge.config.model import BridgeConfig
 from bridge.config.problems import ConfigError, Problem
 from bridge.config.validate import validate
 
-__all__ = ["load_config"]
+__all__ = ["load_config", "load_config_text"]
 
 
 def load_config(
@@ -33,7 +33,15 @@ def load_config(
     the error carries every problem found.
     """
     source = os.fspath(path)
-    text = _read(source)
+    return load_config_text(_read(source), source, environ)
+
+
+def load_config_text(
+    text: str, source: str, environ: Mapping[str, str] | None = None
+) -> tuple[BridgeConfig, list[Problem]]:
+    """`load_config` of a file's text, read before: `source` names the file in problems and
+    is the folder relative SQLite paths are resolved against (a Spark task gets the driver's
+    YAML this way, and expands its `${VAR}` references from its own environment)."""
     loader = _StrictLoader(text)
     try:
         raw = loader.get_single_data()

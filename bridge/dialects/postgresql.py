@@ -385,12 +385,45 @@ STATEMENTS: dict[str, str] = {
     "error_queue_delete_many": "DELETE FROM {queue} WHERE seq IN ({rows})",
     "error_queue_delete_row": "?",
     "table_probe": "SELECT 1 FROM {table} WHERE 1 = 0",
-    "retry_read": """
-        SELECT destination, attempts, first_failure_at, last_error FROM {retry}
-        WHERE forwarder = ?""",
-    "queue_read_headers": "SELECT headers FROM {queue}",
-    "ledger_read_since": """
-        SELECT message_id, destination, forwarded_at FROM {ledger} WHERE forwarded_at >= ?""",
+    # Reading a table in Spark tasks (`bridge.spark.partitions`): the key of every n-th row
+    # (parameter: n), which cuts the table into ranges of n rows each, then one range page by
+    # page in key order (exclusive lower bound, inclusive upper bound, page size).
+    "queue_seq_boundaries": """
+        SELECT seq FROM (SELECT seq, row_number() OVER (ORDER BY seq) AS n FROM {queue})
+            AS numbered
+        WHERE n % ? = 0 ORDER BY seq""",
+    "queue_page": """
+        SELECT seq, id, headers FROM {queue} WHERE seq > ? AND seq <= ? ORDER BY seq LIMIT ?""",
+    "retry_seq_bounds": """
+        SELECT min(seq), max(seq), count(*) FROM {retry} WHERE forwarder = ?""",
+    "retry_seq_boundaries": """
+        SELECT seq FROM (SELECT seq, row_number() OVER (ORDER BY seq) AS n FROM {retry}
+                         WHERE forwarder = ?) AS numbered
+        WHERE n % ? = 0 ORDER BY seq""",
+    "retry_page": """
+        SELECT seq, destination, attempts, first_failure_at, last_error FROM {retry}
+        WHERE forwarder = ? AND seq > ? AND seq <= ? ORDER BY seq LIMIT ?""",
+    # The ledger's key is (message_id, destination); a range runs from one key (exclusive) to
+    # another (inclusive), each given as its two columns, written out (not as row values) so
+    # that the leading column bounds the index scan.
+    "ledger_destinations_since": """
+        SELECT destination, count(*) FROM {ledger} WHERE forwarded_at >= ?
+        GROUP BY destination ORDER BY destination""",
+    "ledger_last_since": """
+        SELECT message_id, destination FROM {ledger} WHERE forwarded_at >= ?
+        ORDER BY message_id DESC, destination DESC LIMIT 1""",
+    "ledger_boundaries_since": """
+        SELECT message_id, destination FROM (
+            SELECT message_id, destination,
+                   row_number() OVER (ORDER BY message_id, destination) AS n
+            FROM {ledger} WHERE forwarded_at >= ?) AS numbered
+        WHERE n % ? = 0 ORDER BY message_id, destination""",
+    "ledger_page_since": """
+        SELECT message_id, destination FROM {ledger}
+        WHERE forwarded_at >= ?
+          AND message_id >= ? AND (message_id > ? OR destination > ?)
+          AND message_id <= ? AND (message_id < ? OR destination <= ?)
+        ORDER BY message_id, destination LIMIT ?""",
     # Whether this login may create tables in the schema (PostgreSQL 15: only the owner may
     # create in `public` unless granted).
     "can_create_tables": "SELECT has_schema_privilege(?, 'CREATE')",

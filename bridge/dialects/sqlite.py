@@ -293,12 +293,41 @@ STATEMENTS: dict[str, str] = {
     "error_queue_delete_many": "DELETE FROM {queue} WHERE RowVersion IN ({rows})",
     "error_queue_delete_row": "?",
     "table_probe": "SELECT 1 FROM {table} WHERE 1 = 0",
-    "retry_read": """
-        SELECT destination, attempts, first_failure_at, last_error FROM {retry}
-        WHERE forwarder = ?""",
-    "queue_read_headers": "SELECT Headers FROM {queue}",
-    "ledger_read_since": """
-        SELECT message_id, destination, forwarded_at FROM {ledger} WHERE forwarded_at >= ?""",
+    # Reading a table in Spark tasks: see the PostgreSQL dialect.
+    "queue_seq_boundaries": """
+        SELECT RowVersion FROM (
+            SELECT RowVersion, row_number() OVER (ORDER BY RowVersion) AS n FROM {queue})
+        WHERE n % ? = 0 ORDER BY RowVersion""",
+    "queue_page": """
+        SELECT RowVersion AS seq, Id AS id, Headers AS headers FROM {queue}
+        WHERE RowVersion > ? AND RowVersion <= ? ORDER BY RowVersion LIMIT ?""",
+    "retry_seq_bounds": """
+        SELECT min(seq), max(seq), count(*) FROM {retry} WHERE forwarder = ?""",
+    "retry_seq_boundaries": """
+        SELECT seq FROM (SELECT seq, row_number() OVER (ORDER BY seq) AS n FROM {retry}
+                         WHERE forwarder = ?)
+        WHERE n % ? = 0 ORDER BY seq""",
+    "retry_page": """
+        SELECT seq, destination, attempts, first_failure_at, last_error FROM {retry}
+        WHERE forwarder = ? AND seq > ? AND seq <= ? ORDER BY seq LIMIT ?""",
+    "ledger_destinations_since": """
+        SELECT destination, count(*) FROM {ledger} WHERE forwarded_at >= ?
+        GROUP BY destination ORDER BY destination""",
+    "ledger_last_since": """
+        SELECT message_id, destination FROM {ledger} WHERE forwarded_at >= ?
+        ORDER BY message_id DESC, destination DESC LIMIT 1""",
+    "ledger_boundaries_since": """
+        SELECT message_id, destination FROM (
+            SELECT message_id, destination,
+                   row_number() OVER (ORDER BY message_id, destination) AS n
+            FROM {ledger} WHERE forwarded_at >= ?)
+        WHERE n % ? = 0 ORDER BY message_id, destination""",
+    "ledger_page_since": """
+        SELECT message_id, destination FROM {ledger}
+        WHERE forwarded_at >= ?
+          AND message_id >= ? AND (message_id > ? OR destination > ?)
+          AND message_id <= ? AND (message_id < ? OR destination <= ?)
+        ORDER BY message_id, destination LIMIT ?""",
     # Whoever may write the file may create tables; the schema parameter is unused.
     "can_create_tables": "SELECT coalesce(?1, '') = coalesce(?1, '')",
     "savepoint": "SAVEPOINT sfbridge_local",

@@ -1,20 +1,21 @@
 """`sfbridge spark drain`: a forwarding queue drained by Spark tasks, each running the daemon's
 own data path over its share of the queue.
 
-The driver reads the bounds of each queue's sequence column and splits them into ranges, one
-per task. A task claims batches inside its range with the same destructive, row-locking
-`DELETE` as the daemon (never a copy-then-delete read, which loses rows committed out of
-order), delivers them with the ledger and settles them, one source transaction per batch. So a
-drain is safe beside running daemons, safe to kill at any moment (a batch in flight rolls back,
-or its redelivery hits the ledger) and rerun, and a Spark task retry only claims what is left.
-What the drain did is counted from the databases afterwards (`bridge.spark.reconcile`), not
-from task results, which lose failed attempts.
+The driver cuts each queue's sequence column into ranges of about equal rows (the database
+gives the sequence value of every n-th row), one per task. A task claims batches inside its
+range with the same destructive, row-locking `DELETE` as the daemon (never a copy-then-delete
+read, which loses rows committed out of order), delivers them with the ledger and settles them,
+one source transaction per batch. So a drain is safe beside running daemons, safe to kill at any
+moment (a batch in flight rolls back, or its redelivery hits the ledger) and rerun, and a Spark
+task retry only claims what is left. Progress is read from the counters every batch writes with
+its claim (a few rows), never by counting the queue. What the drain did is counted from the
+databases afterwards (`bridge.spark.reconcile`), not from task results, which lose failed
+attempts.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections import Counter
@@ -22,13 +23,15 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from bridge.config.load import load_config
 from bridge.config.model import BridgeConfig, ForwarderConfig
 from bridge.connections import Connections
 from bridge.dialects import dialect_for
+from bridge.drivers import DatabaseError
 from bridge.forwarding import BatchForwarder
 from bridge.in_doubt import needs_settling, settle_in_doubt
-from bridge.spark.ranges import split_range
+from bridge.settle import CLAIMED
+from bridge.spark.ranges import rows_per_range, seq_ranges
+from bridge.spark.shipped import ShippedConfig
 from bridge.tables import forwarder_tables
 
 log = logging.getLogger(__name__)
@@ -40,7 +43,7 @@ MAX_PARTITIONS = 64
 
 @dataclass(frozen=True)
 class DrainTask:
-    config_path: str
+    config: ShippedConfig
     forwarder: str
     first: int
     last: int
@@ -59,20 +62,30 @@ class QueuePlan:
 def plan_drain(
     config: BridgeConfig, forwarders: Iterable[ForwarderConfig], partitions: int
 ) -> list[QueuePlan]:
-    """Each forwarder's queue bounds and the ranges its tasks will drain."""
+    """Each forwarder's queue bounds and the ranges (inclusive) its tasks will drain: about
+    queued / `partitions` rows each."""
     plans = []
     connections = Connections(config.databases)
     try:
         for forwarder in forwarders:
             dialect = dialect_for(config.databases[forwarder.database].dialect)
-            tables = forwarder_tables(config, forwarder)
+            queue = forwarder_tables(config, forwarder).queue
             connection = connections.get(forwarder.database)
-            connection.begin()
-            [(first, last, count)] = connection.query(
-                dialect.sql("queue_seq_bounds", queue=tables.queue)
-            )
+            connection.begin_read()
+            [(first, last, count)] = connection.query(dialect.sql("queue_seq_bounds", queue=queue))
+            cuts: list[int] = []
+            if count:
+                step = rows_per_range(int(count), partitions)
+                cuts = [
+                    int(value)
+                    for (value,) in connection.query(
+                        dialect.sql("queue_seq_boundaries", queue=queue), (step,)
+                    )
+                ]
             connection.commit()
-            ranges = split_range(int(first), int(last), partitions) if count else []
+            ranges = [
+                (after + 1, up_to) for after, up_to in seq_ranges(int(first), int(last), cuts)
+            ] if count else []  # fmt: skip
             plans.append(QueuePlan(forwarder.name, int(count or 0), first, last, tuple(ranges)))
     finally:
         connections.close()
@@ -82,7 +95,7 @@ def plan_drain(
 def drain_partition(tasks: Iterable[DrainTask]) -> Iterator[dict[str, Any]]:
     """Runs on an executor: drain each task's range with the daemon's BatchForwarder."""
     for task in tasks:
-        config, _ = load_config(_task_config_path(task.config_path))
+        config = task.config.load()
         forwarder = config.forwarder(task.forwarder)
         connections = Connections(config.databases)
         claimed, counts = 0, Counter[str]()
@@ -105,25 +118,16 @@ def drain_partition(tasks: Iterable[DrainTask]) -> Iterator[dict[str, Any]]:
         }
 
 
-def _task_config_path(path: str) -> str:
-    """The YAML as the executor sees it: the driver's path, or a file shipped with --files."""
-    if os.path.exists(path):
-        return path
-    from pyspark import SparkFiles
-
-    return SparkFiles.get(os.path.basename(path))
-
-
 def run_drain(
     spark: Any,
     config: BridgeConfig,
-    config_path: str,
+    shipped: ShippedConfig,
     plans: list[QueuePlan],
     out: TextIO,
 ) -> list[dict[str, Any]]:
     """Run the drain's tasks on `spark`, printing progress; returns the tasks' own reports."""
     tasks = [
-        DrainTask(os.path.abspath(config_path), plan.forwarder, first, last, index)
+        DrainTask(shipped, plan.forwarder, first, last, index)
         for plan in plans
         for index, (first, last) in enumerate(plan.ranges)
     ]
@@ -156,20 +160,28 @@ def _settle_what_failed_tasks_left(config: BridgeConfig) -> None:
 
 
 class _Progress(threading.Thread):
-    """A line every 2 s: messages moved out of the queues (by anyone), rate, tasks done."""
+    """A line every 2 s: messages claimed from the queues since the drain began (by its tasks
+    and by any daemon), rate, tasks done. Read from the counters that every batch writes in
+    its own transaction, a few rows per forwarder: a backlog of millions is never counted."""
 
     def __init__(
         self, config: BridgeConfig, plans: list[QueuePlan], context: Any, tasks: int, out: TextIO
     ) -> None:
         super().__init__(daemon=True)
         self._config = config
-        self._plans = plans
+        self._forwarders = [plan.forwarder for plan in plans]
         self._context = context
         self._tasks = tasks
         self._out = out
         self._stop_event = threading.Event()
         self._start = time.monotonic()
         self._initial = sum(plan.queued for plan in plans)
+        connections = Connections(config.databases)
+        try:
+            self._before = _claimed(config, connections, self._forwarders)
+        finally:
+            connections.close()
+        self._connections = Connections(config.databases)
 
     def run(self) -> None:
         while not self._stop_event.wait(2.0):
@@ -178,11 +190,13 @@ class _Progress(threading.Thread):
     def stop(self) -> None:
         self._stop_event.set()
         self.join(timeout=5)
-        self.report()
+        if not self.is_alive():
+            self.report()
+            self._connections.close()
 
     def report(self) -> None:
-        queued = _queued(self._config, [plan.forwarder for plan in self._plans])
-        moved = self._initial - queued if queued is not None else None
+        claimed = _claimed(self._config, self._connections, self._forwarders)
+        moved = claimed - self._before if claimed is not None and self._before is not None else None
         elapsed = time.monotonic() - self._start
         done = _tasks_done(self._context)
         rate = f"{moved / elapsed:,.0f} msg/s" if moved is not None and elapsed > 0 else "-"
@@ -195,26 +209,23 @@ class _Progress(threading.Thread):
         )
 
 
-def _queued(config: BridgeConfig, names: list[str]) -> int | None:
-    connections = Connections(config.databases)
-    try:
-        total = 0
-        for name in names:
-            forwarder = config.forwarder(name)
-            dialect = dialect_for(config.databases[forwarder.database].dialect)
+def _claimed(config: BridgeConfig, connections: Connections, names: list[str]) -> int | None:
+    """Messages the forwarders `names` claimed so far, all slots summed; None if unreadable."""
+    total = 0
+    for name in names:
+        forwarder = config.forwarder(name)
+        dialect = dialect_for(config.databases[forwarder.database].dialect)
+        counters = forwarder_tables(config, forwarder).counters
+        try:
             connection = connections.get(forwarder.database)
-            connection.begin()
-            total += int(
-                connection.query(
-                    dialect.sql("queue_count", queue=forwarder_tables(config, forwarder).queue)
-                )[0][0]
-            )
+            connection.begin_read()
+            rows = connection.query(dialect.sql("counters_read", counters=counters), (name,))
             connection.commit()
-        return total
-    except Exception:
-        return None
-    finally:
-        connections.close()
+        except DatabaseError:
+            connections.discard(forwarder.database)
+            return None
+        total += sum(int(value) for counter, value in rows if counter == CLAIMED)
+    return total
 
 
 def _tasks_done(context: Any) -> int:

@@ -1,15 +1,17 @@
 """`sfbridge spark report`: the error queues and retry storage, analysed on Spark.
 
-Rows are read from each forwarding database on the driver; their headers are parsed on the
-executors, and the counts by failure reason, destination, exception type, age, attempts and
-hour of failure are Spark aggregations. The result is JSON for scripts and a self-contained
-HTML page with charts for people. No connection string, and so no password, is in either.
+The driver cuts each forwarder's error queue and its rows in retry storage into ranges of about
+equal rows (`bridge.spark.partitions`); executors read them, parse each message's headers and
+describe it as one row (`describe`), and Spark counts those rows by failure reason,
+destination, exception type, age, attempts and hour of failure in one aggregation. The driver
+gets the counts only. The result is JSON for scripts and a self-contained HTML page with charts
+for people. No connection string, and so no password, is in either.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -26,6 +28,8 @@ from bridge.headers import (
     parse_wire_date,
 )
 from bridge.spark import html
+from bridge.spark.partitions import TableRange, plan_queue, plan_retry, read_ranges
+from bridge.spark.shipped import ShippedConfig
 from bridge.tables import forwarder_tables
 
 # Ages are counted in these buckets (upper bound in seconds, label).
@@ -40,12 +44,28 @@ ROW_SCHEMA = (
     "kind string, forwarder string, reason string, destination string, exception string, "
     "attempts int, age_bucket string, hour string"
 )
+# What each kind of row is counted by: (report key, column).
+ERROR_BREAKDOWNS = (
+    ("by_reason", "reason"),
+    ("by_destination", "destination"),
+    ("by_exception_type", "exception"),
+    ("by_age", "age_bucket"),
+    ("by_attempts", "attempts"),
+    ("by_hour", "hour"),
+    ("by_forwarder", "forwarder"),
+)
+RETRY_BREAKDOWNS = (
+    ("by_destination", "destination"),
+    ("by_last_error", "exception"),
+    ("by_age", "age_bucket"),
+    ("by_attempts", "attempts"),
+)
 
 
-def collect_rows(config: BridgeConfig) -> tuple[list[tuple[Any, ...]], list[str]]:
-    """(kind, forwarder, headers or retry fields...) per failed or waiting message, and
-    problems reading databases (sentences)."""
-    raw: list[tuple[Any, ...]] = []
+def plan_reads(config: BridgeConfig, parallelism: int) -> tuple[list[TableRange], list[str]]:
+    """The ranges of every forwarder's error queue and retry storage rows, and problems reading
+    databases (sentences)."""
+    ranges: list[TableRange] = []
     problems: list[str] = []
     connections = Connections(config.databases)
     try:
@@ -54,33 +74,36 @@ def collect_rows(config: BridgeConfig) -> tuple[list[tuple[Any, ...]], list[str]
             tables = forwarder_tables(config, forwarder)
             try:
                 connection = connections.get(forwarder.database)
-                connection.begin()
-                for (headers,) in connection.query(
-                    dialect.sql("queue_read_headers", queue=tables.error_queue)
-                ):
-                    raw.append(("error", forwarder.name, headers, None, None, None, None))
-                for row in connection.query_named(
-                    dialect.sql("retry_read", retry=tables.retry), (forwarder.name,)
-                ):
-                    first = dialect.decode_timestamp(row["first_failure_at"])
-                    raw.append(
-                        (
-                            "retry",
-                            forwarder.name,
-                            None,
-                            row["destination"],
-                            int(row["attempts"]),
-                            first.isoformat() if first else None,
-                            row["last_error"],
-                        )
-                    )
-                connection.commit()
+                _, errors = plan_queue(connection, dialect, forwarder.database,
+                                       tables.error_queue, parallelism, forwarder.name)  # fmt: skip
+                _, retries = plan_retry(connection, dialect, forwarder.database, tables.retry,
+                                        forwarder.name, parallelism)  # fmt: skip
+                ranges += errors + retries
             except DatabaseError as error:
                 connections.discard(forwarder.database)
                 problems.append(f"forwarder '{forwarder.name}': {error}")
     finally:
         connections.close()
-    return raw, problems
+    return ranges, problems
+
+
+def described_rows(
+    shipped: ShippedConfig, ranges: Iterable[TableRange], now_iso: str
+) -> Iterator[tuple[Any, ...]]:
+    """One row of ROW_SCHEMA per failed or waiting message in `ranges`. Runs on the executors."""
+    config = shipped.load()
+    for table_range, row in read_ranges(shipped, ranges):
+        if table_range.kind == "retry":
+            _, destination, attempts, first_failure_at, last_error = row
+            dialect = dialect_for(config.databases[table_range.database].dialect)
+            first = dialect.decode_timestamp(first_failure_at)
+            raw: tuple[Any, ...] = (
+                "retry", table_range.label, None, destination, int(attempts),
+                first.isoformat() if first else None, last_error,
+            )  # fmt: skip
+        else:
+            raw = ("error", table_range.label, row[2], None, None, None, None)
+        yield describe(raw, now_iso)
 
 
 def describe(raw: tuple[Any, ...], now_iso: str) -> tuple[Any, ...]:
@@ -114,42 +137,62 @@ def _first_words(text: str | None) -> str:
     return (text or "(none)").split(":")[0][:80]
 
 
-def build_report(spark: Any, config: BridgeConfig) -> dict[str, Any]:
-    raw, problems = collect_rows(config)
+def build_report(spark: Any, config: BridgeConfig, shipped: ShippedConfig) -> dict[str, Any]:
+    """The report as a dict (for JSON): counts per breakdown, most first, and `problems`."""
+    from pyspark.sql import functions as F
+
+    ranges, problems = plan_reads(config, spark.sparkContext.defaultParallelism)
     now_iso = datetime.now(UTC).replace(tzinfo=None).isoformat(timespec="seconds")
-    described = spark.sparkContext.parallelize(raw or [], max(1, min(8, len(raw) // 500 + 1)))
-    frame = spark.createDataFrame(described.map(lambda row: describe(row, now_iso)), ROW_SCHEMA)
-    frame.cache()
+    counted: dict[tuple[str, str], list[list[Any]]] = {}
+    totals: dict[str, int] = {}
+    if ranges:
+        rdd = spark.sparkContext.parallelize(ranges, len(ranges)).mapPartitions(
+            lambda part: described_rows(shipped, part, now_iso)
+        )
+        frame = spark.createDataFrame(rdd, ROW_SCHEMA, verifySchema=False)
+        # Every breakdown of every kind in one aggregation: each row becomes one (dimension,
+        # value) row per breakdown, plus one counting the message itself.
+        columns = sorted({column for _, column in ERROR_BREAKDOWNS + RETRY_BREAKDOWNS})
+        unpivoted = frame.select(
+            "kind",
+            F.explode(
+                F.array(
+                    F.struct(F.lit("").alias("dimension"), F.lit("").alias("value")),
+                    *(
+                        F.struct(
+                            F.lit(c).alias("dimension"), F.col(c).cast("string").alias("value")
+                        )
+                        for c in columns
+                    ),
+                )
+            ).alias("pair"),
+        )
+        grouped = unpivoted.groupBy("kind", "pair.dimension", "pair.value").count()
+        for row in grouped.collect():
+            if row.dimension == "":
+                totals[row.kind] = int(row["count"])
+            else:
+                counted.setdefault((row.kind, row.dimension), []).append(
+                    [row.value, int(row["count"])]
+                )
 
     def counts(kind: str, column: str) -> list[list[Any]]:
-        grouped = frame.where(frame.kind == kind).groupBy(column).count()
-        return [
-            [row[0], int(row[1])] for row in grouped.orderBy("count", ascending=False).collect()
-        ]
+        rows = counted.get((kind, column), [])
+        if column == "attempts":
+            rows = [[int(value), count] for value, count in rows]
+        return sorted(rows, key=lambda row: (-row[1], str(row[0])))
 
-    report = {
+    errors: dict[str, Any] = {"messages": totals.get("error", 0)}
+    errors.update((key, counts("error", column)) for key, column in ERROR_BREAKDOWNS)
+    errors["by_hour"] = sorted(errors["by_hour"])
+    retries: dict[str, Any] = {"messages": totals.get("retry", 0)}
+    retries.update((key, counts("retry", column)) for key, column in RETRY_BREAKDOWNS)
+    return {
         "generated_at": now_iso + "Z",
-        "error_queue": {
-            "messages": frame.where(frame.kind == "error").count(),
-            "by_reason": counts("error", "reason"),
-            "by_destination": counts("error", "destination"),
-            "by_exception_type": counts("error", "exception"),
-            "by_age": counts("error", "age_bucket"),
-            "by_attempts": counts("error", "attempts"),
-            "by_hour": sorted(counts("error", "hour")),
-            "by_forwarder": counts("error", "forwarder"),
-        },
-        "retry_storage": {
-            "messages": frame.where(frame.kind == "retry").count(),
-            "by_destination": counts("retry", "destination"),
-            "by_last_error": counts("retry", "exception"),
-            "by_age": counts("retry", "age_bucket"),
-            "by_attempts": counts("retry", "attempts"),
-        },
+        "error_queue": errors,
+        "retry_storage": retries,
         "problems": problems,
     }
-    frame.unpersist()
-    return report
 
 
 def render_html(report: dict[str, Any]) -> str:

@@ -12,26 +12,83 @@ import pytest
 
 from bridge.spark.drain import MAX_PARTITIONS, partitions_for
 from bridge.spark.html import bar_chart, page
-from bridge.spark.ranges import split_range
+from bridge.spark.ranges import (
+    MAX_PAGE_ROWS,
+    MAX_TASKS,
+    MIN_PAGE_ROWS,
+    PAGE_BYTES,
+    key_ranges,
+    next_page_rows,
+    rows_per_range,
+    seq_ranges,
+    task_count,
+)
 from bridge.spark.report import describe, render_html
 
 
 @pytest.mark.parametrize(
-    ("first", "last", "parts"), [(1, 100, 4), (1, 10, 3), (5, 5, 4), (1, 3, 8), (7, 2000003, 7)]
+    ("first", "last", "cuts"),
+    [(1, 100, [25, 50, 75]), (5, 5, []), (1, 10, [10]), (7, 2000003, [9, 500, 1999999])],
 )
-def test_ranges_cover_the_bounds_exactly_once_in_order(first: int, last: int, parts: int) -> None:
-    ranges = split_range(first, last, parts)
-    assert ranges[0][0] == first and ranges[-1][1] == last
-    assert len(ranges) == min(parts, last - first + 1)
-    for (_, end), (start, _) in itertools.pairwise(ranges):
-        assert start == end + 1
-    sizes = [end - start + 1 for start, end in ranges]
-    assert max(sizes) - min(sizes) <= 1
+def test_sequence_ranges_cover_the_bounds_exactly_once_in_order(
+    first: int, last: int, cuts: list[int]
+) -> None:
+    ranges = seq_ranges(first, last, cuts)
+    assert ranges[0][0] == first - 1 and ranges[-1][1] == last
+    for after, up_to in ranges:
+        assert after < up_to
+    for (_, up_to), (after, _) in itertools.pairwise(ranges):
+        assert after == up_to
 
 
-def test_an_empty_queue_has_no_ranges() -> None:
-    assert split_range(10, 9, 4) == []
-    assert split_range(1, 10, 0) == []
+def test_sequence_cuts_outside_the_bounds_or_repeated_change_nothing() -> None:
+    # A cut read after rows were taken (below first) or added (above last) is ignored.
+    assert seq_ranges(10, 20, [3, 15, 15, 25]) == [(9, 15), (15, 20)]
+    assert seq_ranges(10, 9, [1]) == []
+
+
+def test_ranges_follow_rows_not_values_in_a_sparse_queue() -> None:
+    # 1..1000 drained long ago but for 10 rows, then a million rows: cut every 100,000 rows,
+    # the first range holds the 10 old rows and the new ones up to the first cut.
+    old = list(range(1, 11))
+    new = list(range(5_000_001, 6_000_001))
+    keys = old + new
+    step = rows_per_range(len(keys), 10)
+    cuts = keys[step - 1 :: step]
+    ranges = seq_ranges(keys[0], keys[-1], cuts)
+    sizes = [sum(1 for key in keys if after < key <= up_to) for after, up_to in ranges]
+    assert sum(sizes) == len(keys) and max(sizes) - min(sizes) <= step
+
+
+def test_key_ranges_keep_the_databases_order_and_skip_a_cut_at_the_last_key() -> None:
+    # The database's collation may not be Python's: the cuts are taken in the order given.
+    cuts = [("b", "q"), ("A", "q")]
+    assert key_ranges(("", ""), ("Z", "q"), cuts) == [
+        (("", ""), ("b", "q")),
+        (("b", "q"), ("A", "q")),
+        (("A", "q"), ("Z", "q")),
+    ]
+    assert key_ranges(("", ""), ("c", "d"), [("a", "d"), ("c", "d")]) == [
+        (("", ""), ("a", "d")),
+        (("a", "d"), ("c", "d")),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("rows", "parallelism", "tasks"),
+    [(0, 8, 0), (1, 8, 1), (4_999, 8, 1), (20_000, 8, 4), (100_000, 8, 8), (3_000_000, 2, 30),
+     (10**10, 2, MAX_TASKS)],
+)  # fmt: skip
+def test_reading_tasks_are_sized_by_rows_and_by_cores(
+    rows: int, parallelism: int, tasks: int
+) -> None:
+    assert task_count(rows, parallelism) == tasks
+
+
+def test_pages_hold_about_the_same_bytes_whatever_the_rows_weigh() -> None:
+    assert next_page_rows(1000, 1000 * 500) == MAX_PAGE_ROWS
+    assert next_page_rows(1000, 1000 * 5 * 1024 * 1024) == MIN_PAGE_ROWS
+    assert next_page_rows(1000, 1000 * 16 * 1024) == PAGE_BYTES // (16 * 1024)
 
 
 def test_partitions_default_to_sparks_parallelism_and_are_capped() -> None:
@@ -135,4 +192,4 @@ def test_without_java_the_session_says_what_to_install(monkeypatch: pytest.Monke
     monkeypatch.delenv("JAVA_HOME", raising=False)
     monkeypatch.setattr(shutil, "which", lambda name: None)
     with pytest.raises(session.SparkUnavailable, match="openjdk-17-jre-headless"):
-        session.spark_session("local[1]", "test")
+        session.spark_session(session.SparkSettings("local[1]"), "test")

@@ -505,9 +505,16 @@ PARAMETERS: dict[str, int] = {
     "pause_clear": 2,  # forwarder, destination database
     "pauses_read": 1,  # forwarder
     "queue_seq_bounds": 0,
-    "retry_read": 1,  # forwarder
-    "queue_read_headers": 0,
-    "ledger_read_since": 1,  # since
+    "queue_seq_boundaries": 1,  # rows per range
+    "queue_page": 3,  # after, up to, limit
+    "retry_seq_bounds": 1,  # forwarder
+    "retry_seq_boundaries": 2,  # forwarder, rows per range
+    "retry_page": 4,  # forwarder, after, up to, limit
+    "ledger_destinations_since": 1,  # since
+    "ledger_last_since": 1,  # since
+    "ledger_boundaries_since": 2,  # since, rows per range
+    # since, after (id, id, destination), up to (id, id, destination), limit
+    "ledger_page_since": 8,
     "can_create_tables": 1,  # schema
     "retry_summary": 1,
     "ledger_record": 2,  # message id, destination

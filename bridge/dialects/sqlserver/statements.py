@@ -379,12 +379,59 @@ STATEMENTS: dict[str, str] = {
         DELETE FROM message""",
     "error_queue_delete_row": "?",
     "table_probe": "SELECT 1 FROM {table} WHERE 1 = 0",
-    "retry_read": """
-        SELECT destination, attempts, first_failure_at, last_error FROM {retry}
+    # Reading a table in Spark tasks: see the PostgreSQL dialect. Rows other sessions hold
+    # are read past, as by `queue_count`.
+    "queue_seq_boundaries": """
+        DECLARE @step bigint = ?;
+        SELECT RowVersion FROM (
+            SELECT RowVersion, ROW_NUMBER() OVER (ORDER BY RowVersion) AS n
+            FROM {queue} WITH (READPAST)) AS numbered
+        WHERE n % @step = 0 ORDER BY RowVersion""",
+    "queue_page": """
+        DECLARE @after bigint = ?, @last bigint = ?, @limit int = ?;
+        SELECT TOP (@limit) RowVersion AS seq, Id AS id, Headers AS headers
+        FROM {queue} WITH (READPAST)
+        WHERE RowVersion > @after AND RowVersion <= @last ORDER BY RowVersion""",
+    "retry_seq_bounds": """
+        SELECT MIN(seq), MAX(seq), COUNT_BIG(*) FROM {retry} WITH (READPAST)
         WHERE forwarder = ?""",
-    "queue_read_headers": "SELECT Headers FROM {queue} WITH (READPAST)",
-    "ledger_read_since": """
-        SELECT message_id, destination, forwarded_at FROM {ledger} WHERE forwarded_at >= ?""",
+    "retry_seq_boundaries": """
+        DECLARE @forwarder nvarchar(200) = ?, @step bigint = ?;
+        SELECT seq FROM (
+            SELECT seq, ROW_NUMBER() OVER (ORDER BY seq) AS n FROM {retry} WITH (READPAST)
+            WHERE forwarder = @forwarder) AS numbered
+        WHERE n % @step = 0 ORDER BY seq""",
+    "retry_page": """
+        DECLARE @forwarder nvarchar(200) = ?, @after bigint = ?, @last bigint = ?,
+                @limit int = ?;
+        SELECT TOP (@limit) seq, destination, attempts, first_failure_at, last_error
+        FROM {retry} WITH (READPAST)
+        WHERE forwarder = @forwarder AND seq > @after AND seq <= @last ORDER BY seq""",
+    "ledger_destinations_since": """
+        SELECT destination, COUNT_BIG(*) FROM {ledger} WHERE forwarded_at >= ?
+        GROUP BY destination ORDER BY destination""",
+    "ledger_last_since": """
+        SELECT TOP (1) message_id, destination FROM {ledger} WHERE forwarded_at >= ?
+        ORDER BY message_id DESC, destination DESC""",
+    "ledger_boundaries_since": """
+        DECLARE @since datetime2 = ?, @step bigint = ?;
+        SELECT message_id, destination FROM (
+            SELECT message_id, destination,
+                   ROW_NUMBER() OVER (ORDER BY message_id, destination) AS n
+            FROM {ledger} WHERE forwarded_at >= @since) AS numbered
+        WHERE n % @step = 0 ORDER BY message_id, destination""",
+    "ledger_page_since": """
+        DECLARE @since datetime2 = ?, @after_id nvarchar(200) = ?, @after_id_2 nvarchar(200) = ?,
+                @after_destination nvarchar(600) = ?, @last_id nvarchar(200) = ?,
+                @last_id_2 nvarchar(200) = ?, @last_destination nvarchar(600) = ?,
+                @limit int = ?;
+        SELECT TOP (@limit) message_id, destination FROM {ledger}
+        WHERE forwarded_at >= @since
+          AND message_id >= @after_id
+          AND (message_id > @after_id_2 OR destination > @after_destination)
+          AND message_id <= @last_id
+          AND (message_id < @last_id_2 OR destination <= @last_destination)
+        ORDER BY message_id, destination""",
     # CREATE TABLE in the database and ALTER on the schema, as CREATE TABLE needs.
     "can_create_tables": """
         SELECT CASE WHEN HAS_PERMS_BY_NAME(NULL, NULL, 'CREATE TABLE') = 1
