@@ -173,6 +173,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from bridge.demo import run_demo
 
             return run_demo(folder=args.dir, message_count=args.messages)
+        if args.command == "spark" and not os.path.exists(args.config):
+            from bridge.spark.session import submitted_file
+
+            args.config = submitted_file(args.config) or args.config
         config = _load(args.config)
         setup_logging(config.logging.level, verbose=args.verbose)
         return COMMANDS[args.command](config, args)

@@ -67,7 +67,7 @@ def _add_spark_options(command: argparse.ArgumentParser) -> None:
 
 
 def run(config: BridgeConfig, args: argparse.Namespace) -> int:
-    from bridge.spark.guard import SparkFailed, is_spark_error, stop_session, watched
+    from bridge.spark.guard import SparkFailed, explain, is_spark_error, stop_session, watched
     from bridge.spark.session import SparkUnavailable, check_executors, spark_session
     from bridge.spark.shipped import ShippedConfig
 
@@ -95,8 +95,9 @@ def run(config: BridgeConfig, args: argparse.Namespace) -> int:
         if not is_spark_error(error):
             raise
         log.debug("Spark did not start", exc_info=True)
-        print(f"sfbridge spark {command}: Spark did not start: {error}", file=sys.stderr)
-        return SparkFailed("").exit_code
+        message, code = explain(str(error), settings, None, None)
+        print(f"sfbridge spark {command}: Spark did not start: {message}", file=sys.stderr)
+        return code
     try:
         print(f"Spark session started in {time.monotonic() - started:.1f} s ({settings.master})")
         with watched(spark, settings):

@@ -15,6 +15,7 @@ Three ways a Spark command used to hang or end in a traceback, and what is done 
 from __future__ import annotations
 
 import re
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -24,10 +25,11 @@ from typing import Any
 from bridge.secrets import mask_secrets
 from bridge.spark.session import SparkSettings
 
-EXIT_PROBLEMS, EXIT_CONFIG, EXIT_UNAVAILABLE, EXIT_SPARK_FAILED = 1, 2, 3, 4
+EXIT_CONFIG, EXIT_UNAVAILABLE, EXIT_SPARK_FAILED = 2, 3, 4
 # `-XX:+ExitOnOutOfMemoryError` ends the JVM with this status.
 JVM_OUT_OF_MEMORY = 3
 STOP_TIMEOUT = 30.0
+JVM_EXIT_WAIT = 5.0
 
 # The bridge's database errors (bridge.drivers.base): a task that raised one could not reach
 # or use a database.
@@ -64,10 +66,18 @@ def watched(spark: Any, settings: SparkSettings) -> Iterator[None]:
         if not is_spark_error(error):
             raise
         verdict = watchdog.verdict if watchdog is not None else None
-        raise SparkFailed(*explain(str(error), settings, verdict, jvm_status(spark))) from error
+        # A JVM that ended closes the connection before its process is gone: wait for its
+        # status a moment, which says whether it ran out of memory.
+        wait = JVM_EXIT_WAIT if _connection_lost(error) else 0.0
+        status = jvm_status(spark, wait)
+        raise SparkFailed(*explain(str(error), settings, verdict, status)) from error
     finally:
         if watchdog is not None:
             watchdog.stop()
+
+
+def _connection_lost(error: BaseException) -> bool:
+    return isinstance(error, (ConnectionError, EOFError)) or "Network" in type(error).__name__
 
 
 def is_spark_error(error: BaseException) -> bool:
@@ -124,10 +134,13 @@ def explain(
             EXIT_CONFIG,
         )
     for clue in ("All masters are unresponsive", "Master removed our application",
-                 "SparkContext was shut down", "SparkContext has been shutdown"):  # fmt: skip
+                 "SparkContext was shut down", "SparkContext has been shutdown",
+                 "stopped SparkContext"):  # fmt: skip
         if clue in text:
-            return f"the Spark cluster was lost ({clue}; master {settings.master})", (
-                EXIT_SPARK_FAILED
+            return (
+                f"the Spark cluster was lost or never reached (master {settings.master}: "
+                f"{clue}; Spark's log above says more)",
+                EXIT_SPARK_FAILED,
             )
     if "Py4JNetworkError" in text or "Connection refused" in text or not text.strip():
         return "lost the connection to the Spark driver's JVM", EXIT_SPARK_FAILED
@@ -163,11 +176,16 @@ def _first_line(text: str) -> str:
     return "(no message)"
 
 
-def jvm_status(spark: Any) -> int | None:
-    """The driver JVM's exit status once it has ended; None while it runs (or when PySpark did
-    not start it, as under spark-submit)."""
+def jvm_status(spark: Any, wait: float = 0.0) -> int | None:
+    """The driver JVM's exit status once it has ended (waiting for that at most `wait`
+    seconds); None while it runs, or when PySpark did not start it (under spark-submit)."""
     process = _jvm_process(spark)
-    return None if process is None else process.poll()
+    if process is None:
+        return None
+    try:
+        return int(process.wait(timeout=wait)) if wait else process.poll()
+    except subprocess.TimeoutExpired:
+        return None
 
 
 def _jvm_process(spark: Any) -> Any:

@@ -20,6 +20,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlparse
 
 # Where `--python-env`'s archive is unpacked in each executor's working folder.
 PYTHON_ENV_LINK = "sfbridge-env"
@@ -130,14 +131,61 @@ def spark_session(settings: SparkSettings, app_name: str) -> Any:
     # What PySpark sends with each task as the interpreter to run it (it reads the variable,
     # not the setting).
     os.environ["PYSPARK_PYTHON"] = conf["spark.pyspark.python"]
+    # py4j logs every closed gateway connection at INFO.
+    logging.getLogger("py4j").setLevel(logging.WARNING)
     builder = SparkSession.builder.master(settings.master).appName(app_name)
     for key, value in conf.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
-    # py4j logs every closed gateway connection at INFO.
-    logging.getLogger("py4j").setLevel(logging.WARNING)
+    _quiet_python_side(session.sparkContext)
     return session
+
+
+def _quiet_python_side(context: Any) -> None:
+    """PySpark's Python side reports a JVM that went away in tracebacks of its own: py4j logs
+    every failed command through the root logger, the accumulator server prints the EOFError
+    of its closed socket. The command says in one sentence what happened instead (a traceback
+    with -v)."""
+    root = logging.getLogger()
+    if not any(isinstance(f, _Py4jRecords) for f in root.filters):
+        root.addFilter(_Py4jRecords())
+    server = getattr(context, "_accumulatorServer", None)
+    if server is not None:
+        server.handle_error = lambda request, client_address: None
+
+
+class _Py4jRecords(logging.Filter):
+    """Drops what py4j logs through the root logger, unless debugging."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from_py4j = f"{os.sep}py4j{os.sep}" in record.pathname
+        return not from_py4j or logging.getLogger().isEnabledFor(logging.DEBUG)
+
+
+def submitted_file(path: str) -> str | None:
+    """Under spark-submit, the local file given with `--files` that has `path`'s name; None
+    elsewhere or when there is none.
+
+    `--files` puts a file in the executors' working folders (and a cluster-mode driver's), not
+    where a client-mode driver runs: there, `-c sfbridge.yaml` means the file it was given as.
+    """
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        return None
+    try:
+        from pyspark import SparkConf, SparkContext
+
+        SparkContext._ensure_initialized()
+        files = SparkConf().get("spark.files") or ""
+    except Exception:
+        return None
+    name = os.path.basename(path)
+    for uri in files.split(","):
+        parsed = urlparse(uri.strip())
+        local = parsed.scheme in ("", "file") and os.path.isfile(parsed.path)
+        if local and os.path.basename(parsed.path) == name:
+            return parsed.path
+    return None
 
 
 def executor_check() -> str:

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -236,6 +237,72 @@ def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None
             return
         time.sleep(0.2)
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+# --------------------------------------------------------------------------------------------
+# Spark: a forwarder and a receiver, bulk sends, the spark commands
+# --------------------------------------------------------------------------------------------
+
+FORWARD = '"public"."forward"'
+RECEIVER = '"public"."Receiver"'
+SPARK_ENV = {"SPARK_LOCAL_IP": "127.0.0.1"}
+
+
+def spark_world(tmp_path: Path, new_pg_database: Any) -> dict[str, Any]:
+    """Two fresh databases, a forwarder `f` in `sender`, routes to `Receiver` and `Missing*`
+    (a table that does not exist: those messages go to the error queue) in `receiver`."""
+    sender, receiver = new_pg_database(), new_pg_database()
+    path = write_config(
+        tmp_path / "sfbridge.yaml",
+        {
+            "databases": {
+                "sender": {"dialect": "postgresql", "connection": sender},
+                "receiver": {"dialect": "postgresql", "connection": receiver},
+            },
+            "forwarders": [
+                {"name": "f", "database": "sender", "queue": FORWARD, "peek_interval": "200ms"}
+            ],
+            "routes": [
+                {"match": "Receiver", "database": "receiver"},
+                {"match": "Missing*", "database": "receiver"},
+            ],
+            "retries": {"missing_queue": "error"},
+        },
+    )
+    assert sfbridge("-c", str(path), "install").returncode == 0
+    pg_create_queue(receiver, RECEIVER)
+    return {"config": path, "sender": sender, "receiver": receiver}
+
+
+def send_bulk(sender: str, count: int, destination: str = RECEIVER) -> set[str]:
+    """NServiceBus-shaped messages, 500 per multi-row INSERT (as fast as a busy endpoint)."""
+    ids: set[str] = set()
+    with pg_connect(sender) as connection:
+        for start in range(0, count, 500):
+            rows = []
+            for _ in range(min(500, count - start)):
+                headers = nsb_message_headers(destination)
+                ids.add(str(headers["NServiceBus.MessageId"]))
+                rows.append(json.dumps(headers))
+            values = ", ".join(["(gen_random_uuid(), NULL, ?, 'body'::bytea)"] * len(rows))
+            connection.execute(
+                f"INSERT INTO {FORWARD} (id, expires, headers, body) VALUES {values}", *rows
+            )
+        connection.commit()
+    return ids
+
+
+def run_spark(config: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """`sfbridge -c CONFIG spark ARGS...`, as a user runs it."""
+    return sfbridge("-c", str(config), "spark", *args, env=SPARK_ENV, timeout=timeout)
+
+
+def received_ids(world: dict[str, Any]) -> Counter[str]:
+    """The message ids in the receiver's queue, each with how often it is there."""
+    return Counter(
+        m["headers"]["NServiceBus.MessageId"]
+        for m in pg_nsb_receive_all(world["receiver"], RECEIVER)
+    )
 
 
 # --------------------------------------------------------------------------------------------

@@ -9,92 +9,37 @@ import signal
 import subprocess
 import sys
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 from support import (
+    FORWARD,
+    RECEIVER,
+    SPARK_ENV,
     DaemonProcess,
-    nsb_message_headers,
     pg_connect,
     pg_count,
-    pg_create_queue,
-    pg_nsb_receive_all,
     pg_rows,
+    received_ids,
+    run_spark,
+    send_bulk,
     sfbridge,
+    spark_world,
     wait_until,
-    write_config,
 )
 
 pytest.importorskip("pyspark", reason="PySpark is installed by the README's test command")
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-FORWARD = '"public"."forward"'
-RECEIVER = '"public"."Receiver"'
-SPARK_ENV = {"SPARK_LOCAL_IP": "127.0.0.1"}
-
-
-def setup(tmp_path: Path, new_pg_database: Any) -> dict[str, Any]:
-    sender, receiver = new_pg_database(), new_pg_database()
-    path = write_config(
-        tmp_path / "sfbridge.yaml",
-        {
-            "databases": {
-                "sender": {"dialect": "postgresql", "connection": sender},
-                "receiver": {"dialect": "postgresql", "connection": receiver},
-            },
-            "forwarders": [
-                {"name": "f", "database": "sender", "queue": FORWARD, "peek_interval": "200ms"}
-            ],
-            "routes": [
-                {"match": "Receiver", "database": "receiver"},
-                {"match": "Missing*", "database": "receiver"},
-            ],
-            "retries": {"missing_queue": "error"},
-        },
-    )
-    assert sfbridge("-c", str(path), "install").returncode == 0
-    pg_create_queue(receiver, RECEIVER)
-    return {"config": path, "sender": sender, "receiver": receiver}
-
-
-def send(sender: str, count: int, destination: str = RECEIVER) -> set[str]:
-    """NServiceBus-shaped messages, 500 per multi-row INSERT (as fast as a busy endpoint)."""
-    ids: set[str] = set()
-    with pg_connect(sender) as connection:
-        for start in range(0, count, 500):
-            rows = []
-            for _ in range(min(500, count - start)):
-                headers = nsb_message_headers(destination)
-                ids.add(str(headers["NServiceBus.MessageId"]))
-                rows.append(json.dumps(headers))
-            values = ", ".join(["(gen_random_uuid(), NULL, ?, 'body'::bytea)"] * len(rows))
-            connection.execute(
-                f"INSERT INTO {FORWARD} (id, expires, headers, body) VALUES {values}", *rows
-            )
-        connection.commit()
-    return ids
-
-
-def spark(config: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return sfbridge("-c", str(config), "spark", *args, env=SPARK_ENV, timeout=timeout)
-
-
-def received(world: dict[str, Any]) -> Counter[str]:
-    return Counter(
-        m["headers"]["NServiceBus.MessageId"]
-        for m in pg_nsb_receive_all(world["receiver"], RECEIVER)
-    )
-
 
 def test_a_drain_beside_a_running_daemon_delivers_each_message_once_and_reports_failures(
     tmp_path: Path, new_pg_database: Any
 ) -> None:
-    world = setup(tmp_path, new_pg_database)
+    world = spark_world(tmp_path, new_pg_database)
     # CI drains 30,000; the issue's check of 200,000: SFBRIDGE_TEST_SPARK_MESSAGES=200000.
-    good = send(world["sender"], int(os.environ.get("SFBRIDGE_TEST_SPARK_MESSAGES", "30000")))
-    send(world["sender"], 7, destination='"public"."MissingQueue"')
+    good = send_bulk(world["sender"], int(os.environ.get("SFBRIDGE_TEST_SPARK_MESSAGES", "30000")))
+    send_bulk(world["sender"], 7, destination='"public"."MissingQueue"')
     log = (tmp_path / "drain.log").open("w")
     drain = subprocess.Popen(
         [sys.executable, "-m", "bridge", "-c", str(world["config"]), "spark", "drain",
@@ -114,7 +59,7 @@ def test_a_drain_beside_a_running_daemon_delivers_each_message_once_and_reports_
             drain.kill()
     output = (tmp_path / "drain.log").read_text()
     assert "partitions done 4/4" in output and "everything reconciles" in output, output
-    messages = received(world)
+    messages = received_ids(world)
     assert set(messages) == good and max(messages.values()) == 1
     assert pg_count(world["sender"], '"public"."error"') == 7
     # Both did part of the work: the daemon's workers write slots 0-1, drain tasks 1000+.
@@ -123,7 +68,7 @@ def test_a_drain_beside_a_running_daemon_delivers_each_message_once_and_reports_
                  "GROUP BY 1"))  # fmt: skip
     assert slots.get("spark", 0) > 0 and slots.get("daemon", 0) > 0, slots
 
-    report = spark(world["config"], "report", "--master", "local[2]", "--report",
+    report = run_spark(world["config"], "report", "--master", "local[2]", "--report",
                    str(tmp_path / "failures"))  # fmt: skip
     assert report.returncode == 0, report.stdout + report.stderr
     data = json.loads((tmp_path / "failures.json").read_text())
@@ -162,8 +107,8 @@ def _alive(pids: set[int]) -> set[int]:
 def test_a_drain_killed_with_sigkill_and_run_again_leaves_every_message_in_one_place(
     tmp_path: Path, new_pg_database: Any
 ) -> None:
-    world = setup(tmp_path, new_pg_database)
-    ids = send(world["sender"], 30000)
+    world = spark_world(tmp_path, new_pg_database)
+    ids = send_bulk(world["sender"], 30000)
     log = (tmp_path / "drain.log").open("w")
     drain = subprocess.Popen(
         [sys.executable, "-m", "bridge", "-c", str(world["config"]), "spark", "drain",
@@ -193,7 +138,7 @@ def test_a_drain_killed_with_sigkill_and_run_again_leaves_every_message_in_one_p
 
     wait_until(lambda: open_sessions() == 0, 30, "no sessions left open")
 
-    again = spark(world["config"], "drain", "--master", "local[2]", "--partitions", "3")
+    again = run_spark(world["config"], "drain", "--master", "local[2]", "--partitions", "3")
     assert again.returncode == 0, again.stdout + again.stderr
     assert "everything reconciles" in again.stdout
     assert pg_count(world["sender"], FORWARD) == 0
@@ -211,20 +156,20 @@ def test_a_drain_killed_with_sigkill_and_run_again_leaves_every_message_in_one_p
         ).fetchall()
         connection.commit()
     gone_id = json.loads(gone)["NServiceBus.MessageId"]
-    checked = spark(world["config"], "reconcile", "--master", "local[2]")
+    checked = run_spark(world["config"], "reconcile", "--master", "local[2]")
     assert checked.returncode == 1, checked.stdout + checked.stderr
     assert f"recorded as delivered but not in the queue: {gone_id}" in checked.stdout
     assert f"in the queue without a ledger entry: {unrecorded}" in checked.stdout
     # Received as the endpoint would: each message once, but for the one taken out by hand.
-    messages = received(world)
+    messages = received_ids(world)
     assert set(messages) == ids - {gone_id} and max(messages.values()) == 1
 
 
 def test_spark_task_retries_after_lost_connections_deliver_each_message_once(
     tmp_path: Path, new_pg_database: Any, postgres: Any
 ) -> None:
-    world = setup(tmp_path, new_pg_database)
-    ids = send(world["sender"], 20000)
+    world = spark_world(tmp_path, new_pg_database)
+    ids = send_bulk(world["sender"], 20000)
     sender_name = world["sender"].split("Database=")[1].rstrip(";")
     log = (tmp_path / "drain.log").open("w")
     # local[2,4]: like a cluster, a failed task is tried again (up to 4 times).
@@ -250,14 +195,14 @@ def test_spark_task_retries_after_lost_connections_deliver_each_message_once(
             drain.kill()
     output = (tmp_path / "drain.log").read_text()
     assert "everything reconciles" in output, output
-    messages = received(world)
+    messages = received_ids(world)
     assert set(messages) == ids and max(messages.values()) == 1
 
 
 def test_without_pyspark_the_spark_commands_say_what_to_install(
     tmp_path: Path, new_pg_database: Any
 ) -> None:
-    world = setup(tmp_path, new_pg_database)
+    world = spark_world(tmp_path, new_pg_database)
     blocker = tmp_path / "blocked"
     (blocker / "pyspark").mkdir(parents=True)
     (blocker / "pyspark" / "__init__.py").write_text("raise ImportError('blocked for a test')\n")
