@@ -231,3 +231,102 @@ def two_phase_postgres(postgres: PostgresServer) -> Iterator[PostgresServer]:
         server.drop_all()
         private.stop()
         shutil.rmtree(folder, ignore_errors=True)
+
+
+class SparkStandalone:
+    """A Spark standalone cluster on loopback: a master and one worker, started from the jars
+    the PySpark package ships (`bin/spark-class`), each in a process group of its own so that
+    the worker can be killed with its executors, as a lost machine would be."""
+
+    def __init__(self, folder: Path, cores: int = 2, memory: str = "2g") -> None:
+        import subprocess
+
+        pyspark = pytest.importorskip("pyspark")
+        home = Path(pyspark.__file__).parent
+        spark_class = str(home / "bin" / "spark-class")
+        folder.mkdir(parents=True, exist_ok=True)
+        self.folder = folder
+        self.port, self.ui_port = _free_port(), _free_port()
+        self.url = f"spark://127.0.0.1:{self.port}"
+        env = {**os.environ, "SPARK_HOME": str(home), "SPARK_LOCAL_IP": "127.0.0.1",
+               "SPARK_LOG_DIR": str(folder)}  # fmt: skip
+        master = ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+                  "--port", str(self.port), "--webui-port", str(self.ui_port)]  # fmt: skip
+        worker = ["org.apache.spark.deploy.worker.Worker", self.url, "--host", "127.0.0.1",
+                  "--cores", str(cores), "--memory", memory, "--webui-port", str(_free_port()),
+                  "--work-dir", str(folder / "work")]  # fmt: skip
+        processes = []
+        for name, arguments in (("master", master), ("worker", worker)):
+            with (folder / f"{name}.log").open("w") as log:
+                started = subprocess.Popen(
+                    [spark_class, *arguments], stdout=log, stderr=subprocess.STDOUT, env=env,
+                    start_new_session=True,
+                )  # fmt: skip
+                processes.append(started)
+        self.master, self.worker = processes
+        self._wait_for_workers(1, timeout=90)
+
+    def alive_workers(self) -> int:
+        import json
+        import urllib.request
+
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.ui_port}/json/", timeout=2) as r:
+                return int(json.load(r).get("aliveworkers", 0))
+        except OSError:
+            return 0
+
+    def _wait_for_workers(self, count: int, timeout: float) -> None:
+        import time
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.master.poll() is self.worker.poll() is None:
+            if self.alive_workers() >= count:
+                return
+            time.sleep(0.5)
+        logs = "".join(
+            (self.folder / name).read_text()[-2000:] for name in ("master.log", "worker.log")
+        )
+        self.stop()
+        raise AssertionError(f"the Spark standalone cluster did not start:\n{logs}")
+
+    def kill_worker(self) -> None:
+        """SIGKILL the worker, its executors and their Python workers (one process group)."""
+        _kill_group(self.worker)
+
+    def stop(self) -> None:
+        _kill_group(self.worker)
+        _kill_group(self.master)
+
+
+def _kill_group(process: object) -> None:
+    import signal
+    import subprocess
+
+    assert isinstance(process, subprocess.Popen)
+    if process.poll() is None:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        process.wait(timeout=30)
+
+
+@pytest.fixture
+def spark_standalone(tmp_path: Path) -> Iterator[SparkStandalone]:
+    """A Spark standalone master and worker of this test's own, stopped after it."""
+    cluster = SparkStandalone(tmp_path / "spark-standalone")
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkStandalone]:
+    """A Spark standalone master and worker shared by a module's tests that do not kill it."""
+    cluster = SparkStandalone(tmp_path_factory.mktemp("spark-standalone"))
+    try:
+        yield cluster
+    finally:
+        cluster.stop()

@@ -211,3 +211,28 @@ def test_without_pyspark_the_spark_commands_say_what_to_install(
         result = sfbridge("-c", str(world["config"]), "spark", *command, env=env)
         assert result.returncode == 2, result.stdout + result.stderr
         assert "pip install 'sfbridge[spark]'" in result.stderr
+
+
+def test_a_driver_out_of_memory_ends_the_command_with_exit_4_and_says_so(
+    tmp_path: Path, new_pg_database: Any
+) -> None:
+    world = spark_world(tmp_path, new_pg_database)
+    with pg_connect(world["receiver"]) as connection:
+        connection.execute(
+            "WITH ids AS (SELECT gen_random_uuid()::text AS id FROM generate_series(1, 2000)), "
+            f"queued AS (INSERT INTO {RECEIVER} (id, headers, body) SELECT gen_random_uuid(), "
+            "json_build_object('NServiceBus.MessageId', id)::text, 'body'::bytea FROM ids) "
+            "INSERT INTO sfbridge_ledger (message_id, destination, forwarded_at) "
+            "SELECT id, ?, now() FROM ids",
+            RECEIVER,
+        )
+        connection.commit()
+    # A real OutOfMemoryError in the driver's JVM during the job: Spark's memory manager is
+    # told it has 2 GB (spark.testing.memory) inside a 128 MB heap, so it does not spill in
+    # time. Before, such an error in a scheduler thread left the command waiting for ever.
+    result = run_spark(world["config"], "reconcile", "--master", "local[2]",
+                       "--driver-memory", "128m", "--conf", "spark.testing.memory=2147483648",
+                       timeout=180)  # fmt: skip
+    assert result.returncode == 4, result.stdout + result.stderr
+    assert "the Spark driver ran out of memory (spark.driver.memory 128m)" in result.stderr
+    assert "Traceback" not in result.stdout + result.stderr

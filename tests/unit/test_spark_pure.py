@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import itertools
 import json
+import sys
 from datetime import datetime
+from typing import Any
 
 import pytest
 
@@ -193,3 +195,107 @@ def test_without_java_the_session_says_what_to_install(monkeypatch: pytest.Monke
     monkeypatch.setattr(shutil, "which", lambda name: None)
     with pytest.raises(session.SparkUnavailable, match="openjdk-17-jre-headless"):
         session.spark_session(session.SparkSettings("local[1]"), "test")
+
+
+# -- Spark settings and failures ----------------------------------------------------------
+
+TASK_FAILED = """An error occurred while calling z:org.apache.spark.api.python.PythonRDD.\
+collectAndServe.
+: org.apache.spark.SparkException: Job aborted due to stage failure: Task 0 in stage 1.0 failed 4 \
+times, most recent failure: Lost task 0.3 in stage 1.0 (TID 7) (127.0.0.1 executor 0): \
+org.apache.spark.api.python.PythonException: Traceback (most recent call last):
+  File "/venv/lib/python3.11/site-packages/pyspark/worker.py", line 2001, in main
+    process()
+  File "/venv/lib/python3.11/site-packages/bridge/spark/partitions.py", line 175, in read_ranges
+    connection = connections.get(table_range.database)
+{exception}
+
+\tat org.apache.spark.api.python.BasePythonRunner$ReaderIterator.handlePythonException(\
+PythonRunner.scala:621)
+\tat org.apache.spark.api.python.PythonRunner$$anon$3.read(PythonRunner.scala:1012)
+"""
+
+
+def _explain(exception: str, **settings: Any) -> tuple[str, int]:
+    from bridge.spark.guard import explain
+    from bridge.spark.session import SparkSettings
+
+    text = TASK_FAILED.format(exception=exception)
+    return explain(text, SparkSettings(**settings), None, None)
+
+
+def test_a_task_that_cannot_reach_a_database_is_told_as_the_database_error_with_exit_3() -> None:
+    message, code = _explain(
+        "bridge.drivers.base.ConnectionFailed: database 'receiver': cannot connect: "
+        "connection refused (Server=db;Pwd=hunter2;)"
+    )
+    assert code == 3
+    assert message == (
+        "a Spark task failed: database 'receiver': cannot connect: connection refused "
+        "(Server=db;Pwd=***;) (a task failed 4 time(s))"
+    )
+
+
+def test_executors_without_sfbridge_or_without_a_variable_are_told_what_to_set() -> None:
+    message, code = _explain("ModuleNotFoundError: No module named 'bridge'")
+    assert code == 2 and "cannot import sfbridge" in message and "--python-env" in message
+    message, code = _explain(
+        "bridge.config.problems.ConfigError: databases.receiver.connection: environment "
+        "variable RECEIVER_PASSWORD is not set"
+    )
+    assert code == 2
+    assert "RECEIVER_PASSWORD is not set" in message
+    assert "spark.executorEnv.NAME=VALUE" in message
+
+
+def test_a_driver_that_ran_out_of_memory_or_a_watchdogs_verdict_comes_first() -> None:
+    from bridge.spark.guard import explain
+    from bridge.spark.session import SparkSettings
+
+    settings = SparkSettings(driver_memory="2g")
+    message, code = explain("Answer from Java side is empty", settings, None, 3)
+    assert code == 4
+    assert message.startswith("the Spark driver ran out of memory (spark.driver.memory 2g)")
+    assert explain("Job 3 cancelled", settings, "no Spark executor for 120 s", None) == (
+        "no Spark executor for 120 s",
+        4,
+    )
+
+
+def test_the_session_ends_its_jvm_at_the_first_out_of_memory_and_keeps_the_users_settings() -> None:
+    from bridge.spark.session import EXIT_ON_OOM, SparkSettings, session_conf
+
+    conf = session_conf(
+        SparkSettings(
+            "spark://m:7077",
+            conf=(("spark.driver.extraJavaOptions", "-Dx=1"), ("spark.speculation", "true")),
+            driver_memory="3g",
+        ),
+        {},
+    )
+    assert conf["spark.driver.extraJavaOptions"] == f"-Dx=1 {EXIT_ON_OOM}"
+    assert conf["spark.driver.memory"] == "3g"
+    assert conf["spark.speculation"] == "true"  # the user's word is final
+    assert conf["spark.pyspark.python"] == sys.executable
+
+
+def test_the_executors_python_comes_from_a_packed_environment_or_the_users_settings() -> None:
+    from bridge.spark.session import SparkSettings, executor_python, session_conf
+
+    packed = SparkSettings(
+        "yarn", conf=(("spark.archives", "other.zip#other"),), python_env="/x/env.tar.gz"
+    )
+    conf = session_conf(packed, {})
+    assert conf["spark.archives"] == "other.zip#other,/x/env.tar.gz#sfbridge-env"
+    assert conf["spark.pyspark.python"] == "./sfbridge-env/bin/python"
+    given = SparkSettings("yarn", conf=(("spark.pyspark.python", "/opt/py/bin/python"),))
+    assert executor_python(given, {"PYSPARK_PYTHON": "/usr/bin/python3"}) == "/opt/py/bin/python"
+    assert executor_python(SparkSettings("yarn"), {"PYSPARK_PYTHON": "/p"}) == "/p"
+
+
+def test_conf_items_are_key_value_pairs() -> None:
+    from bridge.spark.session import parse_conf
+
+    assert parse_conf(["a.b=c=d", "e="]) == (("a.b", "c=d"), ("e", ""))
+    with pytest.raises(ValueError, match="KEY=VALUE"):
+        parse_conf(["spark.executor.memory"])
