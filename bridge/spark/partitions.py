@@ -14,6 +14,7 @@ time.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -71,13 +72,10 @@ def plan_queue(
     label: str,
 ) -> tuple[int, list[TableRange]]:
     """(rows, ranges) of the queue table `queue`. Raises DatabaseError (QueueNotFound)."""
-    connection.begin_read()
-    try:
+    with _reading(connection):
         [(first, last, rows)] = connection.query(dialect.sql("queue_seq_bounds", queue=queue))
         cuts = _int_cuts(connection, dialect.sql("queue_seq_boundaries", queue=queue), (),
                          int(rows or 0), parallelism)  # fmt: skip
-    finally:
-        connection.commit()
     if not rows:
         return 0, []
     ranges = seq_ranges(int(first), int(last), cuts)
@@ -95,15 +93,12 @@ def plan_retry(
     parallelism: int,
 ) -> tuple[int, list[TableRange]]:
     """(rows, ranges) of `forwarder`'s rows in retry storage. Raises DatabaseError."""
-    connection.begin_read()
-    try:
+    with _reading(connection):
         [(first, last, rows)] = connection.query(
             dialect.sql("retry_seq_bounds", retry=retry), (forwarder,)
         )
         cuts = _int_cuts(connection, dialect.sql("retry_seq_boundaries", retry=retry),
                          (forwarder,), int(rows or 0), parallelism)  # fmt: skip
-    finally:
-        connection.commit()
     if not rows:
         return 0, []
     return int(rows), [
@@ -124,8 +119,7 @@ def plan_ledger(
     Raises DatabaseError."""
     cutoff = since or EPOCH
     bound = dialect.encode_timestamp(cutoff)
-    connection.begin_read()
-    try:
+    with _reading(connection):
         destinations = {
             str(destination): int(count)
             for destination, count in connection.query(
@@ -145,13 +139,23 @@ def plan_ledger(
                 dialect.sql("ledger_boundaries_since", ledger=ledger), (bound, step)
             )
         ]
-    finally:
-        connection.commit()
     last = (str(last_id), str(last_destination))
     return destinations, [
         TableRange(database, "ledger", ledger, after, up_to, database, since=cutoff)
         for after, up_to in key_ranges(LEDGER_START, last, cuts)
     ]
+
+
+@contextmanager
+def _reading(connection: Connection) -> Iterator[None]:
+    """One read transaction: committed when the block ends, rolled back when it raises."""
+    connection.begin_read()
+    try:
+        yield
+    except BaseException:
+        connection.rollback()
+        raise
+    connection.commit()
 
 
 def _int_cuts(
@@ -187,11 +191,8 @@ def _pages(connection: Connection, dialect: Dialect, table_range: TableRange) ->
     sql, params = _page_statement(dialect, table_range)
     after, size = table_range.after, FIRST_PAGE_ROWS
     while True:
-        connection.begin_read()
-        try:
+        with _reading(connection):
             rows = connection.query(sql, params(after, size))
-        finally:
-            connection.commit()
         yield from rows
         if len(rows) < size:
             return

@@ -169,7 +169,6 @@ def _plan(
                     connection, dialect, database, address, parallelism, destination
                 )
             except QueueNotFound:
-                connection.rollback()
                 plan.missing_tables.add(destination)
                 discrepancies.append(
                     f"{destination} in database '{database}': the ledger names it, but the "

@@ -139,42 +139,9 @@ def _first_words(text: str | None) -> str:
 
 def build_report(spark: Any, config: BridgeConfig, shipped: ShippedConfig) -> dict[str, Any]:
     """The report as a dict (for JSON): counts per breakdown, most first, and `problems`."""
-    from pyspark.sql import functions as F
-
     ranges, problems = plan_reads(config, spark.sparkContext.defaultParallelism)
     now_iso = datetime.now(UTC).replace(tzinfo=None).isoformat(timespec="seconds")
-    counted: dict[tuple[str, str], list[list[Any]]] = {}
-    totals: dict[str, int] = {}
-    if ranges:
-        rdd = spark.sparkContext.parallelize(ranges, len(ranges)).mapPartitions(
-            lambda part: described_rows(shipped, part, now_iso)
-        )
-        frame = spark.createDataFrame(rdd, ROW_SCHEMA, verifySchema=False)
-        # Every breakdown of every kind in one aggregation: each row becomes one (dimension,
-        # value) row per breakdown, plus one counting the message itself.
-        columns = sorted({column for _, column in ERROR_BREAKDOWNS + RETRY_BREAKDOWNS})
-        unpivoted = frame.select(
-            "kind",
-            F.explode(
-                F.array(
-                    F.struct(F.lit("").alias("dimension"), F.lit("").alias("value")),
-                    *(
-                        F.struct(
-                            F.lit(c).alias("dimension"), F.col(c).cast("string").alias("value")
-                        )
-                        for c in columns
-                    ),
-                )
-            ).alias("pair"),
-        )
-        grouped = unpivoted.groupBy("kind", "pair.dimension", "pair.value").count()
-        for row in grouped.collect():
-            if row.dimension == "":
-                totals[row.kind] = int(row["count"])
-            else:
-                counted.setdefault((row.kind, row.dimension), []).append(
-                    [row.value, int(row["count"])]
-                )
+    totals, counted = _count(spark, shipped, ranges, now_iso) if ranges else ({}, {})
 
     def counts(kind: str, column: str) -> list[list[Any]]:
         rows = counted.get((kind, column), [])
@@ -193,6 +160,35 @@ def build_report(spark: Any, config: BridgeConfig, shipped: ShippedConfig) -> di
         "retry_storage": retries,
         "problems": problems,
     }
+
+
+def _count(
+    spark: Any, shipped: ShippedConfig, ranges: list[TableRange], now_iso: str
+) -> tuple[dict[str, int], dict[tuple[str, str], list[list[Any]]]]:
+    """(messages per kind, [value, count] pairs per (kind, column)), in one Spark job."""
+    from pyspark.sql import functions as F
+
+    rdd = spark.sparkContext.parallelize(ranges, len(ranges)).mapPartitions(
+        lambda part: described_rows(shipped, part, now_iso)
+    )
+    frame = spark.createDataFrame(rdd, ROW_SCHEMA, verifySchema=False)
+    # Every breakdown in one aggregation: each row becomes a (column, value) pair per column,
+    # plus one ("", "") pair that counts the message itself.
+    columns = sorted({column for _, column in ERROR_BREAKDOWNS + RETRY_BREAKDOWNS})
+    pairs = [F.struct(F.lit("").alias("dimension"), F.lit("").alias("value"))]
+    pairs += [
+        F.struct(F.lit(column).alias("dimension"), F.col(column).cast("string").alias("value"))
+        for column in columns
+    ]
+    unpivoted = frame.select("kind", F.explode(F.array(*pairs)).alias("pair"))
+    totals: dict[str, int] = {}
+    counted: dict[tuple[str, str], list[list[Any]]] = {}
+    for row in unpivoted.groupBy("kind", "pair.dimension", "pair.value").count().collect():
+        if row.dimension == "":
+            totals[row.kind] = int(row["count"])
+        else:
+            counted.setdefault((row.kind, row.dimension), []).append([row.value, int(row["count"])])
+    return totals, counted
 
 
 def render_html(report: dict[str, Any]) -> str:

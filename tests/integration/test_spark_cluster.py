@@ -141,3 +141,32 @@ def test_a_drain_that_loses_its_cluster_ends_with_exit_4_and_a_rerun_finishes_it
     assert "everything reconciles" in again.stdout
     messages = received_ids(world)
     assert set(messages) == ids and max(messages.values()) == 1
+
+
+def test_spark_submit_in_client_mode_finds_the_yaml_given_with_files(
+    tmp_path: Path, new_pg_database: Any, spark_cluster: Any
+) -> None:
+    import pyspark
+
+    world = spark_world(tmp_path, new_pg_database)
+    send_bulk(world["sender"], 3, destination='"public"."MissingQueue"')
+    send_bulk(world["sender"], 2)
+    assert run_spark(world["config"], "drain", "--master", "local[1]").returncode == 0
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    main = Path(__file__).resolve().parents[2] / "bridge" / "__main__.py"
+    submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
+    # As the README writes it, but for the packed environment: this interpreter on both sides.
+    result = subprocess.run(
+        [str(submit), "--master", spark_cluster.url, "--deploy-mode", "client",
+         "--conf", f"spark.pyspark.python={sys.executable}",
+         "--conf", f"spark.pyspark.driver.python={sys.executable}",
+         "--driver-java-options", "-XX:+ExitOnOutOfMemoryError",
+         "--files", str(world["config"]), str(main),
+         "-c", "sfbridge.yaml", "spark", "report", "--master", spark_cluster.url],
+        cwd=elsewhere, capture_output=True, text=True, timeout=300,
+        env={**os.environ, **SPARK_ENV},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "error queues: 3 message(s)" in result.stdout
+    assert (elsewhere / "sfbridge-report.html").exists()
