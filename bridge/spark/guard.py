@@ -108,23 +108,7 @@ def explain(
     attempts = _TASK_FAILED.search(text)
     tried = f" (a task failed {attempts.group(1)} time(s))" if attempts else ""
     if python is not None:
-        if "No module named 'bridge'" in python:
-            return (
-                "the executors' Python cannot import sfbridge: point spark.pyspark.python "
-                "(--conf) at an interpreter that has it on every worker, or ship one with "
-                "--python-env ARCHIVE" + tried,
-                EXIT_CONFIG,
-            )
-        if "ConfigError" in python.split(":")[0]:
-            return (
-                f"a Spark task could not load the configuration: {_message(python)} (give "
-                "executors the variables the YAML reads with --conf "
-                "spark.executorEnv.NAME=VALUE)" + tried,
-                EXIT_CONFIG,
-            )
-        if _DATABASE_ERRORS.search(python.split(":")[0]):
-            return f"a Spark task failed: {_message(python)}{tried}", EXIT_UNAVAILABLE
-        return f"a Spark task failed: {python}{tried}", EXIT_SPARK_FAILED
+        return _explain_task(python, tried)
     program = re.search(r'Cannot run program "([^"]*)"', text)
     if program:
         return (
@@ -145,6 +129,28 @@ def explain(
     if "Py4JNetworkError" in text or "Connection refused" in text or not text.strip():
         return "lost the connection to the Spark driver's JVM", EXIT_SPARK_FAILED
     return f"Spark failed: {_first_line(text)}{tried}", EXIT_SPARK_FAILED
+
+
+def _explain_task(python: str, tried: str) -> tuple[str, int]:
+    """(sentence, exit code) for a task that failed with the Python exception line `python`."""
+    kind = python.split(":")[0]
+    if "No module named 'bridge'" in python:
+        return (
+            "the executors' Python cannot import sfbridge: point spark.pyspark.python (--conf) "
+            "at an interpreter that has it on every worker, or ship one with --python-env "
+            "ARCHIVE" + tried,
+            EXIT_CONFIG,
+        )
+    if "ConfigError" in kind:
+        return (
+            f"a Spark task could not load the configuration: {_message(python)} (give "
+            "executors the variables the YAML reads with --conf spark.executorEnv.NAME=VALUE)"
+            + tried,
+            EXIT_CONFIG,
+        )
+    if _DATABASE_ERRORS.search(kind):
+        return f"a Spark task failed: {_message(python)}{tried}", EXIT_UNAVAILABLE
+    return f"a Spark task failed: {python}{tried}", EXIT_SPARK_FAILED
 
 
 def _python_exception(text: str) -> str | None:
