@@ -46,6 +46,7 @@ BRIDGE_REASONS = (
     "outage-too-long",
     "no-subscribers",
     "bad-event-type",
+    "unreadable-row",
 )
 POISON = "poison"
 REASONS = (*BRIDGE_REASONS, POISON)

@@ -21,6 +21,7 @@ from bridge.dialects import Dialect
 from bridge.drivers import Connection
 from bridge.headers import Headers, serialize_headers, with_failure_headers
 from bridge.messages import (
+    UNREADABLE_ROW,
     ClaimedMessage,
     Deliver,
     Delivered,
@@ -114,8 +115,13 @@ def fate_of(
     if isinstance(outcome, Expired):
         return Count(EXPIRED)
     if isinstance(outcome, Reject):
+        exception_type = (
+            "SFBridge.UnreadableRow"
+            if outcome.reason_code == UNREADABLE_ROW
+            else "SFBridge.UnroutableMessage"
+        )
         return DeadLetter(
-            outcome.headers, outcome.reason_code, outcome.reason, "SFBridge.UnroutableMessage", None
+            outcome.headers, outcome.reason_code, outcome.reason, exception_type, None
         )
     if isinstance(outcome, NoSubscribers):
         if no_subscribers == "drop":

@@ -37,6 +37,8 @@ class DatabaseConfig:
     schema: str | None = None
     connect_timeout: float = 5.0
     driver: str | None = None  # None: the dialect's default (see `Dialect.drivers`)
+    # The longest one call may take (statement, commit, lock wait); see `bridge.drivers`.
+    query_timeout: float = 15.0
 
 
 @dataclass(frozen=True)

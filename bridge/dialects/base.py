@@ -47,6 +47,9 @@ class ConfiguredDatabase(Protocol):
     def connect_timeout(self) -> float: ...
 
     @property
+    def query_timeout(self) -> float: ...
+
+    @property
     def driver(self) -> str | None: ...
 
 
@@ -89,9 +92,17 @@ TWO_PHASE_STATEMENT_NAMES = frozenset(
 COPY_STATEMENT_NAMES = frozenset(
     {"send_copy", "send_copy_columns", "ledger_record_copy", "ledger_record_copy_columns"}
 )
+# Optional, all or none: each claim again, with its free-text columns (`headers`, retry
+# storage's `last_error`) as the bytes the table stores, in `Dialect.raw_text_encoding`. For
+# drivers that cannot hand back one value they fail to convert (`bridge.claim` claims again
+# with these when a claim raises ValueNotConvertible). Same parameters, same other columns.
+RAW_CLAIM_STATEMENT_NAMES = frozenset(
+    {"receive_batch_raw", "receive_range_raw", "retry_claim_due_raw"}
+)
 OPTIONAL_STATEMENT_GROUPS = (
     ARRAY_STATEMENT_NAMES,
     COPY_STATEMENT_NAMES,
+    RAW_CLAIM_STATEMENT_NAMES,
     TRANSACTION_RECORD_STATEMENT_NAMES,
     TWO_PHASE_STATEMENT_NAMES,
 )
@@ -307,6 +318,8 @@ class Dialect:
     # The column types of each `*_copy` statement, in its column order (see
     # COPY_STATEMENT_NAMES).
     copy_types: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # How the text the `*_raw` claims return is encoded (see RAW_CLAIM_STATEMENT_NAMES).
+    raw_text_encoding: str = "utf-8"
     # Rendered statements by (overrides, name, rows, tables): the same text is the same
     # object, which pyodbc needs to reuse a prepared statement. Least recently used first;
     # bounded, since row counts and queues (named by messages) vary without end.

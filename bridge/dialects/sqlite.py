@@ -350,7 +350,9 @@ def connect(database: ConfiguredDatabase, *, create: bool = False) -> Connection
     driver drops the rows of `DELETE ... RETURNING`). A missing file is an unavailable
     database unless `create`. Raises ConnectionFailed."""
     assert database.path is not None
-    return SqliteConnection(database.name, database.path, create=create)
+    return SqliteConnection(
+        database.name, database.path, create=create, deadline=database.query_timeout
+    )
 
 
 DIALECT = Dialect(

@@ -165,6 +165,22 @@ DATABASES = Section(
             **_POSITIVE,
         ),
         Key(
+            "query_timeout",
+            "duration",
+            "The longest one call to the database may take (a statement, a commit, a wait for "
+            "a lock held by someone else) before the bridge stops waiting. A destination that "
+            "does not answer in time is treated as unreachable (its messages wait in retry "
+            "storage, see `retries.during_outage`) and a table locked that long as busy, "
+            "while the rest of the batch is delivered; a forwarding database that does not "
+            "answer has its batch rolled back and tried again. Enforced by the server "
+            "(`statement_timeout`, `lock_timeout`, `SET LOCK_TIMEOUT`) and by the client "
+            "(psycopg; SQL Server's ODBC drivers), so a silent network cannot hold a worker. "
+            "Keep it well above the slowest healthy statement (a batch of `batch_bytes`).",
+            example="15s",
+            default=15.0,
+            **_POSITIVE,
+        ),
+        Key(
             "driver",
             "choice",
             "Driver to open the database with (default: the first). `psycopg` is psycopg 3 "

@@ -438,3 +438,24 @@ WITHOUT_RECOVERABLE: dict[str, str] = {
 }
 
 # -1: no such table; otherwise how many `Recoverable` columns it has (0 or 1). Parameters:
+
+
+def _raw_claim(statement: str) -> str:
+    """A claim with its free-text columns as the UTF-16LE bytes SQL Server stores, for a driver
+    that cannot decode them (`RAW_CLAIM_STATEMENT_NAMES` in `bridge.dialects.base`): .NET
+    strings, and so headers, may hold unpaired surrogates, which are not valid UTF-16."""
+    raw = statement
+    for column in ("Headers", "headers", "last_error"):
+        raw = raw.replace(
+            f"deleted.{column},", f"CAST(deleted.{column} AS varbinary(max)) AS {column.lower()},"
+        )
+    assert raw != statement, "a claim returns deleted.Headers or deleted.headers"
+    return raw
+
+
+STATEMENTS.update(
+    {
+        f"{name}_raw": _raw_claim(STATEMENTS[name])
+        for name in ("receive_batch", "receive_range", "retry_claim_due")
+    }
+)
