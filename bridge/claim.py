@@ -151,7 +151,7 @@ def row_decoder(
         headers_text = row[headers]
         if (
             raw_text
-            or (headers_text is not None and type(headers_text) is not str)
+            or type(headers_text) is not str  # NULL, bytes (SQL_ASCII) or Unreadable
             or any(row[index] is not None for index in out_of_range)
         ):
             return slow.read(row)
@@ -221,7 +221,7 @@ class RowReader:
             row_id = uuid.uuid4()  # the error queue needs an Id its table can hold
             problems[-1] += " (the error queue gets a new Id)"
         expires = value("expires", self._dialect.decode_timestamp, nullable=True)
-        headers_text = value("headers", self._text, nullable=True)
+        headers_text = value("headers", self._text)
         body = value("body", _raw_bytes, nullable=True)
         order = value("seq", _as_int)
         first_failure_at = value("first_failure_at", self._dialect.decode_timestamp)
