@@ -1,12 +1,12 @@
 """The tables a forwarder works with, and creating the tables the bridge owns.
 
 The bridge owns, in each forwarding database, the forwarding queue (its input queue, as an
-endpoint owns its own), the error queue, retry storage, counters, event types and destination
-states, and where the dialect keeps them the transaction records of `bridge.transactions`;
-in each destination database reached with `transaction: ledger`, the dedup ledger (see
-`bridge.ledger`). `sfbridge install` creates them all up front. The daemon creates one it
-finds missing while it works (unless `install.at_runtime` is false), so a database that is
-dropped and recreated heals.
+endpoint owns its own), the error queue, retry storage, counters, event types, destination and
+forwarder states, and where the dialect keeps them the transaction records of
+`bridge.transactions`; in each destination database reached with `transaction: ledger`, the
+dedup ledger (see `bridge.ledger`). `sfbridge install` creates them all up front. The daemon
+creates one it finds missing while it works (unless `install.at_runtime` is false), so a
+database that is dropped and recreated heals.
 Destination queues are never created by the bridge: they belong to the receiving endpoints.
 """
 
@@ -23,6 +23,7 @@ from bridge.dialects.base import (
     COUNTERS_TABLE,
     DESTINATION_STATES_TABLE,
     EVENT_TYPES_TABLE,
+    FORWARDER_STATES_TABLE,
     PAUSES_TABLE,
     RETRY_TABLE,
     TRANSACTIONS_TABLE,
@@ -47,6 +48,7 @@ class ForwarderTables:
     counters: QueueAddress
     event_types: QueueAddress
     destination_states: QueueAddress
+    forwarder_states: QueueAddress
     pauses: QueueAddress
     queue_canonical: str
     # Two-phase decisions and at-least-once records (`bridge.transactions`), where the
@@ -67,6 +69,7 @@ def forwarder_tables(config: BridgeConfig, forwarder: ForwarderConfig) -> Forwar
         counters=dialect.bridge_table(COUNTERS_TABLE, database.schema),
         event_types=dialect.bridge_table(EVENT_TYPES_TABLE, database.schema),
         destination_states=dialect.bridge_table(DESTINATION_STATES_TABLE, database.schema),
+        forwarder_states=dialect.bridge_table(FORWARDER_STATES_TABLE, database.schema),
         pauses=dialect.bridge_table(PAUSES_TABLE, database.schema),
         queue_canonical=grammar.render(queue),
         transactions=dialect.bridge_table(TRANSACTIONS_TABLE, database.schema),
@@ -118,6 +121,12 @@ def forwarder_table_steps(config: BridgeConfig, forwarder: ForwarderConfig) -> l
         tables.destination_states,
         "create_destination_states_table",
         "destination_states",
+    )
+    step(
+        "forwarder states",
+        tables.forwarder_states,
+        "create_forwarder_states_table",
+        "forwarder_states",
     )
     step("pauses", tables.pauses, "create_pauses_table", "pauses")
     if dialect.records_transactions:

@@ -177,6 +177,9 @@ STATEMENT_NAMES = frozenset(
         "retry_add_destination_database",
         "retry_waiting",
         "create_destination_states_table",
+        "create_forwarder_states_table",
+        "forwarder_state_save",
+        "forwarder_states_read",
         "destination_state_save",
         "destination_states_read",
         "create_pauses_table",
@@ -200,6 +203,7 @@ LEDGER_TABLE = "sfbridge_ledger"
 COUNTERS_TABLE = "sfbridge_counters"
 EVENT_TYPES_TABLE = "sfbridge_event_types"
 DESTINATION_STATES_TABLE = "sfbridge_destination_states"
+FORWARDER_STATES_TABLE = "sfbridge_forwarder_states"
 PAUSES_TABLE = "sfbridge_pauses"
 # What the bridge's global transaction ids are made of (never quoted by a driver: see
 # `Dialect.with_gid`).

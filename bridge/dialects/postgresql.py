@@ -376,6 +376,28 @@ STATEMENTS: dict[str, str] = {
         SELECT destination_database, state, since, last_error, next_probe_at, updated_at,
                reported_by
         FROM {destination_states} ORDER BY destination_database""",
+    # Whether each daemon's batches of a forwarder succeed (`bridge.forwarder_health`), one
+    # row per forwarder and daemon.
+    "create_forwarder_states_table": """
+        CREATE TABLE IF NOT EXISTS {forwarder_states} (
+            forwarder varchar(200) NOT NULL,
+            reported_by varchar(200) NOT NULL,
+            state varchar(20) NOT NULL,
+            since timestamp NOT NULL,
+            failures bigint NOT NULL,
+            last_error text,
+            updated_at timestamp NOT NULL,
+            PRIMARY KEY (forwarder, reported_by)
+        )""",
+    "forwarder_state_save": """
+        INSERT INTO {forwarder_states} AS f (forwarder, reported_by, state, since, failures,
+                                             last_error, updated_at)
+        VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (forwarder, reported_by) DO UPDATE SET
+            state = EXCLUDED.state, since = EXCLUDED.since, failures = EXCLUDED.failures,
+            last_error = EXCLUDED.last_error, updated_at = EXCLUDED.updated_at""",
+    "forwarder_states_read": """
+        SELECT forwarder, reported_by, state, since, failures, last_error, updated_at
+        FROM {forwarder_states} ORDER BY forwarder, reported_by""",
     # Pauses: destination_database '' pauses the whole forwarder. Pausing again keeps the time
     # the pause began and takes the new reason.
     "create_pauses_table": """

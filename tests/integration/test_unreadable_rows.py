@@ -304,14 +304,15 @@ def test_postgresql_null_ids_and_headers_in_a_hand_made_queue_fail_alone(
     assert null_headers[REASON] == "unreadable-row"
 
 
+@pytest.mark.parametrize("driver", ["psycopg", "odbc"])
 def test_postgresql_large_rows_travel_alone_between_small_ones(
-    tmp_path: Path, new_pg_database: Callable[[], str]
+    tmp_path: Path, new_pg_database: Callable[[], str], driver: str
 ) -> None:
     sender, receiver = new_pg_database(), new_pg_database()
     config = build(
         tmp_path,
-        {"dialect": "postgresql", "connection": sender},
-        {"dialect": "postgresql", "connection": receiver},
+        {"dialect": "postgresql", "connection": sender, "driver": driver},
+        {"dialect": "postgresql", "connection": receiver, "driver": driver},
     )
     pg_create_queue(receiver, RECEIVER)
     big_header = "h" * (3 * 1024 * 1024)
@@ -360,6 +361,8 @@ def test_sqlite_rows_with_values_the_driver_cannot_read_fail_alone(
     def good(label: str) -> tuple[str, Any, Any, Any, Any]:
         return label, str(uuid.uuid4()), None, headers(label), label.encode()
 
+    big_body = bytes(range(256)) * (30 * 4096)  # 30 MiB
+    big_headers = json.dumps({**headers_for("big", "Receiver"), "Big": "h" * (3 << 20)}).encode()
     # A header name with a Latin-1 byte where UTF-8 would have two.
     latin1 = headers("latin-1").replace(b'"Test.Label"', b'"Bad.caf\xe9": "x", "Test.Label"')
     rows: list[tuple[str, Any, Any, Any, Any]] = [
@@ -371,6 +374,9 @@ def test_sqlite_rows_with_values_the_driver_cannot_read_fail_alone(
         ("expires-bytes", str(uuid.uuid4()), b"\xc3\x28", headers("expires-bytes"), b"d"),
         # Text where the transport writes bytes: read as its UTF-8, and delivered.
         ("text-body", str(uuid.uuid4()), None, headers("text-body"), "a text body"),
+        ("year-10000", str(uuid.uuid4()), "10000-01-01T00:00:00", headers("year-10000"), b"e"),
+        ("year-9999", str(uuid.uuid4()), "9999-12-31T23:59:59.999999", headers("year-9999"), b"f"),
+        ("big", str(uuid.uuid4()), None, big_headers, big_body),
         good("good-3"),
     ]
     with sqlite3.connect(edge) as connection:
@@ -382,27 +388,72 @@ def test_sqlite_rows_with_values_the_driver_cannot_read_fail_alone(
                 (row_id, expires, headers, body),
             )
 
-    assert forward_everything(config) == [len(rows)]
+    # Rows are taken while the bytes before them are under batch_bytes: the 30 MiB row ends
+    # the first batch, and the one after it waits for the next.
+    assert forward_everything(config) == [len(rows) - 1, 1]
 
     delivered = pg_rows(receiver, f"SELECT headers, body FROM {RECEIVER} ORDER BY seq")
     assert [json.loads(h)["Test.Label"] for h, _ in delivered] == [
         "good-1",
         "good-2",
         "text-body",
+        "year-9999",
+        "big",
         "good-3",
     ]
     assert bytes(delivered[2][1]) == b"a text body"
+    assert bytes(delivered[4][1]) == big_body
     with sqlite3.connect(edge) as connection:
         failed = connection.execute("SELECT Id, Headers, Body FROM error").fetchall()
         left = connection.execute("SELECT count(*) FROM forward").fetchone()
     assert left == (0,)
     by_body = {body: (row_id, json.loads(headers)) for row_id, headers, body in failed}
-    assert sorted(by_body) == [b"a", b"b", b"c", b"d"]
+    assert sorted(by_body) == [b"a", b"b", b"c", b"d", b"e"]
     reasons = {body: headers[EXCEPTION] for body, (_, headers) in by_body.items()}
     assert "Headers cannot be read by the database driver (not valid UTF-8" in reasons[b"a"]
     assert by_body[b"a"][1]["Bad.caf\ufffd"] == "x"
     assert "Id cannot be read by the database driver" in reasons[b"b"]
     assert "Expires holds 'not a date'" in reasons[b"c"]
     assert "Expires cannot be read" in reasons[b"d"]
+    assert "Expires holds '10000-01-01T00:00:00'" in reasons[b"e"]
     assert all(headers[REASON] == "unreadable-row" for _, headers in by_body.values())
     uuid.UUID(by_body[b"b"][0])  # a new, valid Id for the row whose Id was unreadable
+
+
+def test_sqlite_nulls_in_a_hand_made_queue_fail_alone(
+    tmp_path: Path, new_pg_database: Callable[[], str]
+) -> None:
+    receiver = new_pg_database()
+    edge = tmp_path / "edge.db"
+    with sqlite3.connect(edge) as connection:  # made by hand, without NOT NULL, before install
+        connection.execute(
+            "CREATE TABLE forward (Id TEXT, CorrelationId TEXT, ReplyToAddress TEXT, "
+            "Recoverable INTEGER, Expires TEXT, Headers TEXT, Body BLOB, "
+            "RowVersion INTEGER PRIMARY KEY AUTOINCREMENT)"
+        )
+    config = build(
+        tmp_path,
+        {"dialect": "sqlite", "path": str(edge)},
+        {"dialect": "postgresql", "connection": receiver},
+    )
+    pg_create_queue(receiver, RECEIVER)
+    with sqlite3.connect(edge) as connection:
+        for row_id, headers, body in [
+            (str(uuid.uuid4()), json.dumps(headers_for("good-1", "Receiver")), b"1"),
+            (None, json.dumps(headers_for("null-id", "Receiver")), b"2"),
+            (str(uuid.uuid4()), None, b"3"),
+            (str(uuid.uuid4()), json.dumps(headers_for("good-2", "Receiver")), b"4"),
+        ]:
+            connection.execute(
+                "INSERT INTO forward (Id, Recoverable, Headers, Body) VALUES (?, 1, ?, ?)",
+                (row_id, headers, body),
+            )
+
+    assert forward_everything(config) == [4]
+
+    delivered = pg_rows(receiver, f"SELECT headers FROM {RECEIVER} ORDER BY seq")
+    assert [json.loads(h)["Test.Label"] for (h,) in delivered] == ["good-1", "good-2"]
+    with sqlite3.connect(edge) as connection:
+        failed = dict(connection.execute("SELECT Body, Headers FROM error").fetchall())
+    assert "Id is NULL" in json.loads(failed[b"2"])[EXCEPTION]
+    assert "Headers is NULL" in json.loads(failed[b"3"])[EXCEPTION]

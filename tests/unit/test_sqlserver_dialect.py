@@ -47,6 +47,7 @@ TABLE_PLACEHOLDERS = {
     "subscriptions",
     "event_types",
     "destination_states",
+    "forwarder_states",
     "pauses",
     "table",
 }
@@ -498,6 +499,8 @@ PARAMETERS: dict[str, int] = {
     "retry_add_destination_database": 0,
     "destination_state_save": 7,
     "destination_states_read": 0,
+    "forwarder_state_save": 7,
+    "forwarder_states_read": 0,
     "table_probe": 0,
     "receive_range": 4,  # first, last, limit, byte budget
     "subscribers_by_endpoint": 2,  # endpoint, queue address

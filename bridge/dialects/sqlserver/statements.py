@@ -119,6 +119,18 @@ _DESTINATION_STATES_DDL = """
         reported_by nvarchar(200) NOT NULL
     )"""
 
+_FORWARDER_STATES_DDL = """
+    CREATE TABLE {forwarder_states} (
+        forwarder nvarchar(200) NOT NULL,
+        reported_by nvarchar(200) NOT NULL,
+        state nvarchar(20) NOT NULL,
+        since datetime2 NOT NULL,
+        failures bigint NOT NULL,
+        last_error nvarchar(max) NULL,
+        updated_at datetime2 NOT NULL,
+        PRIMARY KEY (forwarder, reported_by)
+    )"""
+
 _PAUSES_DDL = """
     CREATE TABLE {pauses} (
         forwarder nvarchar(200) NOT NULL,
@@ -337,6 +349,25 @@ STATEMENTS: dict[str, str] = {
         SELECT destination_database, state, since, last_error, next_probe_at, updated_at,
                reported_by
         FROM {destination_states} ORDER BY destination_database""",
+    # Whether each daemon's batches of a forwarder succeed (`bridge.forwarder_health`), one
+    # row per forwarder and daemon.
+    "create_forwarder_states_table": _create_if_missing("forwarder_states", _FORWARDER_STATES_DDL),
+    "forwarder_state_save": """
+        DECLARE @forwarder nvarchar(200) = ?, @reported_by nvarchar(200) = ?,
+                @state nvarchar(20) = ?, @since datetime2 = ?, @failures bigint = ?,
+                @last_error nvarchar(max) = ?, @updated_at datetime2 = ?;
+        UPDATE {forwarder_states} WITH (UPDLOCK, HOLDLOCK)
+        SET state = @state, since = @since, failures = @failures, last_error = @last_error,
+            updated_at = @updated_at
+        WHERE forwarder = @forwarder AND reported_by = @reported_by;
+        IF @@ROWCOUNT = 0
+            INSERT INTO {forwarder_states} (forwarder, reported_by, state, since, failures,
+                                            last_error, updated_at)
+            VALUES (@forwarder, @reported_by, @state, @since, @failures, @last_error,
+                    @updated_at)""",
+    "forwarder_states_read": """
+        SELECT forwarder, reported_by, state, since, failures, last_error, updated_at
+        FROM {forwarder_states} ORDER BY forwarder, reported_by""",
     # Pauses: destination_database '' pauses the whole forwarder. Pausing again keeps the time
     # the pause began and takes the new reason.
     "create_pauses_table": _create_if_missing("pauses", _PAUSES_DDL),
