@@ -14,6 +14,7 @@ import json
 from collections.abc import Mapping
 
 from bridge.addressing import AddressError, QueueAddress
+from bridge.config.catalogs import database_catalog, databases_of_catalog, same_catalog
 from bridge.config.durations import format_duration
 from bridge.config.messages import join_path, suggestion
 from bridge.config.model import DatabaseConfig, FixedDestination, RouteConfig
@@ -25,6 +26,7 @@ from bridge.dialects.registry import dialects, grammar_for
 
 __all__ = [
     "check_across_keys",
+    "check_catalogs",
     "check_forwarders",
     "check_proxies",
     "check_references",
@@ -43,6 +45,7 @@ def check_across_keys(document: Document, log: ProblemLog) -> None:
     subscriber given twice for one topic is kept once.
     """
     check_references(document, log)
+    check_catalogs(document, log)
     check_forwarders(document, log)
     check_proxies(document, log)
     check_routes(document, log)
@@ -96,7 +99,68 @@ def _database_config(document: Document, name: object) -> DatabaseConfig | None:
         dialect=entry.values["dialect"],
         connection=entry.values.get("connection"),
         schema=entry.values.get("schema"),
+        catalog=entry.values.get("catalog"),
     )
+
+
+def _database_configs(document: Document) -> dict[str, DatabaseConfig]:
+    """Every database whose dialect is known, as addressing needs it."""
+    found = {name: _database_config(document, name) for name in document.databases}
+    return {name: database for name, database in found.items() if database is not None}
+
+
+def check_catalogs(document: Document, log: ProblemLog) -> None:
+    """A database whose addresses name catalogs (SQL Server) knows its own: from `catalog`
+    or its connection string, and the two agree; a proxy's `destination.queue` names no
+    catalog of another configured database."""
+    databases = _database_configs(document)
+    for name, database in databases.items():
+        reader = dialects()[database.dialect].connection_catalog
+        if reader is None or database.connection is None:
+            continue
+        path = join_path(document.databases[name].path, "catalog")
+        opened = reader(database.connection)
+        if database.catalog is None and opened is None:
+            log.error(
+                path,
+                "required when 'connection' names no database (Database= or Initial "
+                "Catalog=): the database's name on its server, which NServiceBus endpoints "
+                "write in every address (table@[schema]@[catalog]) and the bridge reads to "
+                "route them and writes in NServiceBus.FailedQ",
+            )
+        elif opened is not None and not same_catalog(database.catalog or opened, opened):
+            log.error(
+                path,
+                f"{database.catalog!r} is not the database the connection opens ({opened!r}), "
+                "which is where the bridge works: correct it, or leave it out",
+            )
+    for entry in document.forwarders:
+        fixed = None if entry is None else entry.values.get("destination")
+        if entry is None or not isinstance(fixed, FixedDestination) or fixed.queue is None:
+            continue
+        _check_destination_catalog(log, entry, fixed, databases)
+
+
+def _check_destination_catalog(
+    log: ProblemLog, entry: Entry, fixed: FixedDestination, databases: dict[str, DatabaseConfig]
+) -> None:
+    target = databases.get(fixed.database)
+    if target is None or fixed.queue is None:
+        return
+    try:
+        catalog = grammar_for(target.dialect).parse(fixed.queue).catalog
+    except AddressError:
+        return  # reported by check_proxies
+    if catalog is None or same_catalog(catalog, database_catalog(target)):
+        return
+    named = [d.name for d in databases_of_catalog(catalog, databases)]
+    if named:
+        log.error(
+            join_path(join_path(entry.path, "destination"), "queue"),
+            f"names catalog [{catalog}], which is database {named[0]!r}, but the proxy "
+            f"delivers into database {target.name!r}: set 'destination.database: "
+            f"{named[0]}' and leave the catalog out",
+        )
 
 
 def check_proxies(document: Document, log: ProblemLog) -> None:
@@ -377,6 +441,10 @@ def check_subscriptions(document: Document, log: ProblemLog) -> None:
     """
     dialects = _forwarding_dialects(document)
     routes = _route_configs(document)
+    databases = _database_configs(document)
+    forwarding = {entry.values.get("database") for entry in document.forwarders if entry}
+    # A catalog naming a database other than a forwarding one chooses it without a route.
+    elsewhere = {name for name in databases if name not in forwarding}
     for topic, items in document.multimaps.get(SUBSCRIPTIONS.name, {}).items():
         first: dict[object, str] = {}
         unique: list[Item] = []
@@ -388,7 +456,14 @@ def check_subscriptions(document: Document, log: ProblemLog) -> None:
                 except AddressError as exc:
                     log.error(item.path, f"invalid {dialect} address: {exc}")
             if routes is not None:
-                _check_subscriber_route(log, item, parsed, routes)
+                by_catalog = {
+                    dialect: address
+                    for dialect, address in parsed.items()
+                    if address.catalog is None
+                    or not {d.name for d in databases_of_catalog(address.catalog, databases)}
+                    & elsewhere
+                }
+                _check_subscriber_route(log, item, by_catalog, routes)
             # The same queue in every forwarding dialect, e.g. `a.b` and `"a"."b"` when all
             # forwarders are postgresql; the text when an address does not parse.
             complete = dialects and len(parsed) == len(dialects)

@@ -72,6 +72,7 @@ __all__ = [
     "RecoverableColumn",
     "SqlServerGrammar",
     "connect",
+    "connection_catalog",
     "inspect_queue_table",
     "sqlserver_connection_string",
 ]
@@ -126,6 +127,18 @@ def sqlserver_connection_string(text: str) -> str:
     if not _FREETDS_GOOD_TDS_VERSION.match(version.strip()):
         required["TDS_Version"] = FREETDS_TDS_VERSION
     return with_required_options(text, required)
+
+
+def connection_catalog(text: str) -> str | None:
+    """The database a connection string opens (`Database=` or `Initial Catalog=`; braces
+    around the value removed), None when it names none."""
+    for key, value in parse_connection_string(text):
+        if key.strip().lower() in ("database", "initial catalog"):
+            value = value.strip()
+            if value.startswith("{") and value.endswith("}"):
+                value = value[1:-1].replace("}}", "}")
+            return value or None
+    return None
 
 
 def _numbers(kind: type[DatabaseError], *numbers: int) -> dict[int, type[DatabaseError]]:
@@ -192,6 +205,7 @@ DIALECT = Dialect(
     max_parameters=2000,
     queue_shapes=RecoverableColumn(),
     inspect_queue_table=inspect_queue_table,
+    connection_catalog=connection_catalog,
     cannot_prepare=(
         "SQL Server prepares a transaction only under a distributed transaction coordinator "
         "(MSDTC), never from T-SQL, and the bridge does not use one"
