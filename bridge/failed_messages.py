@@ -29,6 +29,7 @@ from bridge.headers import (
     FAILED_QUEUE_HEADER,
     FAILURE_REASON_HEADER,
     MESSAGE_ID_HEADER,
+    PROCESSING_HOST_HEADERS,
     TIME_OF_FAILURE_HEADER,
     Headers,
     PoisonHeaders,
@@ -315,9 +316,18 @@ def missing_ids(ids: Sequence[str], messages: Sequence[FailedMessage]) -> list[s
 def replay_headers(headers: Mapping[str, str | None]) -> Headers:
     """The headers a replayed message goes back to its forwarding queue with: everything but
     what the bridge adds on failure (`NServiceBus.FailedQ`, `NServiceBus.ExceptionInfo.*`,
-    `NServiceBus.TimeOfFailure`, `$.sfbridge.failure-reason`, `$.sfbridge.attempts`). The
-    routing headers and everything the endpoint wrote stay, in their order."""
-    added = (FAILED_QUEUE_HEADER, TIME_OF_FAILURE_HEADER, FAILURE_REASON_HEADER, ATTEMPTS_HEADER)
+    `NServiceBus.TimeOfFailure`, who processed it (`NServiceBus.ProcessingEndpoint`,
+    `NServiceBus.ProcessingMachine`, `$.diagnostics.hostid`, `$.diagnostics.hostdisplayname`),
+    `$.sfbridge.failure-reason`, `$.sfbridge.attempts`). The routing headers, a
+    `NServiceBus.MessageId` (the row's Id, when the message had none) and everything the
+    endpoint wrote stay, in their order."""
+    added = (
+        FAILED_QUEUE_HEADER,
+        TIME_OF_FAILURE_HEADER,
+        FAILURE_REASON_HEADER,
+        ATTEMPTS_HEADER,
+        *PROCESSING_HOST_HEADERS,
+    )
     return {
         key: value
         for key, value in headers.items()
