@@ -1,6 +1,7 @@
 """The checks that span several keys, run on what the walk kept of a document.
 
-References between sections (every `database` names a configured one), forwarders (unique
+References between sections (every `database` names a configured one), SQL Server catalogs
+(`bridge.config.catalog_checks`), forwarders (unique
 names, one forwarder per queue, an error queue apart from the queue), routes (unreachable ones,
 schemas on sqlite), subscriber addresses (parsed in every forwarding dialect, routable, not
 repeated), subscription tables and the retry durations. Queue addresses are parsed with the
@@ -14,10 +15,15 @@ import json
 from collections.abc import Mapping
 
 from bridge.addressing import AddressError, QueueAddress
-from bridge.config.catalogs import database_catalog, databases_of_catalog, same_catalog
+from bridge.config.catalog_checks import (
+    check_catalogs,
+    database_config,
+    database_configs,
+    where_routes_decide,
+)
 from bridge.config.durations import format_duration
 from bridge.config.messages import join_path, suggestion
-from bridge.config.model import DatabaseConfig, FixedDestination, RouteConfig
+from bridge.config.model import FixedDestination, RouteConfig
 from bridge.config.problems import ProblemLog
 from bridge.config.proxy_addresses import fixed_destination_address
 from bridge.config.schema import DELIVERY, LEDGER, RETRIES, ROUTES, SUBSCRIPTIONS
@@ -89,80 +95,6 @@ def _check_reference(document: Document, log: ProblemLog, name: str, path: str) 
     log.error(join_path(path, "database"), f"no database named {name!r}{hint}")
 
 
-def _database_config(document: Document, name: object) -> DatabaseConfig | None:
-    """What addressing needs of a database (its dialect and schema); None when unknown."""
-    entry = document.databases.get(name) if isinstance(name, str) else None
-    if entry is None or entry.values.get("dialect") is None:
-        return None
-    return DatabaseConfig(
-        name=str(name),
-        dialect=entry.values["dialect"],
-        connection=entry.values.get("connection"),
-        schema=entry.values.get("schema"),
-        catalog=entry.values.get("catalog"),
-    )
-
-
-def _database_configs(document: Document) -> dict[str, DatabaseConfig]:
-    """Every database whose dialect is known, as addressing needs it."""
-    found = {name: _database_config(document, name) for name in document.databases}
-    return {name: database for name, database in found.items() if database is not None}
-
-
-def check_catalogs(document: Document, log: ProblemLog) -> None:
-    """A database whose addresses name catalogs (SQL Server) knows its own: from `catalog`
-    or its connection string, and the two agree; a proxy's `destination.queue` names no
-    catalog of another configured database."""
-    databases = _database_configs(document)
-    for name, database in databases.items():
-        reader = dialects()[database.dialect].connection_catalog
-        if reader is None or database.connection is None:
-            continue
-        path = join_path(document.databases[name].path, "catalog")
-        opened = reader(database.connection)
-        if database.catalog is None and opened is None:
-            log.error(
-                path,
-                "required when 'connection' names no database (Database= or Initial "
-                "Catalog=): the database's name on its server, which NServiceBus endpoints "
-                "write in every address (table@[schema]@[catalog]) and the bridge reads to "
-                "route them and writes in NServiceBus.FailedQ",
-            )
-        elif opened is not None and not same_catalog(database.catalog or opened, opened):
-            log.error(
-                path,
-                f"{database.catalog!r} is not the database the connection opens ({opened!r}), "
-                "which is where the bridge works: correct it, or leave it out",
-            )
-    for entry in document.forwarders:
-        fixed = None if entry is None else entry.values.get("destination")
-        if entry is None or not isinstance(fixed, FixedDestination) or fixed.queue is None:
-            continue
-        _check_destination_catalog(log, entry, fixed, databases)
-
-
-def _check_destination_catalog(
-    log: ProblemLog, entry: Entry, fixed: FixedDestination, databases: dict[str, DatabaseConfig]
-) -> None:
-    target = databases.get(fixed.database)
-    if target is None or fixed.queue is None:
-        return
-    try:
-        catalog = grammar_for(target.dialect).parse(fixed.queue).catalog
-    except AddressError:
-        return  # reported by check_proxies
-    if catalog is None or same_catalog(catalog, database_catalog(target)):
-        return
-    named = [d.name for d in databases_of_catalog(catalog, databases)]
-    if named:
-        log.error(
-            join_path(join_path(entry.path, "destination"), "queue"),
-            f"names catalog [{catalog}], which is database {named[0]!r}, but the proxy "
-            f"delivers into database {target.name!r}: set 'destination.database: "
-            f"{named[0]}' and leave the catalog out",
-        )
-
-
 def check_proxies(document: Document, log: ProblemLog) -> None:
     """A proxy's destination is a queue its database can hold, is not the proxy itself, and
     no forwarder drains a queue that a proxy delivers to (an endpoint's real queue); routes
@@ -172,7 +104,7 @@ def check_proxies(document: Document, log: ProblemLog) -> None:
     for entry in document.forwarders:
         if entry is None:
             continue
-        source = _database_config(document, entry.values.get("database"))
+        source = database_config(document, entry.values.get("database"))
         queue = entry.values.get("queue")
         if source is None or queue is None:
             continue
@@ -184,7 +116,7 @@ def check_proxies(document: Document, log: ProblemLog) -> None:
         drained.append((entry, (source.name, own)))
         fixed = entry.values.get("destination")
         target = (
-            _database_config(document, fixed.database)
+            database_config(document, fixed.database)
             if isinstance(fixed, FixedDestination)
             else None
         )
@@ -376,7 +308,7 @@ def check_transactions(document: Document, log: ProblemLog) -> None:
         path = join_path(join_path(entry.path, "destination"), "transaction")
         if fixed.transaction is None:
             path = f"{path} (from delivery.transaction)"
-        target = _database_config(document, fixed.database)
+        target = database_config(document, fixed.database)
         sources = [(entry.path, entry.values.get("database"), document.dialect_of(entry))]
         _check_two_phase(log, path, fixed.database, target.dialect if target else None, sources)
 
@@ -441,10 +373,12 @@ def check_subscriptions(document: Document, log: ProblemLog) -> None:
     """
     dialects = _forwarding_dialects(document)
     routes = _route_configs(document)
-    databases = _database_configs(document)
-    forwarding = {entry.values.get("database") for entry in document.forwarders if entry}
-    # A catalog naming a database other than a forwarding one chooses it without a route.
-    elsewhere = {name for name in databases if name not in forwarding}
+    databases = database_configs(document)
+    forwarding = [
+        databases[name]
+        for name in dict.fromkeys(e.values.get("database") for e in document.forwarders if e)
+        if isinstance(name, str) and name in databases
+    ]
     for topic, items in document.multimaps.get(SUBSCRIPTIONS.name, {}).items():
         first: dict[object, str] = {}
         unique: list[Item] = []
@@ -456,14 +390,13 @@ def check_subscriptions(document: Document, log: ProblemLog) -> None:
                 except AddressError as exc:
                     log.error(item.path, f"invalid {dialect} address: {exc}")
             if routes is not None:
-                by_catalog = {
-                    dialect: address
+                notes = {
+                    dialect: note
                     for dialect, address in parsed.items()
-                    if address.catalog is None
-                    or not {d.name for d in databases_of_catalog(address.catalog, databases)}
-                    & elsewhere
+                    if (note := where_routes_decide(address, dialect, databases, forwarding))
+                    is not None
                 }
-                _check_subscriber_route(log, item, by_catalog, routes)
+                _check_subscriber_route(log, item, parsed, routes, notes)
             # The same queue in every forwarding dialect, e.g. `a.b` and `"a"."b"` when all
             # forwarders are postgresql; the text when an address does not parse.
             complete = dialects and len(parsed) == len(dialects)
@@ -495,12 +428,16 @@ def _routed(table: str, routes: list[RouteConfig]) -> bool:
 
 
 def _check_subscriber_route(
-    log: ProblemLog, item: Item, parsed: Mapping[str, QueueAddress], routes: list[RouteConfig]
+    log: ProblemLog,
+    item: Item,
+    parsed: Mapping[str, QueueAddress],
+    routes: list[RouteConfig],
+    notes: Mapping[str, str],
 ) -> None:
     reported: set[str] = set()
     for dialect, address in parsed.items():
         table = address.table
-        if table in reported or _routed(table, routes):
+        if dialect not in notes or table in reported or _routed(table, routes):
             continue
         reported.add(table)
         patterns = [route.match for route in routes]
@@ -514,7 +451,8 @@ def _check_subscriber_route(
         listed = ", ".join(repr(p) for p in patterns)
         log.error(
             item.path,
-            f"no route matches subscriber table {table!r}{hint}{read_as}; routes: {listed}",
+            f"no route matches subscriber table {table!r}{hint}{read_as}{notes[dialect]}; "
+            f"routes: {listed}",
         )
 
 
