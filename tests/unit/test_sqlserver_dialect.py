@@ -1006,6 +1006,27 @@ def test_the_catalog_travels_between_sqlserver_databases_but_not_to_other_dialec
     assert to_pg.address == QueueAddress("Samples.Receiver", "public")
 
 
+def _failed_queue(queue: str, **database: str) -> str:
+    from bridge.config.model import BridgeConfig, ForwarderConfig
+    from bridge.tables import forwarder_tables
+
+    sender = DatabaseConfig("sender", "sqlserver", **database)  # type: ignore[arg-type]
+    forwarder = ForwarderConfig("sender", "sender", queue)
+    config = BridgeConfig(databases={"sender": sender}, forwarders=(forwarder,))
+    return forwarder_tables(config, forwarder).failed_queue
+
+
+def test_failed_messages_name_their_queue_with_schema_and_catalog_as_nservicebus_does() -> None:
+    by_connection = {"connection": "Driver={FreeTDS};Server=sql1;Database=SenderDb"}
+    assert _failed_queue("Samples.Sender.Forward", **by_connection) == (
+        "Samples.Sender.Forward@[dbo]@[SenderDb]"
+    )
+    by_key = {"connection": "DSN=nsb", "catalog": "Sender]Db", "schema": "nsb"}
+    assert _failed_queue("Forward", **by_key) == "Forward@[nsb]@[Sender]]Db]"
+    # A queue in another catalog of the server is named with that catalog.
+    assert _failed_queue("Forward@[dbo]@[Other]", **by_connection) == "Forward@[dbo]@[Other]"
+
+
 # --------------------------------------------------------------------------------------------
 # check: the findings as `sfbridge check` prints them
 # --------------------------------------------------------------------------------------------
