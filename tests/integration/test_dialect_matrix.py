@@ -11,11 +11,10 @@ deterministic; the daemon around it is tested elsewhere.
 
 from __future__ import annotations
 
-import os
 import random
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -23,6 +22,7 @@ from typing import Any
 
 import pytest
 from support import (
+    NO_SQLSERVER,
     CommitFailsOnce,
     NsbEndpoint,
     PostgresEndpoint,
@@ -42,12 +42,6 @@ from bridge.install import run_install
 from bridge.processing_host import host_id_for, machine_name
 
 pytestmark = pytest.mark.integration
-
-SQLSERVER_VARIABLE = "SFBRIDGE_TEST_SQLSERVER"
-NO_SQLSERVER = (
-    f"{SQLSERVER_VARIABLE} is not set: no SQL Server to test against (set it to an ODBC "
-    "connection string for a login that may create databases)"
-)
 
 FORWARD = "Samples.Sender.Forward"
 RECEIVER = "Samples.Receiver"
@@ -69,17 +63,6 @@ PAIRS = [
     ("postgresql-odbc", "sqlite"),
     ("sqlite", "postgresql-odbc"),
 ]
-
-
-@pytest.fixture(scope="session")
-def sqlserver_server() -> Iterator[SqlServerTestServer | None]:
-    prefix = os.environ.get(SQLSERVER_VARIABLE)
-    if not prefix:
-        yield None
-        return
-    server = SqlServerTestServer(prefix)
-    yield server
-    server.drop_all()
 
 
 EndpointFactory = Callable[[str, str], NsbEndpoint]
