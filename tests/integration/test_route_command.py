@@ -4,6 +4,7 @@ must be read."""
 
 from __future__ import annotations
 
+import re
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -199,3 +200,45 @@ def test_a_published_events_subscribers_are_read_from_the_subscription_table(
         "'Shared.OrderSubmitted, Shared': no route matches destination table 'Nowhere'; "
         "routes: 'Shipping'. Add a route for it in the config, or fix the destination header.",
     ]
+
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def _catalogs_section() -> str:
+    text = README.read_text(encoding="utf-8")
+    start = text.index("## SQL Server catalogs\n")
+    return text[start : text.index("\n## ", start + 1)]
+
+
+def test_the_readmes_catalog_examples_are_what_sfbridge_route_says(tmp_path: Path) -> None:
+    section = _catalogs_section()
+    config_text = section.split("```yaml\n", 1)[1].split("```", 1)[0]
+    config = tmp_path / "sfbridge.yaml"
+    config.write_text(config_text, encoding="utf-8")
+    env = {"SENDER_PASSWORD": "s", "RECEIVER_PASSWORD": "r", "BILLING_PASSWORD": "b"}
+    rows = re.findall(r"^\| `([^`]+)` \| ([^|]+) \|", section, re.M)
+    assert len(rows) == 7
+    where = table_text = ""
+    for header, goes_to in rows:
+        result = sfbridge("-c", str(config), "route", header, env=env)
+        if goes_to.startswith("the error queue"):
+            assert result.returncode == 1, (header, result.stdout + result.stderr)
+            assert "-> the error queue error@[dbo] in database 'sender'" in result.stdout
+            continue
+        if goes_to.strip() != "the same":
+            found = re.fullmatch(r"database `(\w+)`, table `([^`]+)`", goes_to.strip())
+            assert found is not None, goes_to
+            database, table = found.groups()
+            where = f"-> database '{database}' (sqlserver): "
+            table_text = f"table {table} "
+        assert result.returncode == 0, (header, result.stdout + result.stderr)
+        assert where in result.stdout and table_text in result.stdout, (header, result.stdout)
+    # The console example, line for line.
+    console = section.split("```console\n", 1)[1].split("```", 1)[0]
+    example = re.compile(r"^\$ sfbridge route '([^']+)'[^\n]*\n((?:[a ].*\n)+)", re.M)
+    examples = example.findall(console)
+    assert len(examples) == 2
+    for command, output in examples:
+        result = sfbridge("-c", str(config), "route", command, env=env)
+        assert result.stdout == output, command
