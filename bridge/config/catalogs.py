@@ -15,6 +15,7 @@ import the config package.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import lru_cache
 
 from bridge.config.model import DatabaseConfig
 from bridge.dialects.registry import dialect_for
@@ -22,6 +23,8 @@ from bridge.dialects.registry import dialect_for
 __all__ = ["database_catalog", "databases_of_catalog", "same_catalog"]
 
 
+# Asked per message whose reply addresses cross databases: the answer is kept per database.
+@lru_cache(maxsize=256)
 def database_catalog(database: DatabaseConfig) -> str | None:
     """The catalog addresses name `database` by; None where its dialect has no catalogs or
     neither its `catalog` nor its connection string says (validation refuses the latter)."""

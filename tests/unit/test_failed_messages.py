@@ -223,6 +223,24 @@ def test_sql_server_compares_catalogs_only_when_both_name_one() -> None:
     assert owners.owner_of("Forward@[dbo]@[sales]")[0] == "orders"
     assert owners.owner_of("Forward@[dbo]")[0] == "orders"
     assert owners.owner_of("Forward@[dbo]@[Other]")[0] is None
+
+
+def test_sql_server_failed_q_with_its_catalog_is_the_forwarders_queue_in_its_own_catalog() -> None:
+    # FailedQ is written `table@[schema]@[catalog]`; a queue configured without a catalog is
+    # in the database's own, and a FailedQ naming another catalog is another endpoint's.
+    owners = QueueOwners(
+        "sender",
+        SQLSERVER,
+        "dbo",
+        {"orders": QueueAddress("Forward", "dbo")},
+        default_catalog="SenderDb",
+    )
+    assert owners.owner_of("Forward@[dbo]@[SenderDb]")[0] == "orders"
+    assert owners.owner_of("Forward@[dbo]@[senderdb]")[0] == "orders"
+    assert owners.owner_of("Forward@[dbo]")[0] == "orders"
+    forwarder, why = owners.owner_of("Forward@[dbo]@[OtherDb]")
+    assert forwarder is None
+    assert why is not None and "no forwarder in database 'sender' drains" in why
     unnamed = QueueOwners("sender", SQLSERVER, "dbo", {"orders": QueueAddress("Forward", "dbo")})
     assert unnamed.owner_of("Forward@[dbo]@[anything]")[0] == "orders"
 
