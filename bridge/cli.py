@@ -84,6 +84,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_errors_command(commands)
 
+    route = commands.add_parser(
+        "route",
+        help="where a message with this destination (or event type) would go, or why it would "
+        "go to the error queue; reads no database but subscription tables",
+    )
+    from bridge.route_command import add_arguments as add_route_arguments
+
+    add_route_arguments(route)
+
     spark = commands.add_parser(
         "spark", help="bulk work on Apache Spark: drain, reconcile, report (needs PySpark)"
     )
@@ -373,6 +382,12 @@ def _errors(config: BridgeConfig, args: argparse.Namespace) -> int:
         return EXIT_CONFIG
 
 
+def _route(config: BridgeConfig, args: argparse.Namespace) -> int:
+    from bridge.route_command import run_route
+
+    return run_route(config, args)
+
+
 COMMANDS = {
     "install": _install,
     "run": _run,
@@ -383,4 +398,5 @@ COMMANDS = {
     "pause": _pause_or_resume,
     "resume": _pause_or_resume,
     "errors": _errors,
+    "route": _route,
 }

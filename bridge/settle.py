@@ -35,6 +35,7 @@ from bridge.messages import (
     SubscribersUnknown,
     Unit,
 )
+from bridge.processing_host import processing_host
 from bridge.queue_writes import QueueWriter
 from bridge.retry_policy import gives_up_after, next_attempt_at, waited_too_long
 from bridge.tables import ForwarderTables, owned_table
@@ -371,11 +372,13 @@ class Settlement:
     def _dead_letter_with_reason(self, message: ClaimedMessage, fate: DeadLetter) -> None:
         failure_headers = with_failure_headers(
             fate.headers,
-            failed_queue=self._tables.queue_canonical,
+            failed_queue=self._tables.failed_queue,
             exception_type=fate.exception_type,
             message=fate.reason,
             reason=fate.code,
             failed_at=self._now,
+            processed_by=processing_host(self._forwarder.name),
+            row_id=str(message.row_id),
             attempts=fate.attempts,
         )
         self._dead_letter(message, serialize_headers(failure_headers))

@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from bridge.addressing import QueueAddress
+from bridge.config.catalogs import database_catalog
 from bridge.config.model import BridgeConfig, ForwarderConfig
 from bridge.dialects import Dialect, dialect_for
 from bridge.dialects.base import (
@@ -51,6 +52,9 @@ class ForwarderTables:
     forwarder_states: QueueAddress
     pauses: QueueAddress
     queue_canonical: str
+    # The queue as `NServiceBus.FailedQ` names it: with its catalog, where addresses have
+    # catalogs, as NServiceBus writes it (`table@[schema]@[catalog]`).
+    failed_queue: str
     # Two-phase decisions and at-least-once records (`bridge.transactions`), where the
     # dialect keeps them.
     transactions: QueueAddress
@@ -72,6 +76,9 @@ def forwarder_tables(config: BridgeConfig, forwarder: ForwarderConfig) -> Forwar
         forwarder_states=dialect.bridge_table(FORWARDER_STATES_TABLE, database.schema),
         pauses=dialect.bridge_table(PAUSES_TABLE, database.schema),
         queue_canonical=grammar.render(queue),
+        failed_queue=grammar.render(
+            QueueAddress(queue.table, queue.schema, queue.catalog or database_catalog(database))
+        ),
         transactions=dialect.bridge_table(TRANSACTIONS_TABLE, database.schema),
     )
 

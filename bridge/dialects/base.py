@@ -294,6 +294,8 @@ class Dialect:
     findings of the dialect's own (SQL Server: what the transport itself warns about at
     startup). `drivers` names the drivers a database of this dialect can be opened with when
     there is a choice (the `driver` config key), the default first; empty where there is one.
+    `connection_catalog` is set where addresses name catalogs (SQL Server): it reads the
+    database (catalog) a connection string opens, None when the string names none.
     """
 
     name: str
@@ -324,6 +326,7 @@ class Dialect:
     copy_types: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     # How the text the `*_raw` claims return is encoded (see RAW_CLAIM_STATEMENT_NAMES).
     raw_text_encoding: str = "utf-8"
+    connection_catalog: Callable[[str], str | None] | None = None
     # Rendered statements by (overrides, name, rows, tables): the same text is the same
     # object, which pyodbc needs to reuse a prepared statement. Least recently used first;
     # bounded, since row counts and queues (named by messages) vary without end.
@@ -333,6 +336,11 @@ class Dialect:
     _rendered_lock: threading.Lock = field(
         default_factory=threading.Lock, init=False, repr=False, compare=False
     )
+
+    @property
+    def has_catalogs(self) -> bool:
+        """Whether addresses name catalogs (databases on the server): the `catalog` key."""
+        return self.connection_catalog is not None
 
     @property
     def records_transactions(self) -> bool:

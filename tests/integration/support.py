@@ -298,6 +298,13 @@ def sqlserver_connect(connection_string: str, autocommit: bool = False) -> pyodb
     return pyodbc.connect(connection_string, autocommit=autocommit, timeout=10)
 
 
+SQLSERVER_VARIABLE = "SFBRIDGE_TEST_SQLSERVER"
+NO_SQLSERVER = (
+    f"{SQLSERVER_VARIABLE} is not set: no SQL Server to test against (set it to an ODBC "
+    "connection string for a login that may create databases)"
+)
+
+
 class SqlServerTestServer:
     """Creates and drops databases on the server SFBRIDGE_TEST_SQLSERVER names."""
 

@@ -222,7 +222,9 @@ def test_the_config_keys_of_a_database_follow_the_dialects_capabilities() -> Non
 @pytest.mark.parametrize("name", dialect_names())
 def test_every_registered_dialect_is_accepted_by_the_config(name: str) -> None:
     location = (
-        {"path": "/tmp/x.db"} if dialect_for(name).locator == "path" else {"connection": "DSN=x"}
+        {"path": "/tmp/x.db"}
+        if dialect_for(name).locator == "path"
+        else {"connection": "DSN=x;Database=x"}
     )
     config, problems = validate(
         {

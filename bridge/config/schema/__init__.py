@@ -34,6 +34,7 @@ from bridge.config.model import (
 from bridge.dialects.registry import dialects
 
 __all__ = [
+    "CATALOG_DIALECTS",
     "DATABASES",
     "DELIVERY",
     "DIALECTS",
@@ -67,6 +68,8 @@ IMPLEMENTED_DIALECTS: Final = DIALECTS
 SERVER_DIALECTS: Final = tuple(n for n, d in dialects().items() if d.locator == "connection")
 FILE_DIALECTS: Final = tuple(n for n, d in dialects().items() if d.locator == "path")
 SCHEMA_DIALECTS: Final = tuple(n for n, d in dialects().items() if d.has_schemas)
+# Dialects whose addresses name catalogs (databases on the server).
+CATALOG_DIALECTS: Final = tuple(n for n, d in dialects().items() if d.has_catalogs)
 # Dialects whose databases can be opened with more than one driver, and every such driver.
 DRIVER_DIALECTS: Final = tuple(n for n, d in dialects().items() if len(d.drivers) > 1)
 DRIVERS: Final = tuple(dict.fromkeys(x for d in dialects().values() for x in d.drivers))
@@ -155,6 +158,18 @@ DATABASES = Section(
             default=None,
             dialects=SCHEMA_DIALECTS,
             dialect_hint=_SCHEMA_HINT,
+        ),
+        Key(
+            "catalog",
+            "string",
+            "The database's name on its server, as NServiceBus endpoints write it in "
+            "addresses (`table@[schema]@[catalog]`); default: `Database=` or "
+            "`Initial Catalog=` in `connection`, one of which must then be there. An address "
+            'whose catalog names this database is delivered here (see "SQL Server catalogs").',
+            example="ReceiverDb",
+            default=None,
+            dialects=CATALOG_DIALECTS,
+            dialect_hint=f"only {_names(CATALOG_DIALECTS)} addresses name catalogs",
         ),
         Key(
             "connect_timeout",

@@ -73,6 +73,7 @@ __all__ = [
     "RecoverableColumn",
     "SqlServerGrammar",
     "connect",
+    "connection_catalog",
     "inspect_queue_table",
     "sqlserver_connection_string",
 ]
@@ -127,6 +128,18 @@ def sqlserver_connection_string(text: str) -> str:
     if not _FREETDS_GOOD_TDS_VERSION.match(version.strip()):
         required["TDS_Version"] = FREETDS_TDS_VERSION
     return with_required_options(text, required)
+
+
+def connection_catalog(text: str) -> str | None:
+    """The database a connection string opens (`Database=` or `Initial Catalog=`; braces
+    around the value removed), None when it names none."""
+    for key, value in parse_connection_string(text):
+        if key.strip().lower() in ("database", "initial catalog"):
+            value = value.strip()
+            if value.startswith("{") and value.endswith("}"):
+                value = value[1:-1].replace("}}", "}")
+            return value or None
+    return None
 
 
 def _numbers(kind: type[DatabaseError], *numbers: int) -> dict[int, type[DatabaseError]]:
@@ -205,6 +218,7 @@ DIALECT = Dialect(
     # The `*_raw` claims return nvarchar text as varbinary: UTF-16, unpaired surrogates kept.
     raw_text_encoding="utf-16-le",
     inspect_queue_table=inspect_queue_table,
+    connection_catalog=connection_catalog,
     cannot_prepare=(
         "SQL Server prepares a transaction only under a distributed transaction coordinator "
         "(MSDTC), never from T-SQL, and the bridge does not use one"

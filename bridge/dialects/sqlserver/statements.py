@@ -174,8 +174,11 @@ STATEMENTS: dict[str, str] = {
         FROM {queue} WITH (READPAST, READCOMMITTEDLOCK)""",
     # The transport's receive, TOP(@limit) rows at a time instead of one, and only while the
     # bytes before a row are under @budget (the first row always goes). A CTE with a window
-    # function cannot be deleted through, hence the join. Rows locked but not taken stay
-    # locked until the batch commits; other receivers read past them.
+    # function cannot be deleted through, hence the join, whose target takes the receive's
+    # hints too: reading it, the server may meet rows other receivers (endpoints, daemons)
+    # hold, and must skip them as the transport's receive does, not wait for them. Rows
+    # locked but not taken stay locked until the batch commits; other receivers read past
+    # them.
     "receive_batch": f"""
         DECLARE @limit int = ?, @budget bigint = ?;
         WITH locked AS (
@@ -193,7 +196,7 @@ STATEMENTS: dict[str, str] = {
                deleted.Body, deleted.RowVersion AS seq,
                deleted.ReplyToAddress AS legacy_reply_to,
                {_DELETED_SIZE} AS claimed_size
-        FROM {{queue}} AS message WITH (ROWLOCK)
+        FROM {{queue}} AS message WITH (UPDLOCK, READPAST, ROWLOCK)
         INNER JOIN taken ON taken.RowVersion = message.RowVersion""",
     # A bulk drain's claim: the receive inside one RowVersion range; the caller binds (first,
     # last, limit) as for the other dialects, hence the variables.
@@ -215,7 +218,7 @@ STATEMENTS: dict[str, str] = {
                deleted.Body, deleted.RowVersion AS seq,
                deleted.ReplyToAddress AS legacy_reply_to,
                {_DELETED_SIZE} AS claimed_size
-        FROM {{queue}} AS message WITH (ROWLOCK)
+        FROM {{queue}} AS message WITH (UPDLOCK, READPAST, ROWLOCK)
         INNER JOIN taken ON taken.RowVersion = message.RowVersion""",
     "queue_seq_bounds": """
         SELECT MIN(RowVersion), MAX(RowVersion), COUNT_BIG(*) FROM {queue} WITH (READPAST)""",
@@ -258,7 +261,7 @@ STATEMENTS: dict[str, str] = {
         OUTPUT deleted.id, {_EXPIRED_RETRY} AS expired, deleted.expires, deleted.headers,
                deleted.body, deleted.seq, deleted.attempts, deleted.first_failure_at,
                deleted.last_error, {_DELETED_SIZE.lower()} AS claimed_size
-        FROM {{retry}} AS due WITH (ROWLOCK)
+        FROM {{retry}} AS due WITH (UPDLOCK, READPAST, ROWLOCK)
         INNER JOIN taken ON taken.seq = due.seq""",
     "retry_summary": """
         SELECT r.destination, COUNT(*), MIN(r.first_failure_at), MIN(r.next_attempt_at),
