@@ -78,6 +78,7 @@ def run_checks(config: BridgeConfig) -> list[Finding]:
                 (tables.counters, "counters"),
                 (tables.event_types, "event types"),
                 (tables.destination_states, "destination states"),
+                (tables.forwarder_states, "forwarder states"),
             ):
                 findings.extend(
                     _check_exists(config, connection, dialect, address, f"{label} {what}")

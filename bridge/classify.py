@@ -1,7 +1,8 @@
 """Decide what happens to each claimed message, before any destination is contacted. Pure.
 
 Order matters and follows the transport: unparseable headers first (a poison row goes to
-the error queue as it is, even when expired), then expiry, then routing.
+the error queue as it is, even when expired), then a row the claim could not read whole
+(to the error queue with the reason), then expiry, then routing.
 """
 
 from __future__ import annotations
@@ -17,7 +18,16 @@ from bridge.headers import (
     parse_headers,
     serialize_headers,
 )
-from bridge.messages import ClaimedMessage, Decision, Deliver, Expired, Poison, Publish, Reject
+from bridge.messages import (
+    UNREADABLE_ROW,
+    ClaimedMessage,
+    Decision,
+    Deliver,
+    Expired,
+    Poison,
+    Publish,
+    Reject,
+)
 from bridge.routing import Destination, Router, Unroutable
 from bridge.typenames import TypeNameError, topics_for
 
@@ -30,12 +40,19 @@ def classify(message: ClaimedMessage, router: Router) -> Decision:
     a proxy forwarder's message goes to the proxy's destination. Elsewhere a routing header
     that is there but empty is rejected saying so, not as missing.
     """
-    if message.unreadable:
-        return Poison(message.unreadable)
     try:
         headers = parse_headers(message.headers_text)
     except PoisonHeaders as error:
-        return Poison(str(error))
+        return Poison(message.unreadable or str(error))
+    if message.unreadable:
+        # Readable headers: the failure headers can say which column and why, and a retry
+        # from ServicePulse sends the message (with Expires NULL) through the bridge again.
+        return Reject(
+            headers,
+            UNREADABLE_ROW,
+            f"the row cannot be read as a message: {message.unreadable}; it was moved to the "
+            "error queue as it is, but for what could not be read",
+        )
     if message.expired:
         return Expired()
     destination_header = headers.get(DESTINATION_HEADER)

@@ -6,6 +6,7 @@ import argparse
 import logging
 import os
 import sys
+import threading
 from collections.abc import Sequence
 
 from bridge import __version__
@@ -82,6 +83,15 @@ def build_parser() -> argparse.ArgumentParser:
             command.add_argument("--reason", help="shown by status, e.g. 'receiver upgrade'")
 
     _add_errors_command(commands)
+
+    route = commands.add_parser(
+        "route",
+        help="where a message with this destination (or event type) would go, or why it would "
+        "go to the error queue; reads no database but subscription tables",
+    )
+    from bridge.route_command import add_arguments as add_route_arguments
+
+    add_route_arguments(route)
 
     spark = commands.add_parser(
         "spark", help="bulk work on Apache Spark: drain, reconcile, report (needs PySpark)"
@@ -242,7 +252,32 @@ def _run(config: BridgeConfig, args: argparse.Namespace) -> int:
     setup_sentry(config.sentry)
     daemon = Daemon(config, reload_config=lambda: _load(args.config))
     daemon.install_signal_handlers()
-    return daemon.run()
+    code = daemon.run()
+    if daemon.abandoned or _threads_left():
+        _leave_now(code)
+    return code
+
+
+def _threads_left() -> bool:
+    """Whether a thread the interpreter would wait for at exit still runs (a scheduled job
+    inside a call to a database that does not answer)."""
+    return any(
+        thread is not threading.main_thread() and not thread.daemon and thread.is_alive()
+        for thread in threading.enumerate()
+    )
+
+
+def _leave_now(code: int) -> None:
+    """Exit without waiting for threads still inside a database call: SIGTERM must not hang.
+    Their transactions are rolled back by the servers when the connections go away with the
+    process (and a destination commit made is in the dedup ledger)."""
+    from bridge.observability import flush_sentry
+
+    flush_sentry()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _check(config: BridgeConfig, args: argparse.Namespace) -> int:
@@ -351,6 +386,12 @@ def _errors(config: BridgeConfig, args: argparse.Namespace) -> int:
         return EXIT_CONFIG
 
 
+def _route(config: BridgeConfig, args: argparse.Namespace) -> int:
+    from bridge.route_command import run_route
+
+    return run_route(config, args)
+
+
 COMMANDS = {
     "install": _install,
     "run": _run,
@@ -361,4 +402,5 @@ COMMANDS = {
     "pause": _pause_or_resume,
     "resume": _pause_or_resume,
     "errors": _errors,
+    "route": _route,
 }

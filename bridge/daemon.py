@@ -29,6 +29,7 @@ from bridge.connections import Connections
 from bridge.destination_states import StatePublisher
 from bridge.dialects import dialect_for
 from bridge.drivers import DatabaseError, DatabaseUnavailable, PermissionDenied, QueueNotFound
+from bridge.forwarder_health import ForwarderHealth
 from bridge.forwarding import BatchForwarder, BatchReport, probe_interval
 from bridge.in_doubt import SETTLE_INTERVAL_MAX, needs_settling, settle_in_doubt
 from bridge.ledger import (
@@ -51,14 +52,19 @@ log = logging.getLogger(__name__)
 # `sfbridge run` exit code when the daemon cannot start (the metrics port is taken, say).
 EXIT_CANNOT_START = 1
 
-# How long a worker backs off when its own forwarding database is unreachable, at most.
-MAX_SOURCE_BACKOFF = 10.0
-# How often a worker looks again for its forwarding tables when they do not exist.
+# How long a worker waits after a failed batch: doubling from the first to the most, so a
+# forwarder that keeps failing costs its databases little and the log nothing (see
+# bridge.forwarder_health).
+FIRST_BACKOFF = 0.5
+MAX_FAILURE_BACKOFF = 10.0
+# How often a worker looks again for its forwarding tables when they do not exist, at least.
 MISSING_TABLE_RETRY = 5.0
+# How long SIGTERM waits for the batches in flight before the process leaves without them.
+STOP_GRACE_SECONDS = 10.0
 
 
 class Worker(threading.Thread):
-    """Forwards one forwarder's queue; worker 0 also forwards its due retries."""
+    """Forwards one forwarder's queue and its due retries."""
 
     def __init__(
         self,
@@ -68,6 +74,7 @@ class Worker(threading.Thread):
         stop: threading.Event,
         outages: OutageTracker,
         writer: QueueWriter,
+        health: ForwarderHealth,
         observer: ForwardingObserver | None = None,
     ) -> None:
         super().__init__(name=f"{forwarder.name}-{index}", daemon=True)
@@ -79,6 +86,7 @@ class Worker(threading.Thread):
         self.last_progress = time.monotonic()
         self._outages = outages
         self._writer = writer
+        self._health = health
         # Every call through SafeObserver: a failing observer must not end the worker thread.
         self._observer = safe_observer(observer)
         self._lock = threading.Lock()
@@ -94,17 +102,18 @@ class Worker(threading.Thread):
             writer=self._writer,
             observer=self._observer,
         )
+        name, database = self.forwarder.name, self.forwarder.database
         next_retry_poll = 0.0
         retry_backlog = queue_backlog = False
-        source_down_since: float | None = None
-        backoff = 0.5
-        next_missing_table_log = 0.0
+        source_down = False
+        backoff = FIRST_BACKOFF
         try:
             while not self.stop.is_set():
                 self.last_progress = time.monotonic()
                 try:
                     if batches.pause_state().forwarder is not None:
                         retry_backlog = queue_backlog = False
+                        self._health.succeeded(name)
                         self.stop.wait(self.forwarder.peek_interval)
                         continue
                     if retry_backlog or time.monotonic() >= next_retry_poll:
@@ -112,52 +121,41 @@ class Worker(threading.Thread):
                         if not retry_backlog:
                             next_retry_poll = time.monotonic() + self.forwarder.slow_poll_interval
                     estimate = 1 if queue_backlog else batches.queue_estimate()
-                    if source_down_since is not None:
-                        log.warning(
-                            "forwarder '%s': database '%s' is reachable again after %.0f s",
-                            self.forwarder.name,
-                            self.forwarder.database,
-                            time.monotonic() - source_down_since,
-                        )
-                        source_down_since, backoff = None, 0.5
-                        self._observer.database_seen(self.forwarder.database, True)
                     queue_backlog = estimate > 0 and self._forward(batches, "queue").full
+                    self._health.succeeded(name)
+                    backoff = FIRST_BACKOFF
+                    if source_down:
+                        source_down = False
+                        self._observer.database_seen(database, True)
                     if not (retry_backlog or queue_backlog):
                         self.stop.wait(self.forwarder.peek_interval)
+                    continue
                 except DatabaseUnavailable as error:
-                    connections.discard(self.forwarder.database)
-                    if source_down_since is None:
-                        source_down_since = time.monotonic()
-                        self._observer.database_seen(self.forwarder.database, False)
-                        log.error(
-                            "forwarder '%s' cannot read its queue: %s; retrying",
-                            self.forwarder.name,
-                            error,
-                        )
-                    self.stop.wait(backoff)
-                    backoff = min(backoff * 2, MAX_SOURCE_BACKOFF)
+                    # Down, or silent past its query_timeout: the batch was rolled back (or
+                    # its connection closed, which the server rolls back).
+                    connections.discard(database)
+                    if not source_down:
+                        source_down = True
+                        self._observer.database_seen(database, False)
+                    self._health.failed(name, f"cannot read its queue: {error}")
+                    wait = backoff
                 except QueueNotFound as error:
                     # What could be healed was (BatchForwarder heals its own tables).
-                    connections.discard(self.forwarder.database)
-                    # A deployment problem, not an outage: say what to do, once a minute.
-                    if time.monotonic() >= next_missing_table_log:
-                        advice = "" if ";" in str(error) else "; run 'sfbridge install'"
-                        log.error(
-                            "forwarder '%s': %s%s - retrying every %.0f s",
-                            self.forwarder.name,
-                            error,
-                            advice,
-                            MISSING_TABLE_RETRY,
-                        )
-                        next_missing_table_log = time.monotonic() + 60
-                    self.stop.wait(MISSING_TABLE_RETRY)
+                    connections.discard(database)
+                    advice = "" if ";" in str(error) else "; run 'sfbridge install'"
+                    self._health.failed(name, f"{error}{advice}")
+                    wait = max(backoff, MISSING_TABLE_RETRY)
                 except DatabaseError as error:
-                    log.error("forwarder '%s': %s", self.forwarder.name, error)
-                    self.stop.wait(1.0)
+                    self._health.failed(name, str(error))
+                    wait = backoff
                 except Exception as error:  # the daemon must survive anything a batch throws
-                    log.exception("forwarder '%s': unexpected error", self.forwarder.name)
-                    report_exception(error)
-                    self.stop.wait(1.0)
+                    if self._health.failed(name, f"unexpected error: {error!r}"):
+                        log.exception("forwarder '%s': unexpected error", name)
+                        report_exception(error)
+                    wait = backoff
+                retry_backlog = queue_backlog = False
+                self.stop.wait(wait)
+                backoff = min(backoff * 2, MAX_FAILURE_BACKOFF)
         finally:
             connections.close()
 
@@ -233,6 +231,11 @@ class Daemon:
             BridgeMetrics(config) if config.metrics.listen is not None else None
         )
         self._sampling: Connections | None = None  # the metrics sampler's, while running
+        # Whether each forwarder's batches succeed; kept across reloads, like the metrics.
+        self.health = ForwarderHealth()
+        self._outages: OutageTracker | None = None
+        # Worker threads still inside a database call when the daemon stopped (see `stop`).
+        self.abandoned: list[str] = []
 
     # -- control -------------------------------------------------------------------------
 
@@ -276,10 +279,13 @@ class Daemon:
     def _run_started(self) -> int:
         self.start()
         notify("READY=1")
-        notify(f"STATUS=forwarding {len(self.config.forwarders)} queue(s)")
+        status = ""
         interval = watchdog_interval()
         while not self._stop.is_set():
-            self._wake.wait(timeout=interval or 1.0)
+            if (line := self.status_line()) != status:
+                status = line
+                notify(f"STATUS={status}")
+            self._wake.wait(timeout=min(interval or 1.0, 1.0))
             self._wake.clear()
             if self._reload_requested:
                 self._reload_requested = False
@@ -290,6 +296,20 @@ class Daemon:
         self.stop()
         log.info("stopped; forwarded since start: %s", _format_counts(self.totals()))
         return 0
+
+    def status_line(self) -> str:
+        """What `systemctl status` shows: how many queues, and what is wrong right now."""
+        parts = [f"forwarding {len(self.config.forwarders)} queue(s)"]
+        failing = self.health.failing()
+        if failing:
+            parts.append("FAILING: " + ", ".join(state.forwarder for state in failing))
+        if self._outages is not None:
+            troubled = [state for state in self._outages.states() if state.in_trouble]
+            for kind, word in (("unreachable", "DOWN"), ("not-ready", "NOT READY")):
+                names = [state.database for state in troubled if state.state == kind]
+                if names:
+                    parts.append(f"{word}: " + ", ".join(names))
+        return "; ".join(parts)
 
     def totals(self) -> Counter[str]:
         total: Counter[str] = Counter(self._earlier_totals)
@@ -302,9 +322,10 @@ class Daemon:
         self._worker_stop = threading.Event()
         self._workers = []
         outages = OutageTracker(probe_interval(self.config), external_probe=True)
-        publisher = StatePublisher(self.config, outages)
+        self._outages = outages
+        publisher = StatePublisher(self.config, outages, self.health)
         if self.metrics is not None:
-            self.metrics.use_config(self.config, outages)
+            self.metrics.use_config(self.config, outages, self.health)
             self.metrics.set_workers(
                 {f.name: worker_count(self.config, f) for f in self.config.forwarders}
             )
@@ -329,6 +350,7 @@ class Daemon:
                         self._worker_stop,
                         outages,
                         writer,
+                        self.health,
                         self.metrics,
                     )
                 )
@@ -399,13 +421,27 @@ class Daemon:
             )
 
     def stop(self) -> None:
-        """Let every worker finish its batch, stop the scheduled jobs, and wait for them."""
+        """Let every worker finish its batch and stop the scheduled jobs, waiting for them at
+        most `STOP_GRACE_SECONDS` in all. A worker still inside a database call then (a
+        database that does not answer, on a driver without a client-side deadline) is left
+        behind and named in `abandoned`: its source transaction is open only on a connection
+        that goes away with the process, so the server rolls it back, and a destination commit
+        it made is in the dedup ledger."""
         self._worker_stop.set()
+        deadline = time.monotonic() + STOP_GRACE_SECONDS
         if self._scheduler is not None:
-            self._scheduler.shutdown(wait=True)
+            self._scheduler.shutdown(wait=False)
             self._scheduler = None
         for worker in self._workers:
-            worker.join()
+            worker.join(timeout=max(0.0, deadline - time.monotonic()))
+        self.abandoned = [worker.name for worker in self._workers if worker.is_alive()]
+        if self.abandoned:
+            log.warning(
+                "worker(s) %s still waiting on a database after %.0f s; leaving without them "
+                "(their batches are rolled back)",
+                ", ".join(self.abandoned),
+                STOP_GRACE_SECONDS,
+            )
         if self._sampling is not None:
             self._sampling.close()
             self._sampling = None

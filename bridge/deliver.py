@@ -37,6 +37,7 @@ from bridge.drivers import (
     ConnectionLost,
     DatabaseError,
     DatabaseUnavailable,
+    LockTimeout,
     PermissionDenied,
     QueueNotFound,
     TransientDatabaseError,
@@ -76,9 +77,12 @@ def deliver_units(
     units: Sequence[Unit],
     delivery_for: Callable[[str, TransactionMode], Delivery],
     delivered: Callable[[str, int], None] | None = None,
+    suspect: Callable[[str], bool] | None = None,
 ) -> list[DeliveryResult | None]:
     """Deliver every unit that is to be delivered, grouped per destination database and
-    transaction mode.
+    transaction mode, one group after the other; groups for a `suspect` database (one that
+    failed lately, so may make its group wait out the query timeout) go last, so that the
+    others are committed first.
 
     Returns a result per unit, in order: None for units that are not deliveries. `delivered`
     is told, right after each group's delivery returns, how many units it delivered (not
@@ -90,7 +94,9 @@ def deliver_units(
             destination = unit.outcome.destination
             groups.setdefault((destination.database, destination.transaction), []).append(index)
     results: list[DeliveryResult | None] = [None] * len(units)
-    for (database, mode), indexes in groups.items():
+    order = sorted(groups, key=lambda group: suspect(group[0])) if suspect else list(groups)
+    for database, mode in order:
+        indexes = groups[(database, mode)]
         items = [_item(units[index]) for index in indexes]
         database_results = delivery_for(database, mode).deliver(items)
         for index, result in zip(indexes, database_results, strict=True):
@@ -150,17 +156,78 @@ def item_failure(
     failure: ItemWriteError,
 ) -> tuple[list[int], Failed]:
     """What an item-specific failure settles. A missing destination table fails every item
-    bound for it (listing the tables for a hint through `connection`, which must be usable);
-    any other failure only the item that caused it."""
-    if not isinstance(failure.error, QueueNotFound):
-        return [failure.position], Failed(str(failure.error), retryable=failure.retryable)
+    bound for it (listing the tables for a hint through `connection`, which must be usable),
+    and so does a table someone else kept locked past the query timeout; any other failure
+    only the item that caused it."""
+    error = failure.error
+    if not isinstance(error, (QueueNotFound, LockTimeout)):
+        return [failure.position], Failed(str(error), retryable=failure.retryable)
     destination = items[failure.position][1].destination
     offsets = [
         offset
         for offset, (_, decision) in enumerate(items)
         if decision.destination.address == destination.address
     ]
+    if isinstance(error, LockTimeout):
+        return offsets, locked_table_failure(dialect, database, destination.address, error)
     return offsets, missing_queue_failure(connection, dialect, database, destination.address)
+
+
+def locked_table_failure(
+    dialect: Dialect, database: str, address: QueueAddress, error: DatabaseError
+) -> Failed:
+    """A Failed result for a destination table another session held locked: a state of the
+    table, like an outage of its database (`retries.during_outage: wait` spends no attempt)."""
+    return Failed(
+        f"destination queue {dialect.grammar.render(address)} in database '{database}' is "
+        f"locked by another session: {error.detail}",
+        outage=True,
+    )
+
+
+def busy_tables(
+    outages: OutageTracker, database: str, dialect: Dialect, items: Sequence[Item]
+) -> dict[int, Failed]:
+    """Items bound for a table that counts as busy (`OutageTracker.record_busy`), by offset,
+    each with its Failed result: they are not tried while the lock lasts."""
+    busy: dict[int, Failed] = {}
+    known: dict[QueueAddress, str | None] = {}
+    for offset, (_, decision) in enumerate(items):
+        address = decision.destination.address
+        if address not in known:
+            known[address] = outages.busy(database, dialect.grammar.render(address))
+        error = known[address]
+        if error is not None:
+            busy[offset] = Failed(
+                f"destination queue {dialect.grammar.render(address)} in database "
+                f"'{database}' is locked by another session: {error}",
+                outage=True,
+            )
+    return busy
+
+
+def deliver_around_busy_tables(
+    outages: OutageTracker,
+    database: str,
+    dialect: Dialect,
+    items: Sequence[Item],
+    deliver: Callable[[Sequence[Item]], list[DeliveryResult]],
+) -> list[DeliveryResult]:
+    """`deliver` the items whose table is not busy; the others fail at once. Tables written
+    to are no longer busy."""
+    busy = busy_tables(outages, database, dialect, items)
+    tried = [offset for offset in range(len(items)) if offset not in busy]
+    results: list[DeliveryResult | None] = [busy.get(offset) for offset in range(len(items))]
+    if tried:
+        for offset, result in zip(tried, deliver([items[o] for o in tried]), strict=True):
+            results[offset] = result
+    for address in {
+        items[offset][1].destination.address
+        for offset, result in enumerate(results)
+        if isinstance(result, Delivered)
+    }:
+        outages.record_free(database, dialect.grammar.render(address))
+    return [result for result in results if result is not None]
 
 
 def missing_queue_failure(
@@ -184,17 +251,43 @@ def missing_queue_failure(
     )
 
 
+def _note_busy(
+    outages: OutageTracker,
+    database: str,
+    dialect: Dialect,
+    items: Sequence[Item],
+    failure: ItemWriteError,
+) -> None:
+    """A lock timeout on a destination table makes the table busy for a while."""
+    if isinstance(failure.error, LockTimeout):
+        address = items[failure.position][1].destination.address
+        outages.record_busy(database, dialect.grammar.render(address), failure.error.detail)
+
+
 class LocalDelivery:
     """Into queues of the forwarding database, inside the open source transaction."""
 
-    def __init__(self, connection: Connection, dialect: Dialect, writer: QueueWriter) -> None:
+    def __init__(
+        self,
+        connection: Connection,
+        dialect: Dialect,
+        writer: QueueWriter,
+        outages: OutageTracker,
+    ) -> None:
         self._connection = connection
         self._dialect = dialect
         self._writer = writer
+        self._outages = outages
 
     def deliver(self, items: Sequence[Item]) -> list[DeliveryResult]:
         """Raises the DatabaseError family for failures of the forwarding database itself."""
-        return isolate_failures(items, self._attempt, self._item_failure)
+        return deliver_around_busy_tables(
+            self._outages,
+            self._connection.database,
+            self._dialect,
+            items,
+            lambda tried: isolate_failures(tried, self._attempt, self._item_failure),
+        )
 
     def _attempt(self, items: Sequence[Item], one_by_one: bool) -> dict[int, DeliveryResult]:
         statements = self._dialect.statements
@@ -219,10 +312,11 @@ class LocalDelivery:
     def _item_failure(
         self, items: Sequence[Item], failure: ItemWriteError
     ) -> tuple[list[int], Failed]:
+        self._connection.execute(self._dialect.statements["rollback_to_savepoint"])
         settled = item_failure(
             self._connection, self._dialect, self._connection.database, items, failure
         )
-        self._connection.execute(self._dialect.statements["rollback_to_savepoint"])
+        _note_busy(self._outages, self._connection.database, self._dialect, items, failure)
         return settled
 
 
@@ -275,6 +369,17 @@ class RemoteDelivery:
         trouble = self._outages.trouble(name)
         if trouble is not None:
             return [Failed(trouble.last_error or "unavailable", outage=True)] * len(items)
+        return deliver_around_busy_tables(
+            self._outages, name, self._target.dialect, items, self._deliver_to_database
+        )
+
+    def _deliver_to_database(self, items: Sequence[Item]) -> list[DeliveryResult]:
+        name = self._target.name
+        ledger = self._target.dialect.grammar.render(self._target.ledger)
+        if self._target.transaction == "ledger" and (busy := self._outages.busy(name, ledger)):
+            return [
+                Failed(f"the dedup ledger is locked by another session: {busy}", outage=True)
+            ] * len(items)
         healed = False
         while True:
             try:
@@ -293,6 +398,10 @@ class RemoteDelivery:
                 return self._not_ready(items, ledger_problem(self._target.config, name, advice))
             except DestinationNotReady as not_ready:
                 return self._not_ready(items, not_ready.problem)
+            except LockTimeout as error:  # on the ledger: a queue's is an item failure
+                self._outages.record_busy(name, ledger, error.detail)
+                failure = f"the dedup ledger {ledger} is locked by another session: {error.detail}"
+                return [Failed(failure, outage=True)] * len(items)
             except DatabaseError as error:
                 return self._fail_all(items, error)
             self._outages.record_up(name)
@@ -414,6 +523,9 @@ class RemoteDelivery:
         self, items: Sequence[Item], failure: ItemWriteError
     ) -> tuple[list[int], Failed]:
         connection = self._connections.get(self._target.name)
+        _note_busy(self._outages, self._target.name, self._target.dialect, items, failure)
+        if isinstance(failure.error, LockTimeout):
+            connection.rollback()  # before anything else: the transaction is aborted
         try:
             return item_failure(connection, self._target.dialect, self._target.name, items, failure)
         finally:

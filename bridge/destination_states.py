@@ -1,9 +1,12 @@
-"""Destination databases as the daemon last saw them, kept where `sfbridge status` can read them.
+"""Destination databases and forwarders as the daemon last saw them, kept where `sfbridge
+status` can read them.
 
-The daemon's outage tracker lives in its memory; `status` runs in another process. So the
-daemon writes each destination's state (up, unreachable or not ready, since when, last error,
-next probe) into a small table in every forwarding database whenever a state changes, and at
-least every `HEARTBEAT_SECONDS`, so `status` can also tell how fresh the picture is.
+The daemon's outage tracker and forwarder health live in its memory; `status` runs in another
+process. So the daemon writes each destination's state (up, unreachable or not ready, since
+when, last error, next probe) into a small table in every forwarding database, and each
+forwarder's (failing or not, since when, how many batches, last error) into another beside it,
+whenever a state changes and at least every `HEARTBEAT_SECONDS`, so `status` can also tell how
+fresh the picture is.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from bridge.config.model import BridgeConfig
 from bridge.connections import Connections
 from bridge.dialects import Dialect, dialect_for
 from bridge.drivers import Connection, DatabaseError, QueueNotFound
+from bridge.forwarder_health import ForwarderHealth, ForwarderState
 from bridge.outages import OutageTracker
 from bridge.tables import create_tables, forwarder_table_steps, forwarder_tables
 
@@ -35,45 +39,78 @@ def reporter_name() -> str:
 class StatePublisher:
     """Writes the tracker's states into every forwarding database; one per daemon."""
 
-    def __init__(self, config: BridgeConfig, tracker: OutageTracker) -> None:
+    def __init__(
+        self, config: BridgeConfig, tracker: OutageTracker, health: ForwarderHealth | None = None
+    ) -> None:
         self._config = config
         self._tracker = tracker
-        self._published_version = -1
+        self._health = health
+        self._published_version: tuple[int, int] = (-1, -1)
         self._published_at = 0.0
         self._reporter = reporter_name()
 
     def publish(self, *, force: bool = False) -> None:
         """Write the states if they changed (or the heartbeat is due). Never raises."""
-        version = self._tracker.version
+        version = (self._tracker.version, self._health.version if self._health else 0)
         due = time.monotonic() - self._published_at >= HEARTBEAT_SECONDS
         if not (force or due or version != self._published_version):
             return
         states = self._tracker.states()
-        if not states:
+        health = {state.forwarder: state for state in self._health.states()} if self._health else {}
+        if not states and not health:
             return
         connections = Connections(self._config.databases)
         all_written = True
         try:
             for forwarder in _one_forwarder_per_database(self._config):
+                forwarders = [
+                    health[f.name]
+                    for f in self._config.forwarders
+                    if f.database == forwarder.database and f.name in health
+                ]
                 try:
-                    self._write(connections.get(forwarder.database), forwarder, states)
+                    self._write(connections.get(forwarder.database), forwarder, states, forwarders)
                 except DatabaseError as error:
                     all_written = False
                     connections.discard(forwarder.database)
-                    log.debug("destination states not written to '%s': %s", forwarder, error)
+                    log.debug("states not written to '%s': %s", forwarder.database, error)
         finally:
             connections.close()
         if all_written:
             self._published_version, self._published_at = version, time.monotonic()
 
-    def _write(self, connection: Connection, forwarder: Any, states: list[Any]) -> None:
+    def _write(
+        self,
+        connection: Connection,
+        forwarder: Any,
+        states: list[Any],
+        forwarders: list[ForwarderState],
+    ) -> None:
         dialect = dialect_for(self._config.databases[forwarder.database].dialect)
-        table = forwarder_tables(self._config, forwarder).destination_states
-        statement = dialect.sql("destination_state_save", destination_states=table)
+        tables = forwarder_tables(self._config, forwarder)
+        statement = dialect.sql(
+            "destination_state_save", destination_states=tables.destination_states
+        )
+        forwarder_statement = dialect.sql(
+            "forwarder_state_save", forwarder_states=tables.forwarder_states
+        )
         now = datetime.now(UTC).replace(tzinfo=None)
         for attempt in (1, 2):
             try:
                 connection.begin()
+                for health in forwarders:
+                    connection.execute(
+                        forwarder_statement,
+                        (
+                            health.forwarder,
+                            self._reporter,
+                            "failing" if health.failing else "ok",
+                            dialect.encode_timestamp(health.since),
+                            health.failures,
+                            health.last_error,
+                            dialect.encode_timestamp(now),
+                        ),
+                    )
                 for state in states:
                     connection.execute(
                         statement,
@@ -116,6 +153,25 @@ def read_states(connection: Connection, dialect: Dialect, table: Any) -> list[di
             "next_probe_at": dialect.decode_timestamp(row[4]),
             "updated_at": dialect.decode_timestamp(row[5]),
             "reported_by": row[6],
+        }
+        for row in rows
+    ]
+
+
+def read_forwarder_states(
+    connection: Connection, dialect: Dialect, table: Any
+) -> list[dict[str, Any]]:
+    """The rows of the forwarder states table, as dicts with naive-UTC datetimes."""
+    rows = connection.query(dialect.sql("forwarder_states_read", forwarder_states=table))
+    return [
+        {
+            "forwarder": row[0],
+            "reported_by": row[1],
+            "state": row[2],
+            "since": dialect.decode_timestamp(row[3]),
+            "failures": int(row[4]),
+            "last_error": row[5],
+            "updated_at": dialect.decode_timestamp(row[6]),
         }
         for row in rows
     ]

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from bridge.addressing import QueueAddress
 from bridge.claim import decode_row
+from bridge.config.catalogs import database_catalog
 from bridge.config.model import BridgeConfig
 from bridge.dialects import Dialect, dialect_for
 from bridge.drivers import Connection, QueueNotFound
@@ -74,7 +75,13 @@ def error_queues(config: BridgeConfig, forwarder: str | None = None) -> list[Err
                 address=address,
                 name=dialect.grammar.render(address),
                 forwarders=tuple(writers),
-                owners=QueueOwners(database, dialect.grammar, settings.schema, drained),
+                owners=QueueOwners(
+                    database,
+                    dialect.grammar,
+                    settings.schema,
+                    drained,
+                    default_catalog=database_catalog(settings),
+                ),
                 forwarding_queues=drained,
             )
         )

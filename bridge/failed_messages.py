@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from bridge.addressing import AddressError, AddressGrammar, QueueAddress
+from bridge.config.catalogs import same_catalog
 from bridge.config.durations import parse_duration
 from bridge.headers import (
     ATTEMPTS_HEADER,
@@ -29,6 +30,7 @@ from bridge.headers import (
     FAILED_QUEUE_HEADER,
     FAILURE_REASON_HEADER,
     MESSAGE_ID_HEADER,
+    PROCESSING_HOST_HEADERS,
     TIME_OF_FAILURE_HEADER,
     Headers,
     PoisonHeaders,
@@ -46,6 +48,7 @@ BRIDGE_REASONS = (
     "outage-too-long",
     "no-subscribers",
     "bad-event-type",
+    "unreadable-row",
 )
 POISON = "poison"
 REASONS = (*BRIDGE_REASONS, POISON)
@@ -168,9 +171,10 @@ def _is_uuid(text: str) -> bool:
 class QueueOwners:
     """Which forwarder drains a queue in one database, by the queue's address.
 
-    Given the database's name, address grammar and default schema, and each forwarder's
-    resolved queue address. Addresses compare as the transports compare them: table and
-    schema exactly; a catalog only when both name one.
+    Given the database's name, address grammar and default schema, each forwarder's resolved
+    queue address, and the database's own catalog where addresses have catalogs (SQL Server).
+    Addresses compare as the transports compare them: table and schema exactly; catalogs
+    (a missing one being the database's own) without case, when both are known.
     """
 
     def __init__(
@@ -179,11 +183,13 @@ class QueueOwners:
         grammar: AddressGrammar,
         default_schema: str | None,
         queues: Mapping[str, QueueAddress],
+        default_catalog: str | None = None,
     ) -> None:
         self.database = database
         self._grammar = grammar
         self._default_schema = default_schema
         self._queues = dict(queues)
+        self._default_catalog = default_catalog
 
     def owner_of(self, failed_queue: str | None) -> tuple[str | None, str | None]:
         """(forwarder, None) for a queue a forwarder drains, else (None, why not)."""
@@ -200,11 +206,11 @@ class QueueOwners:
                 None,
                 f"its '{FAILED_QUEUE_HEADER}' {failed_queue!r} is not a queue address ({error})",
             )
+        seen = address.catalog or self._default_catalog
         for name, queue in self._queues.items():
+            own = queue.catalog or self._default_catalog
             if (queue.table, queue.schema) == (address.table, address.schema) and (
-                queue.catalog is None
-                or address.catalog is None
-                or queue.catalog.lower() == address.catalog.lower()
+                own is None or seen is None or same_catalog(own, seen)
             ):
                 return name, None
         return None, (
@@ -315,9 +321,18 @@ def missing_ids(ids: Sequence[str], messages: Sequence[FailedMessage]) -> list[s
 def replay_headers(headers: Mapping[str, str | None]) -> Headers:
     """The headers a replayed message goes back to its forwarding queue with: everything but
     what the bridge adds on failure (`NServiceBus.FailedQ`, `NServiceBus.ExceptionInfo.*`,
-    `NServiceBus.TimeOfFailure`, `$.sfbridge.failure-reason`, `$.sfbridge.attempts`). The
-    routing headers and everything the endpoint wrote stay, in their order."""
-    added = (FAILED_QUEUE_HEADER, TIME_OF_FAILURE_HEADER, FAILURE_REASON_HEADER, ATTEMPTS_HEADER)
+    `NServiceBus.TimeOfFailure`, who processed it (`NServiceBus.ProcessingEndpoint`,
+    `NServiceBus.ProcessingMachine`, `$.diagnostics.hostid`, `$.diagnostics.hostdisplayname`),
+    `$.sfbridge.failure-reason`, `$.sfbridge.attempts`). The routing headers, a
+    `NServiceBus.MessageId` (the row's Id, when the message had none) and everything the
+    endpoint wrote stay, in their order."""
+    added = (
+        FAILED_QUEUE_HEADER,
+        TIME_OF_FAILURE_HEADER,
+        FAILURE_REASON_HEADER,
+        ATTEMPTS_HEADER,
+        *PROCESSING_HOST_HEADERS,
+    )
     return {
         key: value
         for key, value in headers.items()

@@ -261,6 +261,7 @@ class BatchForwarder:
                         units,
                         lambda database, mode: self._delivery(connection, database, mode),
                         delivered,
+                        self._outages.suspect,
                     )
                 except SourceFailed as failed:
                     raise failed.error from None
@@ -327,7 +328,7 @@ class BatchForwarder:
         if pause is not None:
             return PausedDelivery(database, pause)
         if database == self.forwarder.database:
-            return LocalDelivery(connection, self.dialect, self._writer)
+            return LocalDelivery(connection, self.dialect, self._writer, self._outages)
         delivery = self._remote.get((database, mode))
         if delivery is None:
             target = Target(

@@ -15,6 +15,8 @@ from typing import Any
 
 import orjson
 
+from bridge.processing_host import ProcessingHost
+
 DESTINATION_HEADER = "$.store-and-forward.destination"
 EVENT_TYPE_HEADER = "$.store-and-forward.eventtype"
 # Set by the bridge on a subscriber's copy whose address is written in another database's
@@ -29,6 +31,17 @@ TIME_SENT_HEADER = "NServiceBus.TimeSent"
 FAILED_QUEUE_HEADER = "NServiceBus.FailedQ"
 TIME_OF_FAILURE_HEADER = "NServiceBus.TimeOfFailure"
 EXCEPTION_HEADER_PREFIX = "NServiceBus.ExceptionInfo."
+# Who handled the failed message (`bridge.processing_host`).
+PROCESSING_ENDPOINT_HEADER = "NServiceBus.ProcessingEndpoint"
+PROCESSING_MACHINE_HEADER = "NServiceBus.ProcessingMachine"
+HOST_ID_HEADER = "$.diagnostics.hostid"
+HOST_DISPLAY_NAME_HEADER = "$.diagnostics.hostdisplayname"
+PROCESSING_HOST_HEADERS = (
+    PROCESSING_ENDPOINT_HEADER,
+    PROCESSING_MACHINE_HEADER,
+    HOST_ID_HEADER,
+    HOST_DISPLAY_NAME_HEADER,
+)
 
 # The bridge may add headers only under its own prefix.
 BRIDGE_HEADER_PREFIX = "$.sfbridge."
@@ -150,13 +163,18 @@ def with_failure_headers(
     message: str,
     reason: str,
     failed_at: datetime,
+    processed_by: ProcessingHost,
+    row_id: str,
     attempts: int | None = None,
     stack_trace: str | None = None,
 ) -> Headers:
     """Headers for the error queue, in the shape NServiceBus Core and ServicePulse expect.
 
-    The routing headers are kept so that a retry from ServicePulse (which sends the message
-    back to `NServiceBus.FailedQ`, the forwarding queue) goes through the bridge again.
+    Given the queue the message failed in (its canonical address), what went wrong, who
+    handled it and the row's Id, which becomes `NServiceBus.MessageId` when the message has
+    none (NServiceBus uses the native Id then, and writes it on the failed copy). The routing
+    headers are kept so that a retry from ServicePulse (which sends the message back to
+    `NServiceBus.FailedQ`, the forwarding queue) goes through the bridge again.
     """
     result: Headers = {
         key: value
@@ -164,12 +182,18 @@ def with_failure_headers(
         if not key.startswith(EXCEPTION_HEADER_PREFIX)
         and key not in ("NServiceBus.Retries", "NServiceBus.FLRetries")
     }
+    if not result.get(MESSAGE_ID_HEADER):
+        result[MESSAGE_ID_HEADER] = row_id
     result[FAILED_QUEUE_HEADER] = failed_queue
     result[EXCEPTION_HEADER_PREFIX + "ExceptionType"] = exception_type
     result[EXCEPTION_HEADER_PREFIX + "Message"] = message[:MAX_EXCEPTION_TEXT]
     result[EXCEPTION_HEADER_PREFIX + "Source"] = "sfbridge"
     result[EXCEPTION_HEADER_PREFIX + "StackTrace"] = (stack_trace or message)[:MAX_EXCEPTION_TEXT]
     result[TIME_OF_FAILURE_HEADER] = wire_date(failed_at)
+    result[PROCESSING_ENDPOINT_HEADER] = processed_by.endpoint
+    result[PROCESSING_MACHINE_HEADER] = processed_by.machine
+    result[HOST_ID_HEADER] = processed_by.host_id
+    result[HOST_DISPLAY_NAME_HEADER] = processed_by.host_display_name
     result[FAILURE_REASON_HEADER] = reason
     if attempts is not None:
         result[ATTEMPTS_HEADER] = str(attempts)

@@ -33,8 +33,8 @@ from bridge.dialects.base import COUNTERS_TABLE, TRANSACTIONS_TABLE
 from bridge.drivers import (
     Connection,
     DatabaseError,
+    LockTimeout,
     QueueNotFound,
-    TransientDatabaseError,
     UndefinedObject,
 )
 from bridge.transactions import ABORT, COMMIT, GID_PREFIX, gid_pattern, utcnow
@@ -200,7 +200,7 @@ def _decision(
             outcome = str(rows[0][0]) if rows else ABORT
         source.commit()
         return outcome
-    except TransientDatabaseError:
+    except LockTimeout:
         source.rollback()  # the lock timeout: the batch that prepared it is still running
         return None
     except BaseException:

@@ -37,14 +37,18 @@ class ClaimedMessage:
     attempts: int = 0
     first_failure_at: datetime | None = None
     last_error: str | None = None
-    # Why the row could not be read as a message (a value of the wrong type in an untyped
-    # SQLite column); such a message is poison, moved to the error queue as it was.
+    # Why the row could not be read as a message, column by column (a value the driver cannot
+    # convert, out of range, or of a type the transport never writes; `bridge.claim.RowReader`):
+    # it goes to the error queue with what could be read.
     unreadable: str | None = None
     # Bytes of body and headers as the claim measured them (what `batch_bytes` bounds).
     claimed_size: int = 0
 
 
 # -- decisions (bridge.classify) --------------------------------------------------------------
+
+# The failure reason (`$.sfbridge.failure-reason`) of a row the claim could not read whole.
+UNREADABLE_ROW = "unreadable-row"
 
 
 @dataclass(frozen=True)

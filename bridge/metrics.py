@@ -41,6 +41,7 @@ from bridge.config.listen import parse_listen
 from bridge.config.model import BridgeConfig
 from bridge.connections import Connections
 from bridge.drivers import DatabaseError
+from bridge.forwarder_health import ForwarderHealth
 from bridge.outages import OutageTracker
 from bridge.pauses import PauseState
 from bridge.settle import (
@@ -93,6 +94,7 @@ class BridgeMetrics:
         self._lock = threading.Lock()
         self._config = config
         self._outages = outages
+        self._health: ForwarderHealth | None = None
         self._samples: dict[str, _Sample] = {}
         self._forwarding_down: set[str] = set()
         self._server: object | None = None
@@ -170,17 +172,25 @@ class BridgeMetrics:
 
     # -- configuration ---------------------------------------------------------------------
 
-    def use_config(self, config: BridgeConfig, outages: OutageTracker | None) -> None:
-        """Follow a (re)loaded configuration and its outage tracker."""
+    def use_config(
+        self,
+        config: BridgeConfig,
+        outages: OutageTracker | None,
+        health: ForwarderHealth | None = None,
+    ) -> None:
+        """Follow a (re)loaded configuration, its outage tracker and forwarder health."""
         with self._lock:
             self._config = config
             self._outages = outages
+            self._health = health
             names = {forwarder.name for forwarder in config.forwarders}
             self._samples = {n: s for n, s in self._samples.items() if n in names}
             self._forwarding_down &= set(config.databases)
         for forwarder in config.forwarders:
             for outcome in OUTCOME_LABELS.values():
                 self.messages.labels(forwarder.name, outcome)  # present at 0 from the start
+            # At 0 too, so that increase() sees the first suspected duplicates (an alert).
+            self.suspected_duplicates.labels(forwarder.name)
             self.workers_busy.labels(forwarder.name)
 
     def set_workers(self, counts: Mapping[str, int]) -> None:
@@ -283,6 +293,7 @@ class BridgeMetrics:
         with self._lock:
             config = self._config
             outages = self._outages
+            health = self._health
             samples = dict(self._samples)
             forwarding_down = set(self._forwarding_down)
             sampled_at = self._sampled_at
@@ -332,6 +343,16 @@ class BridgeMetrics:
             trouble = outages.in_trouble(database) if outages is not None else False
             up.add_metric([database], 0 if trouble or database in forwarding_down else 1)
         yield up
+        failing = GaugeMetricFamily(
+            "sfbridge_forwarder_failing",
+            "1 while the forwarder's batches fail (its queue cannot be read, or a batch fails "
+            "every time): it forwards nothing until they succeed again.",
+            labels=["forwarder"],
+        )
+        failing_now = {state.forwarder for state in health.failing()} if health else set()
+        for forwarder in config.forwarders:
+            failing.add_metric([forwarder.name], 1 if forwarder.name in failing_now else 0)
+        yield failing
 
 
 class _StateCollector(Collector):

@@ -86,3 +86,14 @@ def report_exception(error: BaseException) -> None:
         sentry_sdk.capture_exception(error)
     except Exception:  # a failing observer must never stop delivery
         logging.getLogger(__name__).debug("could not report exception to Sentry", exc_info=True)
+
+
+def flush_sentry(timeout: float = 2.0) -> None:
+    """Send what Sentry still holds, for at most `timeout` seconds; never raises."""
+    try:
+        import sentry_sdk
+
+        if sentry_sdk.is_initialized():
+            sentry_sdk.flush(timeout=timeout)
+    except Exception:
+        logging.getLogger(__name__).debug("could not flush Sentry", exc_info=True)

@@ -52,6 +52,9 @@ class OutageTracker:
         self._states: dict[str, DatabaseState] = {}
         self._next_probe: dict[str, float] = {}  # monotonic
         self._next_reminder: dict[str, float] = {}
+        # Tables another session held locked past the query timeout: (database, table) ->
+        # (monotonic time until which they count as busy, the error).
+        self._busy: dict[tuple[str, str], tuple[float, str]] = {}
         self._lock = threading.Lock()
         self.version = 0  # grows with every change of state, for whoever publishes them
 
@@ -135,6 +138,49 @@ class OutageTracker:
             for name in due:
                 self._schedule_probe(name)
             return due
+
+    def record_busy(self, database: str, table: str, error: str) -> None:
+        """`table` (rendered) in `database` stayed locked by another session for the whole
+        query timeout (an ALTER TABLE, a VACUUM FULL, a migration): for one probe interval
+        its messages fail at once instead of each batch waiting out the lock again."""
+        with self._lock:
+            key = (database, table)
+            if key not in self._busy:
+                log.warning(
+                    "%s in database '%s' is locked by another session (%s); its messages wait "
+                    "in retry storage and it is tried again every %s",
+                    table,
+                    database,
+                    error,
+                    _duration(timedelta(seconds=self._interval)),
+                )
+            self._busy[key] = (time.monotonic() + self._interval, error)
+
+    def busy(self, database: str, table: str) -> str | None:
+        """The lock error while `table` counts as busy (`record_busy`), else None."""
+        with self._lock:
+            found = self._busy.get((database, table))
+            if found is None:
+                return None
+            until, error = found
+            if time.monotonic() < until:
+                return error
+            return None
+
+    def record_free(self, database: str, table: str) -> None:
+        """`table` was written to again: no longer busy."""
+        with self._lock:
+            if self._busy.pop((database, table), None) is not None:
+                log.warning("%s in database '%s' takes messages again", table, database)
+
+    def suspect(self, database: str) -> bool:
+        """Whether `database` failed lately: in trouble now, or a table of it found locked and
+        not written to since."""
+        with self._lock:
+            state = self._states.get(database)
+            if state is not None and state.in_trouble:
+                return True
+            return any(name == database for name, _ in self._busy)
 
     def states(self) -> list[DatabaseState]:
         with self._lock:

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from bridge.addressing import AddressError, QueueAddress
+from bridge.config.catalogs import database_catalog, same_catalog
 from bridge.config.model import (
     BridgeConfig,
     DatabaseConfig,
@@ -42,7 +43,6 @@ __all__ = [
     "REPLY_TO_ADDRESS_HEADER",
     "SUBSCRIBER_ADDRESS_HEADER",
     "ReplyAddresses",
-    "connection_catalog",
     "forwarder_router",
     "proxy_destination",
     "resolve_fixed_destination",
@@ -100,15 +100,6 @@ def forwarder_router(config: BridgeConfig, forwarder: ForwarderConfig) -> Router
         replies=ReplyAddresses.from_config(config),
         default_transaction=config.delivery.transaction,
     )
-
-
-def connection_catalog(connection: str | None) -> str | None:
-    """The database an ODBC connection string opens (`Database=` or `Initial Catalog=`)."""
-    for part in (connection or "").split(";"):
-        key, equals, value = part.partition("=")
-        if equals and key.strip().lower() in ("database", "initial catalog") and value.strip():
-            return value.strip().strip("{}")
-    return None
 
 
 @dataclass(frozen=True)
@@ -185,15 +176,15 @@ def _same_queue(configured: QueueAddress, seen: QueueAddress, database: Database
     """Whether a reply address (`seen`, resolved in `database`) names the configured queue.
 
     Table and schema compare exactly, as the transports compare addresses. A catalog in the
-    address (SQL Server, always since transport 7.0) must be the database's own, as far as its
-    connection string tells; SQL Server compares database names without case.
+    address (SQL Server, always since transport 7.0) must be the database's own
+    (`bridge.config.catalogs`).
     """
     if (configured.table, configured.schema) != (seen.table, seen.schema):
         return False
     if seen.catalog is None:
         return True
-    expected = configured.catalog or connection_catalog(database.connection)
-    return expected is None or expected.lower() == seen.catalog.lower()
+    expected = configured.catalog or database_catalog(database)
+    return expected is None or same_catalog(expected, seen.catalog)
 
 
 def _already_names(address: str, way: _WayBack, target: DatabaseConfig) -> bool:
@@ -203,8 +194,6 @@ def _already_names(address: str, way: _WayBack, target: DatabaseConfig) -> bool:
         there = grammar.resolve(grammar.parse(address), target.schema, None)
     except AddressError:
         return False
-    if there.catalog is not None:
-        own = connection_catalog(target.connection)
-        if own is None or own.lower() != there.catalog.lower():
-            return False
+    if there.catalog is not None and not same_catalog(there.catalog, database_catalog(target)):
+        return False
     return (there.table, there.schema) == (way.queue.table, way.queue.schema)

@@ -23,6 +23,7 @@ from bridge.drivers import (
     DatabaseError,
     DatabaseUnavailable,
     DuplicateKey,
+    LockTimeout,
     NotSupported,
     PermissionDenied,
     QueueNotFound,
@@ -292,7 +293,8 @@ def _batched(
                 _row(dialect, items[p], row_id) for p, row_id in zip(positions, ids, strict=True)
             ]
             writer.write_rows(connection, dialect, "send_many", address, rows)
-        except QueueNotFound as error:
+        except (QueueNotFound, LockTimeout) as error:
+            # The table's failure, not a row's: every item bound for it (`item_failure`).
             raise ItemWriteError(positions[0], error) from None
         except (DatabaseUnavailable, TransientDatabaseError):
             raise
@@ -329,7 +331,7 @@ def _stream_to_ledger(
         raise LedgerConflict() from None
     except PermissionDenied as error:
         raise LedgerDenied(error.database, error.detail) from None
-    except (DatabaseUnavailable, TransientDatabaseError, BridgeTableMissing):
+    except (DatabaseUnavailable, TransientDatabaseError, BridgeTableMissing, LockTimeout):
         raise
     except (DatabaseError, ValueError, TypeError):
         raise NotIsolated() from None
@@ -353,7 +355,7 @@ def _record_in_ledger(
                 rows = connection.query(sql, parameters)
         except PermissionDenied as error:
             raise LedgerDenied(error.database, error.detail) from None
-        except (DatabaseUnavailable, TransientDatabaseError, BridgeTableMissing):
+        except (DatabaseUnavailable, TransientDatabaseError, BridgeTableMissing, LockTimeout):
             raise
         except (DatabaseError, ValueError, TypeError):
             raise NotIsolated() from None
@@ -374,14 +376,23 @@ def _one_by_one(
         try:
             if ledger is not None:
                 with owned_table(LEDGER_DESCRIPTION, dialect.grammar.render(ledger)):
-                    recorded = _record_one(connection, dialect, ledger, decision)
+                    try:
+                        recorded = _record_one(connection, dialect, ledger, decision)
+                    except LockTimeout as error:
+                        raise LedgerLocked(error.database, error.detail) from None
                 if recorded == 0:
                     results[position] = Duplicate()
                     continue
             address = decision.destination.address
             row = _row(dialect, item, new_ids(dialect, 1)[0])
             writer.write(connection, dialect, "send", address, row)
-        except (DatabaseUnavailable, TransientDatabaseError, BridgeTableMissing, LedgerDenied):
+        except (
+            DatabaseUnavailable,
+            TransientDatabaseError,
+            BridgeTableMissing,
+            LedgerDenied,
+            LedgerLocked,
+        ):
             raise
         except DatabaseError as error:
             raise ItemWriteError(position, error) from None
@@ -394,6 +405,10 @@ def _one_by_one(
 
 class LedgerDenied(PermissionDenied):
     """The login may not write the ledger: the whole database is not ready, not one message."""
+
+
+class LedgerLocked(LockTimeout):
+    """Someone holds a lock on the ledger: every message of the database waits, not one."""
 
 
 def _record_one(

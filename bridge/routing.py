@@ -2,7 +2,9 @@
 
 The header is written in the forwarding database's own address grammar (that is where the
 sending endpoint lives). Routes match a glob on the destination's table name, first match
-wins; the address is then resolved and rendered for the destination database's dialect.
+wins, unless a SQL Server catalog in the address names a configured database (see
+`choose_route`); the address is then resolved and rendered for the destination database's
+dialect.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from bridge.addressing import AddressError, QueueAddress
+from bridge.config.catalogs import database_catalog, databases_of_catalog, same_catalog
 from bridge.config.model import DatabaseConfig, RouteConfig, TransactionMode
 from bridge.dialects.registry import grammar_for
 from bridge.headers import Headers, without_routing_headers
@@ -106,15 +109,30 @@ class Router:
                 grammar_source = self._databases[address_database]
             decision = route_destination(
                 destination_header,
-                grammar_source,
+                self._source,
                 self._routes,
                 self._databases,
                 default_transaction=self._default_transaction,
+                written_in=grammar_source,
             )
             # Bounded: a stream of distinct bogus destinations must not grow memory forever.
             if len(self._cache) < 10_000:
                 self._cache[key] = decision
         return decision
+
+
+@dataclass(frozen=True)
+class RouteChoice:
+    """How one destination address was routed, as `sfbridge route` explains it.
+
+    `decision` is what the data path gets; `route` the index in `routes` of the route that
+    matched (None when none did, or the address's catalog chose a database without one);
+    `catalog` says what the address's catalog did, None when it named none.
+    """
+
+    decision: Destination | Unroutable
+    route: int | None = None
+    catalog: str | None = None
 
 
 def route_destination(
@@ -124,66 +142,164 @@ def route_destination(
     databases: Mapping[str, DatabaseConfig],
     *,
     default_transaction: TransactionMode = "ledger",
+    written_in: DatabaseConfig | None = None,
 ) -> Destination | Unroutable:
-    """Route one destination header value; see the module docstring for the rules. The
-    destination's transaction mode is the route's, else `default_transaction`."""
-    source_grammar = grammar_for(source.dialect)
+    """Route one destination header value; see `choose_route`."""
+    return choose_route(
+        destination_header,
+        source,
+        routes,
+        databases,
+        default_transaction=default_transaction,
+        written_in=written_in,
+    ).decision
+
+
+def choose_route(
+    destination_header: str,
+    source: DatabaseConfig,
+    routes: Sequence[RouteConfig],
+    databases: Mapping[str, DatabaseConfig],
+    *,
+    default_transaction: TransactionMode = "ledger",
+    written_in: DatabaseConfig | None = None,
+) -> RouteChoice:
+    """Route one destination header value from the forwarding database `source`.
+
+    The address is read in the grammar of `written_in` (default: `source`). The first route
+    whose glob matches its table wins, and its database receives the message, unless the
+    address names a SQL Server catalog (see `bridge.config.catalogs`):
+
+    - the forwarding database's own catalog (what an endpoint writes by default): the route
+      decides, and the catalog is dropped;
+    - the catalog of configured databases: the message goes there, by the first matching
+      route to one of them, or, without one, to the only such database with its defaults;
+      the catalog is dropped (the database's connection opens it);
+    - any other catalog: the route decides, and the catalog is kept, so the queue is that
+      catalog's on the route's database's server (three-part name).
+
+    The destination's transaction mode is the route's, else `default_transaction`.
+    """
+    grammar_source = written_in or source
     try:
-        parsed = source_grammar.parse(destination_header)
+        parsed = grammar_for(grammar_source.dialect).parse(destination_header)
     except AddressError as error:
-        return Unroutable(
-            f"destination {destination_header!r} is not a valid {source.dialect} address "
-            f"({error}); fix the '$.store-and-forward.destination' header"
+        return RouteChoice(
+            Unroutable(
+                f"destination {destination_header!r} is not a valid {grammar_source.dialect} "
+                f"address ({error}); fix the '$.store-and-forward.destination' header"
+            )
         )
-    route = first_matching_route(parsed.table, routes)
+    allowed, catalog_note = _catalog_rule(parsed, source, databases)
+    index, route = _first_route(parsed.table, routes, allowed)
     if route is None:
-        return Unroutable(_no_route_reason(parsed.table, routes))
+        if allowed is None or len(allowed) > 1:
+            reason = _no_route_reason(parsed.table, routes, allowed, parsed.catalog)
+            return RouteChoice(Unroutable(reason), None, catalog_note)
+        route = RouteConfig(parsed.table, next(iter(allowed)))
     target = databases[route.database]
     try:
-        address = resolve_for_target(parsed, source, target, route)
+        address = resolve_for_target(parsed, grammar_source, target, route, forwarding=source)
         canonical = grammar_for(target.dialect).render(address)
     except AddressError as error:
         # e.g. '@' in a table bound for SQLite, or a name over PostgreSQL's length limit.
-        return Unroutable(
-            f"destination {destination_header!r} cannot be a {target.dialect} queue in database "
-            f"'{target.name}' ({error}); route it elsewhere or rename the queue"
+        return RouteChoice(
+            Unroutable(
+                f"destination {destination_header!r} cannot be a {target.dialect} queue in "
+                f"database '{target.name}' ({error}); route it elsewhere or rename the queue"
+            ),
+            index,
+            catalog_note,
         )
-    return Destination(
+    destination = Destination(
         database=target.name,
         address=address,
         canonical=canonical,
         transaction=route.transaction or default_transaction,
     )
+    return RouteChoice(destination, index, catalog_note)
+
+
+def _catalog_rule(
+    parsed: QueueAddress, source: DatabaseConfig, databases: Mapping[str, DatabaseConfig]
+) -> tuple[tuple[str, ...] | None, str | None]:
+    """(the databases the address's catalog allows, None for any; what the catalog did)."""
+    catalog = parsed.catalog
+    if catalog is None:
+        return None, None
+    if same_catalog(catalog, database_catalog(source)):
+        return None, (
+            f"[{catalog}] is the forwarding database '{source.name}' itself, which endpoints "
+            "write by default: the route decides"
+        )
+    named = databases_of_catalog(catalog, databases)
+    if not named:
+        return None, (
+            f"[{catalog}] is no configured database's: the route decides, and a SQL Server "
+            "database there reaches the queue in that catalog on its server"
+        )
+    names = tuple(database.name for database in named)
+    listed = ", ".join(f"'{name}'" for name in names)
+    return names, f"[{catalog}] is database {listed}: the message goes there"
+
+
+def _first_route(
+    table: str, routes: Sequence[RouteConfig], allowed: tuple[str, ...] | None
+) -> tuple[int | None, RouteConfig | None]:
+    for index, route in enumerate(routes):
+        if (allowed is None or route.database in allowed) and route.matches(table):
+            return index, route
+    return None, None
 
 
 def first_matching_route(table: str, routes: Sequence[RouteConfig]) -> RouteConfig | None:
     """The first route whose glob matches the table name (case-sensitive, like NServiceBus)."""
-    for route in routes:
-        if route.matches(table):
-            return route
-    return None
+    return _first_route(table, routes, None)[1]
 
 
 def resolve_for_target(
-    parsed: QueueAddress, source: DatabaseConfig, target: DatabaseConfig, route: RouteConfig
+    parsed: QueueAddress,
+    source: DatabaseConfig,
+    target: DatabaseConfig,
+    route: RouteConfig,
+    *,
+    forwarding: DatabaseConfig | None = None,
 ) -> QueueAddress:
     """Fill in schema and catalog for the destination database.
 
     Schema: the route's override, then the address's own schema (only when source and target
     speak the same dialect: a PostgreSQL schema means nothing to SQL Server), then the target
     database's default schema, then the dialect default. The catalog travels only between
-    databases of the same dialect too.
+    databases of the same dialect too, and not when it is the target's own or the forwarding
+    database's (`forwarding`, default `source`): those are the connection's database.
     """
     same_dialect = source.dialect == target.dialect
+    catalog = parsed.catalog if same_dialect else None
+    if same_catalog(catalog, database_catalog(target)) or same_catalog(
+        catalog, database_catalog(forwarding or source)
+    ):
+        catalog = None
     carried = QueueAddress(
         table=parsed.table,
         schema=route.schema or (parsed.schema if same_dialect else None),
-        catalog=parsed.catalog if same_dialect else None,
+        catalog=catalog,
     )
     return grammar_for(target.dialect).resolve(carried, target.schema, None)
 
 
-def _no_route_reason(table: str, routes: Sequence[RouteConfig]) -> str:
+def _no_route_reason(
+    table: str,
+    routes: Sequence[RouteConfig],
+    allowed: tuple[str, ...] | None = None,
+    catalog: str | None = None,
+) -> str:
+    if allowed is not None:
+        listed = ", ".join(f"'{name}'" for name in allowed)
+        return (
+            f"catalog [{catalog}] names databases {listed} (databases of one name on several "
+            f"servers), and no route for table {table!r} leads to one of them. Add a route "
+            "for it to the database meant."
+        )
     patterns = [route.match for route in routes]
     hint = ""
     close = difflib.get_close_matches(table, patterns, n=1, cutoff=0.6)

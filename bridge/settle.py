@@ -21,6 +21,7 @@ from bridge.dialects import Dialect
 from bridge.drivers import Connection
 from bridge.headers import Headers, serialize_headers, with_failure_headers
 from bridge.messages import (
+    UNREADABLE_ROW,
     ClaimedMessage,
     Deliver,
     Delivered,
@@ -34,6 +35,7 @@ from bridge.messages import (
     SubscribersUnknown,
     Unit,
 )
+from bridge.processing_host import processing_host
 from bridge.queue_writes import QueueWriter
 from bridge.retry_policy import gives_up_after, next_attempt_at, waited_too_long
 from bridge.tables import ForwarderTables, owned_table
@@ -114,8 +116,13 @@ def fate_of(
     if isinstance(outcome, Expired):
         return Count(EXPIRED)
     if isinstance(outcome, Reject):
+        exception_type = (
+            "SFBridge.UnreadableRow"
+            if outcome.reason_code == UNREADABLE_ROW
+            else "SFBridge.UnroutableMessage"
+        )
         return DeadLetter(
-            outcome.headers, outcome.reason_code, outcome.reason, "SFBridge.UnroutableMessage", None
+            outcome.headers, outcome.reason_code, outcome.reason, exception_type, None
         )
     if isinstance(outcome, NoSubscribers):
         if no_subscribers == "drop":
@@ -365,11 +372,13 @@ class Settlement:
     def _dead_letter_with_reason(self, message: ClaimedMessage, fate: DeadLetter) -> None:
         failure_headers = with_failure_headers(
             fate.headers,
-            failed_queue=self._tables.queue_canonical,
+            failed_queue=self._tables.failed_queue,
             exception_type=fate.exception_type,
             message=fate.reason,
             reason=fate.code,
             failed_at=self._now,
+            processed_by=processing_host(self._forwarder.name),
+            row_id=str(message.row_id),
             attempts=fate.attempts,
         )
         self._dead_letter(message, serialize_headers(failure_headers))

@@ -10,14 +10,14 @@ from typing import Any
 
 from bridge.config.model import BridgeConfig, ForwarderConfig
 from bridge.connections import Connections
-from bridge.destination_states import read_states
-from bridge.dialects import dialect_for
+from bridge.destination_states import read_forwarder_states, read_states
+from bridge.dialects import Dialect, dialect_for
 from bridge.drivers import Connection, DatabaseError, QueueNotFound
 from bridge.headers import TIME_SENT_HEADER, PoisonHeaders, parse_headers, parse_wire_date
 from bridge.in_doubt import old_prepared_transactions
 from bridge.pauses import PauseState, read_pauses
 from bridge.proxies import proxy_destination
-from bridge.tables import forwarder_tables
+from bridge.tables import ForwarderTables, forwarder_tables
 
 # Destination states older than this were written by a daemon that is probably not running.
 STALE_STATE_SECONDS = 120.0
@@ -172,6 +172,13 @@ def _forwarder_status(config: BridgeConfig, name: str, connections: Connections)
         status["proxy_for"] = {"database": proxy.database, "queue": proxy.canonical}
     try:
         connection = connections.get(forwarder.database)
+        # First, and apart: it is what tells why the rest may not be readable (a locked queue).
+        status["failing"] = _failing(connection, dialect, tables, forwarder.name)
+    except DatabaseError:
+        connections.discard(forwarder.database)
+        status["failing"] = []
+    try:
+        connection = connections.get(forwarder.database)
         depths = read_queue_depths(config, forwarder, connection)
         status["queued"] = depths.queued
         status["in_error"] = depths.in_error
@@ -217,6 +224,36 @@ def _forwarder_status(config: BridgeConfig, name: str, connections: Connections)
         connections.discard(forwarder.database)
         status["error"] = str(error)
     return status
+
+
+def _failing(
+    connection: Connection, dialect: Dialect, tables: ForwarderTables, forwarder: str
+) -> list[dict[str, Any]]:
+    """What daemons running now say about the forwarder's batches failing (the forwarder
+    states table; rows of daemons not heard from for `STALE_STATE_SECONDS` are left out)."""
+    connection.begin()
+    try:
+        rows = read_forwarder_states(connection, dialect, tables.forwarder_states)
+    except QueueNotFound:  # made by an sfbridge before forwarder states
+        rows = []
+    finally:
+        connection.rollback()
+    now = datetime.now(UTC).replace(tzinfo=None)
+    failing = []
+    for row in rows:
+        age = (now - row["updated_at"]).total_seconds()
+        if row["forwarder"] != forwarder or row["state"] != "failing" or age > STALE_STATE_SECONDS:
+            continue
+        failing.append(
+            {
+                "reported_by": row["reported_by"],
+                "since": _iso(row["since"]),
+                "failed_batches": row["failures"],
+                "last_error": row["last_error"],
+                "seen_seconds_ago": round(max(age, 0.0), 1),
+            }
+        )
+    return failing
 
 
 def _age_of(headers_text: str | None) -> float | None:
@@ -283,6 +320,13 @@ def _render_forwarders(statuses: list[dict[str, Any]]) -> list[str]:
         if "proxy_for" in status:
             proxy = status["proxy_for"]
             lines.append(f"  proxy for          {proxy['queue']} in database '{proxy['database']}'")
+        for failing in status["failing"]:
+            lines.append(
+                f"  FAILING            since {failing['since']}: {failing['failed_batches']} "
+                f"batch(es) failed (seen {_human(failing['seen_seconds_ago'])} ago by "
+                f"{failing['reported_by']}); it forwards nothing until they succeed"
+            )
+            lines.append(f"                     last error: {failing['last_error']}")
         if "error" in status:
             lines.append(f"  UNAVAILABLE: {status['error']}")
             continue

@@ -1,12 +1,12 @@
 """The tables a forwarder works with, and creating the tables the bridge owns.
 
 The bridge owns, in each forwarding database, the forwarding queue (its input queue, as an
-endpoint owns its own), the error queue, retry storage, counters, event types and destination
-states, and where the dialect keeps them the transaction records of `bridge.transactions`;
-in each destination database reached with `transaction: ledger`, the dedup ledger (see
-`bridge.ledger`). `sfbridge install` creates them all up front. The daemon creates one it
-finds missing while it works (unless `install.at_runtime` is false), so a database that is
-dropped and recreated heals.
+endpoint owns its own), the error queue, retry storage, counters, event types, destination and
+forwarder states, and where the dialect keeps them the transaction records of
+`bridge.transactions`; in each destination database reached with `transaction: ledger`, the
+dedup ledger (see `bridge.ledger`). `sfbridge install` creates them all up front. The daemon
+creates one it finds missing while it works (unless `install.at_runtime` is false), so a
+database that is dropped and recreated heals.
 Destination queues are never created by the bridge: they belong to the receiving endpoints.
 """
 
@@ -17,12 +17,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from bridge.addressing import QueueAddress
+from bridge.config.catalogs import database_catalog
 from bridge.config.model import BridgeConfig, ForwarderConfig
 from bridge.dialects import Dialect, dialect_for
 from bridge.dialects.base import (
     COUNTERS_TABLE,
     DESTINATION_STATES_TABLE,
     EVENT_TYPES_TABLE,
+    FORWARDER_STATES_TABLE,
     PAUSES_TABLE,
     RETRY_TABLE,
     TRANSACTIONS_TABLE,
@@ -47,8 +49,12 @@ class ForwarderTables:
     counters: QueueAddress
     event_types: QueueAddress
     destination_states: QueueAddress
+    forwarder_states: QueueAddress
     pauses: QueueAddress
     queue_canonical: str
+    # The queue as `NServiceBus.FailedQ` names it: with its catalog, where addresses have
+    # catalogs, as NServiceBus writes it (`table@[schema]@[catalog]`).
+    failed_queue: str
     # Two-phase decisions and at-least-once records (`bridge.transactions`), where the
     # dialect keeps them.
     transactions: QueueAddress
@@ -67,8 +73,12 @@ def forwarder_tables(config: BridgeConfig, forwarder: ForwarderConfig) -> Forwar
         counters=dialect.bridge_table(COUNTERS_TABLE, database.schema),
         event_types=dialect.bridge_table(EVENT_TYPES_TABLE, database.schema),
         destination_states=dialect.bridge_table(DESTINATION_STATES_TABLE, database.schema),
+        forwarder_states=dialect.bridge_table(FORWARDER_STATES_TABLE, database.schema),
         pauses=dialect.bridge_table(PAUSES_TABLE, database.schema),
         queue_canonical=grammar.render(queue),
+        failed_queue=grammar.render(
+            QueueAddress(queue.table, queue.schema, queue.catalog or database_catalog(database))
+        ),
         transactions=dialect.bridge_table(TRANSACTIONS_TABLE, database.schema),
     )
 
@@ -118,6 +128,12 @@ def forwarder_table_steps(config: BridgeConfig, forwarder: ForwarderConfig) -> l
         tables.destination_states,
         "create_destination_states_table",
         "destination_states",
+    )
+    step(
+        "forwarder states",
+        tables.forwarder_states,
+        "create_forwarder_states_table",
+        "forwarder_states",
     )
     step("pauses", tables.pauses, "create_pauses_table", "pauses")
     if dialect.records_transactions:

@@ -1,6 +1,7 @@
 """The checks that span several keys, run on what the walk kept of a document.
 
-References between sections (every `database` names a configured one), forwarders (unique
+References between sections (every `database` names a configured one), SQL Server catalogs
+(`bridge.config.catalog_checks`), forwarders (unique
 names, one forwarder per queue, an error queue apart from the queue), routes (unreachable ones,
 schemas on sqlite), subscriber addresses (parsed in every forwarding dialect, routable, not
 repeated), subscription tables and the retry durations. Queue addresses are parsed with the
@@ -14,9 +15,15 @@ import json
 from collections.abc import Mapping
 
 from bridge.addressing import AddressError, QueueAddress
+from bridge.config.catalog_checks import (
+    check_catalogs,
+    database_config,
+    database_configs,
+    where_routes_decide,
+)
 from bridge.config.durations import format_duration
 from bridge.config.messages import join_path, suggestion
-from bridge.config.model import DatabaseConfig, FixedDestination, RouteConfig
+from bridge.config.model import FixedDestination, RouteConfig
 from bridge.config.problems import ProblemLog
 from bridge.config.proxy_addresses import fixed_destination_address
 from bridge.config.schema import DELIVERY, LEDGER, RETRIES, ROUTES, SUBSCRIPTIONS
@@ -25,6 +32,7 @@ from bridge.dialects.registry import dialects, grammar_for
 
 __all__ = [
     "check_across_keys",
+    "check_catalogs",
     "check_forwarders",
     "check_proxies",
     "check_references",
@@ -43,6 +51,7 @@ def check_across_keys(document: Document, log: ProblemLog) -> None:
     subscriber given twice for one topic is kept once.
     """
     check_references(document, log)
+    check_catalogs(document, log)
     check_forwarders(document, log)
     check_proxies(document, log)
     check_routes(document, log)
@@ -86,19 +95,6 @@ def _check_reference(document: Document, log: ProblemLog, name: str, path: str) 
     log.error(join_path(path, "database"), f"no database named {name!r}{hint}")
 
 
-def _database_config(document: Document, name: object) -> DatabaseConfig | None:
-    """What addressing needs of a database (its dialect and schema); None when unknown."""
-    entry = document.databases.get(name) if isinstance(name, str) else None
-    if entry is None or entry.values.get("dialect") is None:
-        return None
-    return DatabaseConfig(
-        name=str(name),
-        dialect=entry.values["dialect"],
-        connection=entry.values.get("connection"),
-        schema=entry.values.get("schema"),
-    )
-
-
 def check_proxies(document: Document, log: ProblemLog) -> None:
     """A proxy's destination is a queue its database can hold, is not the proxy itself, and
     no forwarder drains a queue that a proxy delivers to (an endpoint's real queue); routes
@@ -108,7 +104,7 @@ def check_proxies(document: Document, log: ProblemLog) -> None:
     for entry in document.forwarders:
         if entry is None:
             continue
-        source = _database_config(document, entry.values.get("database"))
+        source = database_config(document, entry.values.get("database"))
         queue = entry.values.get("queue")
         if source is None or queue is None:
             continue
@@ -120,7 +116,7 @@ def check_proxies(document: Document, log: ProblemLog) -> None:
         drained.append((entry, (source.name, own)))
         fixed = entry.values.get("destination")
         target = (
-            _database_config(document, fixed.database)
+            database_config(document, fixed.database)
             if isinstance(fixed, FixedDestination)
             else None
         )
@@ -312,7 +308,7 @@ def check_transactions(document: Document, log: ProblemLog) -> None:
         path = join_path(join_path(entry.path, "destination"), "transaction")
         if fixed.transaction is None:
             path = f"{path} (from delivery.transaction)"
-        target = _database_config(document, fixed.database)
+        target = database_config(document, fixed.database)
         sources = [(entry.path, entry.values.get("database"), document.dialect_of(entry))]
         _check_two_phase(log, path, fixed.database, target.dialect if target else None, sources)
 
@@ -377,6 +373,12 @@ def check_subscriptions(document: Document, log: ProblemLog) -> None:
     """
     dialects = _forwarding_dialects(document)
     routes = _route_configs(document)
+    databases = database_configs(document)
+    forwarding = [
+        databases[name]
+        for name in dict.fromkeys(e.values.get("database") for e in document.forwarders if e)
+        if isinstance(name, str) and name in databases
+    ]
     for topic, items in document.multimaps.get(SUBSCRIPTIONS.name, {}).items():
         first: dict[object, str] = {}
         unique: list[Item] = []
@@ -388,7 +390,13 @@ def check_subscriptions(document: Document, log: ProblemLog) -> None:
                 except AddressError as exc:
                     log.error(item.path, f"invalid {dialect} address: {exc}")
             if routes is not None:
-                _check_subscriber_route(log, item, parsed, routes)
+                notes = {
+                    dialect: note
+                    for dialect, address in parsed.items()
+                    if (note := where_routes_decide(address, dialect, databases, forwarding))
+                    is not None
+                }
+                _check_subscriber_route(log, item, parsed, routes, notes)
             # The same queue in every forwarding dialect, e.g. `a.b` and `"a"."b"` when all
             # forwarders are postgresql; the text when an address does not parse.
             complete = dialects and len(parsed) == len(dialects)
@@ -420,12 +428,16 @@ def _routed(table: str, routes: list[RouteConfig]) -> bool:
 
 
 def _check_subscriber_route(
-    log: ProblemLog, item: Item, parsed: Mapping[str, QueueAddress], routes: list[RouteConfig]
+    log: ProblemLog,
+    item: Item,
+    parsed: Mapping[str, QueueAddress],
+    routes: list[RouteConfig],
+    notes: Mapping[str, str],
 ) -> None:
     reported: set[str] = set()
     for dialect, address in parsed.items():
         table = address.table
-        if table in reported or _routed(table, routes):
+        if dialect not in notes or table in reported or _routed(table, routes):
             continue
         reported.add(table)
         patterns = [route.match for route in routes]
@@ -439,7 +451,8 @@ def _check_subscriber_route(
         listed = ", ".join(repr(p) for p in patterns)
         log.error(
             item.path,
-            f"no route matches subscriber table {table!r}{hint}{read_as}; routes: {listed}",
+            f"no route matches subscriber table {table!r}{hint}{read_as}{notes[dialect]}; "
+            f"routes: {listed}",
         )
 
 

@@ -27,7 +27,9 @@ class DatabaseConfig:
 
     `connection` is the ODBC connection string with `${VAR}` already expanded (postgresql,
     sqlserver); `path` is the SQLite file (sqlite). `schema` is the default schema used for
-    addresses that name none (None: the dialect's default, `public` / `dbo`).
+    addresses that name none (None: the dialect's default, `public` / `dbo`). `catalog`
+    (sqlserver) is the database's name on its server, as addresses name it (None: the one the
+    connection string opens; see `bridge.config.catalogs`).
     """
 
     name: str
@@ -35,8 +37,11 @@ class DatabaseConfig:
     connection: str | None = None
     path: str | None = None
     schema: str | None = None
+    catalog: str | None = None
     connect_timeout: float = 5.0
     driver: str | None = None  # None: the dialect's default (see `Dialect.drivers`)
+    # The longest one call may take (statement, commit, lock wait); see `bridge.drivers`.
+    query_timeout: float = 15.0
 
 
 @dataclass(frozen=True)

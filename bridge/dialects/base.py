@@ -47,6 +47,9 @@ class ConfiguredDatabase(Protocol):
     def connect_timeout(self) -> float: ...
 
     @property
+    def query_timeout(self) -> float: ...
+
+    @property
     def driver(self) -> str | None: ...
 
 
@@ -89,9 +92,17 @@ TWO_PHASE_STATEMENT_NAMES = frozenset(
 COPY_STATEMENT_NAMES = frozenset(
     {"send_copy", "send_copy_columns", "ledger_record_copy", "ledger_record_copy_columns"}
 )
+# Optional, all or none: each claim again, with its free-text columns (`headers`, retry
+# storage's `last_error`) as the bytes the table stores, in `Dialect.raw_text_encoding`. For
+# drivers that cannot hand back one value they fail to convert (`bridge.claim` claims again
+# with these when a claim raises ValueNotConvertible). Same parameters, same other columns.
+RAW_CLAIM_STATEMENT_NAMES = frozenset(
+    {"receive_batch_raw", "receive_range_raw", "retry_claim_due_raw"}
+)
 OPTIONAL_STATEMENT_GROUPS = (
     ARRAY_STATEMENT_NAMES,
     COPY_STATEMENT_NAMES,
+    RAW_CLAIM_STATEMENT_NAMES,
     TRANSACTION_RECORD_STATEMENT_NAMES,
     TWO_PHASE_STATEMENT_NAMES,
 )
@@ -172,6 +183,9 @@ STATEMENT_NAMES = frozenset(
         "retry_add_destination_database",
         "retry_waiting",
         "create_destination_states_table",
+        "create_forwarder_states_table",
+        "forwarder_state_save",
+        "forwarder_states_read",
         "destination_state_save",
         "destination_states_read",
         "create_pauses_table",
@@ -195,6 +209,7 @@ LEDGER_TABLE = "sfbridge_ledger"
 COUNTERS_TABLE = "sfbridge_counters"
 EVENT_TYPES_TABLE = "sfbridge_event_types"
 DESTINATION_STATES_TABLE = "sfbridge_destination_states"
+FORWARDER_STATES_TABLE = "sfbridge_forwarder_states"
 PAUSES_TABLE = "sfbridge_pauses"
 # What the bridge's global transaction ids are made of (never quoted by a driver: see
 # `Dialect.with_gid`).
@@ -285,6 +300,8 @@ class Dialect:
     findings of the dialect's own (SQL Server: what the transport itself warns about at
     startup). `drivers` names the drivers a database of this dialect can be opened with when
     there is a choice (the `driver` config key), the default first; empty where there is one.
+    `connection_catalog` is set where addresses name catalogs (SQL Server): it reads the
+    database (catalog) a connection string opens, None when the string names none.
     """
 
     name: str
@@ -313,6 +330,9 @@ class Dialect:
     # The column types of each `*_copy` statement, in its column order (see
     # COPY_STATEMENT_NAMES).
     copy_types: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # How the text the `*_raw` claims return is encoded (see RAW_CLAIM_STATEMENT_NAMES).
+    raw_text_encoding: str = "utf-8"
+    connection_catalog: Callable[[str], str | None] | None = None
     # Rendered statements by (overrides, name, rows, tables): the same text is the same
     # object, which pyodbc needs to reuse a prepared statement. Least recently used first;
     # bounded, since row counts and queues (named by messages) vary without end.
@@ -322,6 +342,11 @@ class Dialect:
     _rendered_lock: threading.Lock = field(
         default_factory=threading.Lock, init=False, repr=False, compare=False
     )
+
+    @property
+    def has_catalogs(self) -> bool:
+        """Whether addresses name catalogs (databases on the server): the `catalog` key."""
+        return self.connection_catalog is not None
 
     @property
     def records_transactions(self) -> bool:

@@ -21,7 +21,7 @@ from bridge.addressing import AddressError, QueueAddress, check_characters, chec
 from bridge.dialects.base import ConfiguredDatabase, Dialect, decode_uuid, require_naive_utc
 from bridge.drivers.base import Connection
 from bridge.drivers.odbc import OdbcConnection, with_default_options, with_required_options
-from bridge.drivers.psycopg import PsycopgConnection
+from bridge.drivers.psycopg import PsycopgConnection, keepalive_parameters
 
 # --------------------------------------------------------------------------------------------
 # Queue addresses
@@ -159,6 +159,72 @@ _EXPIRED = (
     f"CASE WHEN {{alias}}expires IS NULL THEN 0 WHEN {{alias}}expires > {_NOW} THEN 0 ELSE 1 END"
 )
 
+# .NET's DateTime, from which NServiceBus writes Expires, spans the years 1 to 9999. A
+# PostgreSQL timestamp also holds infinity, -infinity, BC dates and years up to 294276, which
+# psycopg refuses to load and psqlODBC silently turns into other dates; a claim returns such a
+# value as NULL, with its text beside it (`<column>_out_of_range`) to say what it was.
+_IN_RANGE = "{column} BETWEEN '0001-01-01' AND '9999-12-31 23:59:59.999999'"
+
+
+def _timestamp(column: str, name: str) -> str:
+    in_range = _IN_RANGE.format(column=column)
+    return (
+        f"CASE WHEN {in_range} THEN {column} END AS {name}, "
+        f"CASE WHEN NOT ({in_range}) THEN {column}::text END AS {name}_out_of_range"
+    )
+
+
+def _text(column: str, name: str, raw: bool) -> str:
+    """A text column; `raw` returns its bytes as stored (`convert_to` into the database's own
+    encoding converts nothing), for text the server cannot send in the client's encoding."""
+    return f"convert_to({column}, getdatabaseencoding()) AS {name}" if raw else f"{column}"
+
+
+# The claims, destructive and uncommitted: rows are deleted with row locks that skip what other
+# receivers hold. ARRAY(...) evaluates the locking subquery exactly once; a plain IN or USING
+# join can re-evaluate it under SKIP LOCKED and return more rows than the limit. Parameters end
+# with the row limit, then the byte budget: rows are taken in order while the bytes before them
+# are under it, so the first always goes. Rows locked but not taken stay locked until the batch
+# commits, and other receivers skip them meanwhile. Each has a `_raw` form (`bridge.claim`).
+#   receive_batch: the head of the queue.
+#   receive_range: a bulk drain's share, rows whose sequence lies in (first, last).
+#   retry_claim_due: due retries of a forwarder (forwarder, due by, the databases waiting out
+#     an outage as '|a|b|', whose messages stay put unless they waited past the give-up time
+#     or expired, give up by).
+CLAIM_STATEMENTS = ("receive_batch", "receive_range", "retry_claim_due")
+
+
+def _claim(name: str, *, raw: bool = False) -> str:
+    if name == "retry_claim_due":
+        table, alias, order = "{retry}", "r.", "next_attempt_at, seq"
+        where = f"""WHERE forwarder = ? AND next_attempt_at <= ?
+                        AND (destination_database IS NULL
+                             OR strpos(?, '|' || destination_database || '|') = 0
+                             OR first_failure_at <= ? OR expires <= {_NOW})"""
+        extra = (
+            f", r.attempts, {_timestamp('r.first_failure_at', 'first_failure_at')}, "
+            f"{_text('r.last_error', 'last_error', raw)}"
+        )
+        candidates = f"seq, next_attempt_at, {_SIZE.lower()} AS size"
+    else:
+        table, alias, order, extra = "{queue}", "q.", "seq", ""
+        where = "WHERE seq BETWEEN ? AND ?" if name == "receive_range" else ""
+        candidates = f"seq, {_SIZE} AS size"
+    return f"""
+        DELETE FROM {table} AS {alias[0]}
+        WHERE {alias}seq = ANY(ARRAY(
+            SELECT seq FROM (
+                SELECT seq, sum(size) OVER (ORDER BY {order} ROWS UNBOUNDED PRECEDING) - size
+                       AS before
+                FROM (SELECT {candidates} FROM {table} {where}
+                      ORDER BY {order} LIMIT ? FOR UPDATE SKIP LOCKED) AS locked
+            ) AS sized WHERE before < ?))
+        RETURNING {alias}id, {_EXPIRED.format(alias=alias)} AS expired,
+                  {_timestamp(f"{alias}expires", "expires")},
+                  {_text(f"{alias}headers", "headers", raw)}, {alias}body, {alias}seq{extra},
+                  {_SIZE_OF.format(alias=alias)} AS claimed_size"""
+
+
 STATEMENTS: dict[str, str] = {
     "create_schema": "CREATE SCHEMA IF NOT EXISTS {schema}",
     "create_queue": """
@@ -204,34 +270,8 @@ STATEMENTS: dict[str, str] = {
     # A cheap estimate, like the transport's peek; rows other workers hold are counted too,
     # which costs at most one empty receive.
     "peek": "SELECT COALESCE(max(seq) - min(seq) + 1, 0) FROM {queue}",
-    # ARRAY(...) evaluates the locking subquery exactly once; a plain IN or USING join can
-    # re-evaluate it under SKIP LOCKED and return more rows than the limit. Parameters: the
-    # row limit, then the byte budget: rows are taken in order while the bytes before them
-    # are under it, so the first always goes. Rows locked but not taken stay locked until
-    # the batch commits, and other receivers skip them meanwhile.
-    "receive_batch": f"""
-        DELETE FROM {{queue}} AS q
-        WHERE q.seq = ANY(ARRAY(
-            SELECT seq FROM (
-                SELECT seq, sum(size) OVER (ORDER BY seq ROWS UNBOUNDED PRECEDING) - size
-                       AS before
-                FROM (SELECT seq, {_SIZE} AS size FROM {{queue}}
-                      ORDER BY seq LIMIT ? FOR UPDATE SKIP LOCKED) AS locked
-            ) AS sized WHERE before < ?))
-        RETURNING q.id, {_EXPIRED.format(alias="q.")} AS expired, q.expires, q.headers, q.body,
-                  q.seq, {_SIZE_OF.format(alias="q.")} AS claimed_size""",
-    # A bulk drain's claim: the same, inside one range of the sequence column (first, last).
-    "receive_range": f"""
-        DELETE FROM {{queue}} AS q
-        WHERE q.seq = ANY(ARRAY(
-            SELECT seq FROM (
-                SELECT seq, sum(size) OVER (ORDER BY seq ROWS UNBOUNDED PRECEDING) - size
-                       AS before
-                FROM (SELECT seq, {_SIZE} AS size FROM {{queue}} WHERE seq BETWEEN ? AND ?
-                      ORDER BY seq LIMIT ? FOR UPDATE SKIP LOCKED) AS locked
-            ) AS sized WHERE before < ?))
-        RETURNING q.id, {_EXPIRED.format(alias="q.")} AS expired, q.expires, q.headers, q.body,
-                  q.seq, {_SIZE_OF.format(alias="q.")} AS claimed_size""",
+    **{name: _claim(name) for name in CLAIM_STATEMENTS},
+    **{f"{name}_raw": _claim(name, raw=True) for name in CLAIM_STATEMENTS},
     "queue_seq_bounds": "SELECT min(seq), max(seq), count(*) FROM {queue}",
     "send": "INSERT INTO {queue} (id, expires, headers, body) VALUES (?, ?, ?, ?)",
     "dead_letter": "INSERT INTO {queue} (id, expires, headers, body) VALUES (?, NULL, ?, ?)",
@@ -239,25 +279,6 @@ STATEMENTS: dict[str, str] = {
         INSERT INTO {retry} (id, forwarder, destination, destination_database, expires, headers,
                              body, attempts, first_failure_at, next_attempt_at, last_error)
         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
-    # Parameters: forwarder, due by, the databases waiting out an outage as '|a|b|' (their
-    # messages stay put unless they waited past the give-up time or expired), give up by,
-    # limit, byte budget (as for receive_batch).
-    "retry_claim_due": f"""
-        DELETE FROM {{retry}} AS r
-        WHERE r.seq = ANY(ARRAY(
-            SELECT seq FROM (
-                SELECT seq, sum(size) OVER (ORDER BY next_attempt_at, seq
-                                            ROWS UNBOUNDED PRECEDING) - size AS before
-                FROM (SELECT seq, next_attempt_at, {_SIZE.lower()} AS size FROM {{retry}}
-                      WHERE forwarder = ? AND next_attempt_at <= ?
-                        AND (destination_database IS NULL
-                             OR strpos(?, '|' || destination_database || '|') = 0
-                             OR first_failure_at <= ? OR expires <= {_NOW})
-                      ORDER BY next_attempt_at, seq LIMIT ? FOR UPDATE SKIP LOCKED) AS locked
-            ) AS sized WHERE before < ?))
-        RETURNING r.id, {_EXPIRED.format(alias="r.")} AS expired, r.expires, r.headers, r.body,
-                  r.seq, r.attempts, r.first_failure_at, r.last_error,
-                  {_SIZE_OF.format(alias="r.")} AS claimed_size""",
     "retry_summary": """
         SELECT destination, count(*), min(first_failure_at), min(next_attempt_at),
                max(attempts), (array_agg(last_error ORDER BY seq DESC))[1]
@@ -355,6 +376,28 @@ STATEMENTS: dict[str, str] = {
         SELECT destination_database, state, since, last_error, next_probe_at, updated_at,
                reported_by
         FROM {destination_states} ORDER BY destination_database""",
+    # Whether each daemon's batches of a forwarder succeed (`bridge.forwarder_health`), one
+    # row per forwarder and daemon.
+    "create_forwarder_states_table": """
+        CREATE TABLE IF NOT EXISTS {forwarder_states} (
+            forwarder varchar(200) NOT NULL,
+            reported_by varchar(200) NOT NULL,
+            state varchar(20) NOT NULL,
+            since timestamp NOT NULL,
+            failures bigint NOT NULL,
+            last_error text,
+            updated_at timestamp NOT NULL,
+            PRIMARY KEY (forwarder, reported_by)
+        )""",
+    "forwarder_state_save": """
+        INSERT INTO {forwarder_states} AS f (forwarder, reported_by, state, since, failures,
+                                             last_error, updated_at)
+        VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (forwarder, reported_by) DO UPDATE SET
+            state = EXCLUDED.state, since = EXCLUDED.since, failures = EXCLUDED.failures,
+            last_error = EXCLUDED.last_error, updated_at = EXCLUDED.updated_at""",
+    "forwarder_states_read": """
+        SELECT forwarder, reported_by, state, since, failures, last_error, updated_at
+        FROM {forwarder_states} ORDER BY forwarder, reported_by""",
     # Pauses: destination_database '' pauses the whole forwarder. Pausing again keeps the time
     # the pause began and takes the new reason.
     "create_pauses_table": """
@@ -526,21 +569,43 @@ POSTGRESQL_DEFAULT_OPTIONS = {"CommLog": "0", "Debug": "0"}
 DRIVERS = ("psycopg", "odbc")
 
 
+def session_setup(query_timeout: float) -> list[str]:
+    """Server-side halves of the connection's deadline: a statement waiting for a lock gives
+    up after `query_timeout` (SQLSTATE 55P03, the table is busy), any statement a second later
+    (57014); the client waits a little longer still for their answer (`bridge.drivers`)."""
+    lock_ms = max(1, round(query_timeout * 1000))
+    return [
+        f"SET lock_timeout = '{lock_ms}ms'",
+        f"SET statement_timeout = '{lock_ms + 1000}ms'",
+    ]
+
+
 def connect(database: ConfiguredDatabase, *, create: bool = False) -> Connection:
     """A psycopg connection, or with `driver: odbc` an ODBC one with
     `POSTGRESQL_REQUIRED_OPTIONS` set and the `POSTGRESQL_DEFAULT_OPTIONS` the string does not
-    set. `create` has no effect: a server database is never created by the bridge. Raises
-    ConnectionFailed."""
+    set, both bounded by `database.query_timeout` (`session_setup`; psycopg also on the
+    client, and with TCP keepalives; psqlODBC passes the keepalives to libpq through
+    `pqopt`). `create` has no effect: a server database is never created by the bridge.
+    Raises ConnectionFailed."""
     assert database.connection is not None
+    setup = session_setup(database.query_timeout)
     if (database.driver or DRIVERS[0]) == "psycopg":
         return PsycopgConnection(
-            database.name, database.connection, timeout=database.connect_timeout
+            database.name,
+            database.connection,
+            timeout=database.connect_timeout,
+            deadline=database.query_timeout,
+            session_setup=setup,
         )
     text = with_default_options(database.connection, POSTGRESQL_DEFAULT_OPTIONS)
+    keepalives = keepalive_parameters(database.query_timeout)
+    pqopt = " ".join(f"{name}={value}" for name, value in keepalives.items())
+    text = with_default_options(text, {"pqopt": "{" + pqopt + "}"})
     return OdbcConnection(
         database.name,
         with_required_options(text, POSTGRESQL_REQUIRED_OPTIONS),
         timeout=database.connect_timeout,
+        session_setup=setup,
     )
 
 

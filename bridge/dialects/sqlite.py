@@ -258,6 +258,28 @@ STATEMENTS: dict[str, str] = {
         SELECT destination_database, state, since, last_error, next_probe_at, updated_at,
                reported_by
         FROM {destination_states} ORDER BY destination_database""",
+    # Whether each daemon's batches of a forwarder succeed (`bridge.forwarder_health`), one
+    # row per forwarder and daemon.
+    "create_forwarder_states_table": """
+        CREATE TABLE IF NOT EXISTS {forwarder_states} (
+            forwarder TEXT NOT NULL,
+            reported_by TEXT NOT NULL,
+            state TEXT NOT NULL,
+            since TEXT NOT NULL,
+            failures INTEGER NOT NULL,
+            last_error TEXT,
+            updated_at TEXT NOT NULL,
+            PRIMARY KEY (forwarder, reported_by)
+        )""",
+    "forwarder_state_save": """
+        INSERT INTO {forwarder_states} (forwarder, reported_by, state, since, failures,
+                                        last_error, updated_at)
+        VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (forwarder, reported_by) DO UPDATE SET
+            state = excluded.state, since = excluded.since, failures = excluded.failures,
+            last_error = excluded.last_error, updated_at = excluded.updated_at""",
+    "forwarder_states_read": """
+        SELECT forwarder, reported_by, state, since, failures, last_error, updated_at
+        FROM {forwarder_states} ORDER BY forwarder, reported_by""",
     # Pauses: destination_database '' pauses the whole forwarder. Pausing again keeps the time
     # the pause began and takes the new reason.
     "create_pauses_table": """
@@ -379,7 +401,9 @@ def connect(database: ConfiguredDatabase, *, create: bool = False) -> Connection
     driver drops the rows of `DELETE ... RETURNING`). A missing file is an unavailable
     database unless `create`. Raises ConnectionFailed."""
     assert database.path is not None
-    return SqliteConnection(database.name, database.path, create=create)
+    return SqliteConnection(
+        database.name, database.path, create=create, deadline=database.query_timeout
+    )
 
 
 DIALECT = Dialect(

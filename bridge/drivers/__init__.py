@@ -14,11 +14,15 @@ from bridge.drivers.base import (
     DatabaseError,
     DatabaseUnavailable,
     DuplicateKey,
+    LockTimeout,
     NotSupported,
     PermissionDenied,
+    QueryTimeout,
     QueueNotFound,
     TransientDatabaseError,
     UndefinedObject,
+    Unreadable,
+    ValueNotConvertible,
 )
 
 __all__ = [
@@ -29,9 +33,13 @@ __all__ = [
     "DatabaseError",
     "DatabaseUnavailable",
     "DuplicateKey",
+    "LockTimeout",
     "NotSupported",
     "PermissionDenied",
+    "QueryTimeout",
     "QueueNotFound",
     "TransientDatabaseError",
     "UndefinedObject",
+    "Unreadable",
+    "ValueNotConvertible",
 ]

@@ -3,9 +3,24 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 Row = tuple[Any, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Unreadable:
+    """A value the driver could not turn into a Python value, in place of that value.
+
+    `raw` is what the driver received, where it can tell (bytes as the server sent them), and
+    `reason` says why it could not convert them (e.g. `timestamp too large (after year 10K)`,
+    `invalid UTF-8 at byte 12`). Only `Connection.query_columns` (and `query_named`) hand these
+    out, so that one bad value fails its own row, not the whole result.
+    """
+
+    raw: bytes | None
+    reason: str
 
 
 class DatabaseError(Exception):
@@ -37,6 +52,24 @@ class ConnectionLost(DatabaseUnavailable):
 
 class TransientDatabaseError(DatabaseError):
     """Deadlock, serialization failure, lock timeout: retrying the transaction will likely work."""
+
+
+class QueryTimeout(DatabaseUnavailable):
+    """The database did not answer within the connection's deadline (`query_timeout`): the
+    server is silent (a partition, a frozen host) or too slow. The connection is closed; what it
+    was doing is unknown, as after a lost connection, but it is not worth an immediate retry."""
+
+
+class LockTimeout(DatabaseError):
+    """A statement waited longer than the connection's deadline for a lock someone else holds
+    on a table (an `ALTER TABLE`, a `VACUUM FULL`, a migration): the table is busy, not the
+    database. Not worth an immediate retry either: the wait was already the whole deadline."""
+
+
+class ValueNotConvertible(DatabaseError):
+    """The server could not send a value in the client's encoding (PostgreSQL: text of a
+    `SQL_ASCII` database that is not valid UTF-8, read through psqlODBC). The same rows can be
+    read as raw bytes (the dialects' `*_raw` claim statements)."""
 
 
 class QueueNotFound(DatabaseError):
@@ -95,11 +128,13 @@ class Connection(Protocol):
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[Row]: ...
 
     def query_named(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
-        """Like `query`, each row as a dict keyed by lower-cased column name."""
+        """Like `query_columns`, each row as a dict keyed by lower-cased column name."""
         ...
 
     def query_columns(self, sql: str, params: Sequence[Any] = ()) -> tuple[list[str], list[Row]]:
-        """Like `query`, with the result's column names (lower case) first."""
+        """Like `query`, with the result's column names (lower case) first. A value the driver
+        cannot convert comes back as `Unreadable` instead of failing the result: these read
+        message rows, which hold whatever a sender wrote."""
         ...
 
     def execute_outside_transaction(self, sql: str) -> int:

@@ -12,6 +12,7 @@ pyodbc is imported lazily so that the SQLite-only demo runs on a machine without
 from __future__ import annotations
 
 import configparser
+import math
 import os
 import re
 from collections import OrderedDict
@@ -22,6 +23,7 @@ from bridge.drivers.base import (
     ConnectionFailed,
     DatabaseError,
     Row,
+    ValueNotConvertible,
 )
 from bridge.drivers.sqlstates import classify
 from bridge.secrets import mask_secrets
@@ -152,6 +154,7 @@ class OdbcConnection:
         session_setup: Sequence[str] = (),
         native_errors: NativeErrors | None = None,
         drain_extra_results: bool = False,
+        query_timeout: float | None = None,
     ):
         """Connect with `connection_string` as given (the dialect has added what it needs).
 
@@ -161,7 +164,9 @@ class OdbcConnection:
         `DatabaseError.native_error`, and those in the map raise the mapped type.
         `drain_extra_results`: statements may yield row-count-only results around their result
         set (one per statement of a batch); they are skipped, so the connection is free for the
-        next statement. Raises ConnectionFailed.
+        next statement. `query_timeout`: the driver's own timeout for every statement
+        (SQL_ATTR_QUERY_TIMEOUT, whole seconds; SQL Server's drivers enforce it on the client,
+        so a silent server cannot hold a call; psqlODBC has none). Raises ConnectionFailed.
         """
         import pyodbc  # lazy: see the module docstring
 
@@ -179,6 +184,8 @@ class OdbcConnection:
                 database, f"cannot connect: {mask_secrets(_clean(message))} (SQLSTATE {state})"
             ) from None
         try:
+            if query_timeout is not None:
+                self._connection.timeout = max(1, math.ceil(query_timeout))
             for statement in session_setup:
                 self._connection.execute(statement)
             self._connection.commit()
@@ -229,10 +236,14 @@ class OdbcConnection:
         return [dict(zip(names, row, strict=True)) for row in rows]
 
     def query_columns(self, sql: str, params: Sequence[Any] = ()) -> tuple[list[str], list[Row]]:
+        """pyodbc cannot hand back a value it fails to convert (it fails the row, whose values
+        are then lost): that raises ValueNotConvertible, and the claim reads the same rows
+        again as raw bytes (the dialects' `*_raw` claims)."""
         return self._fetch(sql, params)
 
     def _fetch(self, sql: str, params: Sequence[Any]) -> tuple[list[str], list[Row]]:
-        """The column names (lower case) and rows of the statement's result set."""
+        """The column names (lower case) and rows of the statement's result set. Raises
+        ValueNotConvertible when the driver or pyodbc cannot convert a value."""
         try:
             cursor = self._cursor_for(sql)
             cursor.execute(sql, *params)
@@ -251,6 +262,10 @@ class OdbcConnection:
             return names, rows
         except self._pyodbc_error as error:
             raise _translate(self.database, error, self._native_errors) from None
+        except (ValueError, OverflowError) as error:  # UnicodeDecodeError is a ValueError
+            raise ValueNotConvertible(
+                self.database, f"a value of the result cannot be converted: {error}"
+            ) from None
 
     def _cursor_for(self, sql: str) -> Any:
         cursor = self._cursors.get(sql)

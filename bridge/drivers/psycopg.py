@@ -23,7 +23,14 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 from urllib.parse import unquote
 
-from bridge.drivers.base import ConnectionFailed, ConnectionLost, DatabaseError, Row
+from bridge.drivers.base import (
+    ConnectionFailed,
+    ConnectionLost,
+    DatabaseError,
+    QueryTimeout,
+    Row,
+    Unreadable,
+)
 from bridge.drivers.odbc import parse_connection_string
 from bridge.drivers.sqlstates import classify
 from bridge.secrets import mask_secrets
@@ -52,6 +59,9 @@ _LIBPQ_KEYS = {
     "applicationname": "application_name",
 }
 MAX_CACHED_STATEMENTS = 256
+# How long the client waits beyond `deadline` for the server's own timeout error
+# (`statement_timeout`, `lock_timeout`, set by the dialect) before it gives up on the server.
+SERVER_ANSWER_GRACE = 2.0
 # `::type[]` right after a placeholder.
 _ARRAY_CAST = re.compile(r"::\s*[A-Za-z_][A-Za-z0-9_ ]*\[\]")
 
@@ -73,6 +83,23 @@ def libpq_parameters(connection_string: str) -> dict[str, str]:
             value = value[1:-1].replace("}}", "}")
         parameters[name] = value
     return parameters
+
+
+def keepalive_parameters(deadline: float) -> dict[str, str]:
+    """libpq parameters that make the kernel notice a dead link on its own, also while a
+    connection sits idle: TCP keepalives (libpq's default waits two hours before the first
+    probe) and `tcp_user_timeout` (sent data left unacknowledged this long closes the
+    connection; by default the kernel retransmits for about 15 minutes). They cover a real
+    partition or a frozen host; a peer whose kernel still acknowledges but never answers (a
+    hung server, a proxy that swallows traffic) is what the client-side deadline is for."""
+    idle = min(60, max(1, round(deadline / 3)))
+    return {
+        "keepalives": "1",
+        "keepalives_idle": str(idle),
+        "keepalives_interval": str(max(1, round(idle / 3))),
+        "keepalives_count": "3",
+        "tcp_user_timeout": str(max(1000, round(deadline * 1000))),
+    }
 
 
 def pyformat_placeholders(sql: str) -> str:
@@ -116,30 +143,40 @@ class PsycopgConnection:
         connection_string: str,
         *,
         timeout: float,
+        deadline: float | None = None,
         session_setup: Sequence[str] = (),
     ) -> None:
         """Connect (see `libpq_parameters`) and run `session_setup` once. Raises
-        ConnectionFailed with a message free of secrets."""
+        ConnectionFailed with a message free of secrets.
+
+        `deadline` (seconds): no call waits longer than this (plus `SERVER_ANSWER_GRACE` for
+        the server's own timeout error) for the server; then the connection is closed and
+        the call raises QueryTimeout. None waits as long as it takes.
+        """
         import psycopg  # lazy: see the module docstring
+        from psycopg.conninfo import make_conninfo
 
         self.database = database
         self._psycopg_error = psycopg.Error
         self._statements: OrderedDict[str, str] = OrderedDict()
-        from psycopg.conninfo import make_conninfo
-
+        self._deadline = deadline
         parameters = libpq_parameters(connection_string)
+        if deadline is not None:
+            parameters = {**keepalive_parameters(deadline), **parameters}
         try:
             conninfo = make_conninfo(
                 parameters.pop("conninfo", ""),
                 connect_timeout=str(max(1, round(timeout))),
                 **parameters,
             )
-            self._connection = psycopg.connect(
+            self._connection = _connection_class(psycopg).connect(
                 conninfo,
                 autocommit=False,
                 # Statements are prepared on the server from their second execution on.
                 prepare_threshold=1,
             )
+            if deadline is not None:
+                self._connection.deadline = deadline + SERVER_ANSWER_GRACE
         except psycopg.Error as error:
             text = _without(_message(error), _passwords(connection_string, parameters))
             raise ConnectionFailed(database, f"cannot connect: {text}") from None
@@ -187,8 +224,9 @@ class PsycopgConnection:
 
     def query_columns(self, sql: str, params: Sequence[Any] = ()) -> tuple[list[str], list[Row]]:
         """Results come in binary: these are queue rows (uuid, timestamp, text, bytea, integers),
-        and a body in text would be hex-encoded by the server and decoded here."""
-        return self._fetch(sql, params, binary=True)
+        and a body in text would be hex-encoded by the server and decoded here. A value that
+        cannot be loaded (a timestamp beyond Python's years) comes back as `Unreadable`."""
+        return self._fetch(sql, params, binary=True, tolerant=True)
 
     def copy_rows(self, sql: str, types: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
         try:
@@ -243,7 +281,7 @@ class PsycopgConnection:
     # -- internals -------------------------------------------------------------------------
 
     def _fetch(
-        self, sql: str, params: Sequence[Any], *, binary: bool = False
+        self, sql: str, params: Sequence[Any], *, binary: bool = False, tolerant: bool = False
     ) -> tuple[list[str], list[Row]]:
         try:
             self._run(sql, params, binary=binary)
@@ -251,9 +289,43 @@ class PsycopgConnection:
             if description is None:
                 return [], []
             names = [column.name.lower() for column in description]
-            return names, self._cursor.fetchall()  # tuples already
         except self._psycopg_error as error:
             raise self._translate(error) from None
+        try:
+            return names, self._cursor.fetchall()  # tuples already
+        except Exception as error:
+            # The whole result is here already: only turning a value into Python failed.
+            if not tolerant:
+                raise self._translate(error) from None
+            return names, self._rows_value_by_value()
+
+    def _rows_value_by_value(self) -> list[Row]:
+        """The last result's rows, each value loaded on its own with the loader psycopg would
+        use, a value that fails as `Unreadable` with its bytes as the server sent them."""
+        result = self._cursor.pgresult
+        assert result is not None
+        adapters = self._cursor.adapters
+        loaders: list[Any] = []
+        for column in range(result.nfields):
+            oid, format_ = result.ftype(column), result.fformat(column)
+            loader = adapters.get_loader(oid, format_)
+            loaders.append(None if loader is None else loader(oid, self._cursor))
+        rows: list[Row] = []
+        for row in range(result.ntuples):
+            values: list[Any] = []
+            for column, loader in enumerate(loaders):
+                raw = result.get_value(row, column)
+                if raw is None:
+                    values.append(None)
+                    continue
+                try:
+                    if loader is None:
+                        raise ValueError(f"no loader for type oid {result.ftype(column)}")
+                    values.append(loader.load(raw))
+                except Exception as error:
+                    values.append(Unreadable(bytes(raw), str(error) or type(error).__name__))
+            rows.append(tuple(values))
+        return rows
 
     def _run(self, sql: str, params: Sequence[Any], *, binary: bool = False) -> None:
         if params:
@@ -275,6 +347,11 @@ class PsycopgConnection:
         return statement
 
     def _translate(self, error: Exception) -> DatabaseError:
+        if _is_wait_timeout(error):
+            return QueryTimeout(
+                self.database,
+                f"no answer within {self._deadline:g} s (query_timeout); the connection is closed",
+            )
         state = getattr(error, "sqlstate", None) or ""
         message = _message(error)
         text = f"{message} (SQLSTATE {state})" if state else message
@@ -282,6 +359,41 @@ class PsycopgConnection:
             # The server went away or the link broke: no SQLSTATE comes back.
             return ConnectionLost(self.database, text)
         return classify(self.database, state, None, message, text)
+
+
+_CONNECTION_CLASSES: dict[int, Any] = {}
+
+
+def _connection_class(psycopg: Any) -> Any:
+    """psycopg's Connection, with every wait for the server bounded by the connection's
+    `deadline`: psycopg's own wait loop (`Connection.wait`) takes a timeout, which it does
+    not use by default. When it expires the connection is closed at once, since the server's
+    state is unknown and anything sent on it (a rollback) would wait again."""
+    cls = _CONNECTION_CLASSES.get(id(psycopg))
+    if cls is not None:
+        return cls
+
+    class DeadlineConnection(psycopg.Connection):
+        deadline: float | None = None
+
+        def wait(self, gen: Any, interval: Any = None, timeout: float | None = None) -> Any:
+            bounded = timeout if timeout is not None else self.deadline
+            try:
+                if interval is None:
+                    return super().wait(gen, timeout=bounded)
+                return super().wait(gen, interval, timeout=bounded)
+            except Exception as error:
+                if timeout is None and _is_wait_timeout(error):
+                    self.pgconn.finish()
+                raise
+
+    _CONNECTION_CLASSES[id(psycopg)] = DeadlineConnection
+    return DeadlineConnection
+
+
+def _is_wait_timeout(error: BaseException) -> bool:
+    """psycopg's wait loop gave up (its `_WaitTimeout`, an OperationalError of its own)."""
+    return type(error).__name__ == "_WaitTimeout"
 
 
 def _passwords(connection_string: str, parameters: dict[str, str]) -> list[str]:

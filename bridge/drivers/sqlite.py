@@ -16,13 +16,14 @@ from bridge.drivers.base import (
     ConnectionFailed,
     DatabaseError,
     DuplicateKey,
+    LockTimeout,
     PermissionDenied,
     QueueNotFound,
     Row,
-    TransientDatabaseError,
+    Unreadable,
 )
 
-BUSY_TIMEOUT_SECONDS = 5.0
+BUSY_TIMEOUT_SECONDS = 5.0  # when the caller gives no deadline
 
 
 def _translate(database: str, error: sqlite3.Error) -> DatabaseError:
@@ -42,10 +43,18 @@ def _translate(database: str, error: sqlite3.Error) -> DatabaseError:
             DuplicateKey(database, text) if "unique" in lowered else DatabaseError(database, text)
         )
     if "locked" in lowered or "busy" in lowered:
-        return TransientDatabaseError(database, text)
+        # After the busy timeout (the connection's deadline): another writer holds the file.
+        return LockTimeout(database, text)
     if "unable to open" in lowered or "disk i/o" in lowered or "not a database" in lowered:
         return ConnectionFailed(database, text)
     return DatabaseError(database, text)
+
+
+def _text_or_unreadable(raw: bytes) -> str | Unreadable:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        return Unreadable(raw, f"not valid UTF-8 ({error.reason} at byte {error.start})")
 
 
 class SqliteConnection:
@@ -54,7 +63,11 @@ class SqliteConnection:
     binds_arrays = False
     copies_rows = False
 
-    def __init__(self, database: str, path: str, *, create: bool = False) -> None:
+    def __init__(
+        self, database: str, path: str, *, create: bool = False, deadline: float | None = None
+    ) -> None:
+        """Open the file (`create`: also when missing). `deadline`: how long a statement waits
+        for another writer's lock on the file (SQLite's busy timeout) before LockTimeout."""
         self.database = database
         # mode=rw: a missing file is an unavailable database, not a new empty one. This is
         # how "the receiver database was taken away" shows up for SQLite.
@@ -65,7 +78,7 @@ class SqliteConnection:
                 uri,
                 uri=True,
                 isolation_level=None,
-                timeout=BUSY_TIMEOUT_SECONDS,
+                timeout=BUSY_TIMEOUT_SECONDS if deadline is None else deadline,
                 check_same_thread=False,
             )
             self._connection.execute("PRAGMA journal_mode=WAL")
@@ -102,9 +115,21 @@ class SqliteConnection:
         return [dict(zip(names, row, strict=True)) for row in rows]
 
     def query_columns(self, sql: str, params: Sequence[Any] = ()) -> tuple[list[str], list[Row]]:
-        cursor = self._run(sql, params)
-        rows = cursor.fetchall()
-        return [column[0].lower() for column in cursor.description or ()], rows
+        """SQLite stores whatever bytes a writer gave as TEXT; text that is not UTF-8 comes back
+        as `Unreadable` (the standard library would fail the whole result on it)."""
+        self._connection.text_factory = _text_or_unreadable
+        try:
+            cursor = self._run(sql, params)
+            try:
+                names = [column[0].lower() for column in cursor.description or ()]
+                rows = cursor.fetchall()
+            except sqlite3.Error as error:
+                raise _translate(self.database, error) from None
+            finally:
+                cursor.close()  # else COMMIT fails: "SQL statements in progress"
+        finally:
+            self._connection.text_factory = str
+        return names, rows
 
     def execute_outside_transaction(self, sql: str) -> int:
         self.rollback()

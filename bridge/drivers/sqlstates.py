@@ -8,11 +8,14 @@ from bridge.drivers.base import (
     ConnectionLost,
     DatabaseError,
     DuplicateKey,
+    LockTimeout,
     NotSupported,
     PermissionDenied,
+    QueryTimeout,
     QueueNotFound,
     TransientDatabaseError,
     UndefinedObject,
+    ValueNotConvertible,
 )
 
 # 08001 mid-session: Driver 18's connection resiliency failed to reconnect a broken link.
@@ -24,11 +27,18 @@ _CONNECTION_LOST_STATES = {
     "57P01",
     "57P02",
     "57P03",
-    "HYT00",
     "HYT01",
 }
 CONNECT_FAILED_STATES = {"08001", "08004", "28000", "28P01", "IM002", "IM003", "3D000"}
-_TRANSIENT_STATES = {"40001", "40P01", "55P03", "57014"}
+_TRANSIENT_STATES = {"40001", "40P01"}
+# 55P03 lock_not_available: `lock_timeout` (or NOWAIT) gave up on a lock someone else holds.
+_LOCK_TIMEOUT_STATES = {"55P03"}
+# 57014 query_canceled: `statement_timeout` (or a DBA's pg_cancel_backend); HYT00: the ODBC
+# driver's own query timeout expired (SQL Server's drivers enforce it on the client).
+_QUERY_TIMEOUT_STATES = {"57014", "HYT00"}
+# 22021 character_not_in_repertoire, 22P05 untranslatable_character: text the server cannot
+# send in the client's encoding (a SQL_ASCII database read as UTF-8 through psqlODBC).
+_NOT_CONVERTIBLE_STATES = {"22021", "22P05"}
 _MISSING_TABLE_STATES = {"42P01", "42S02"}
 _DUPLICATE_STATES = {"23505"}
 # 42P07 duplicate table (and index), 42P06 duplicate schema, 42710 duplicate object.
@@ -46,6 +56,9 @@ _CLASSES: tuple[tuple[type[DatabaseError], set[str]], ...] = (
     (AlreadyExists, _ALREADY_EXISTS_STATES),
     (PermissionDenied, _PERMISSION_DENIED_STATES),
     (TransientDatabaseError, _TRANSIENT_STATES),
+    (LockTimeout, _LOCK_TIMEOUT_STATES),
+    (QueryTimeout, _QUERY_TIMEOUT_STATES),
+    (ValueNotConvertible, _NOT_CONVERTIBLE_STATES),
     (UndefinedObject, _UNDEFINED_OBJECT_STATES),
     (NotSupported, _NOT_SUPPORTED_STATES),
 )

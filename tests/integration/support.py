@@ -365,6 +365,13 @@ def sqlserver_connect(connection_string: str, autocommit: bool = False) -> pyodb
     return pyodbc.connect(connection_string, autocommit=autocommit, timeout=10)
 
 
+SQLSERVER_VARIABLE = "SFBRIDGE_TEST_SQLSERVER"
+NO_SQLSERVER = (
+    f"{SQLSERVER_VARIABLE} is not set: no SQL Server to test against (set it to an ODBC "
+    "connection string for a login that may create databases)"
+)
+
+
 class SqlServerTestServer:
     """Creates and drops databases on the server SFBRIDGE_TEST_SQLSERVER names."""
 
@@ -696,3 +703,108 @@ class CommitFailsOnce:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
+
+
+class TcpRelay:
+    """A TCP relay on a loopback port in front of a server, which can turn into a black hole.
+
+    While `silent`, it keeps every socket open, reads and drops whatever arrives, and forwards
+    nothing: to a client that is a partition, a frozen host or a firewall that drops packets
+    (no reset, no error, a call that never returns). New connections are accepted and get the
+    same. `restore` ends it as a failover would: connections made before are closed (what
+    they sent meanwhile is lost) and new ones are relayed again.
+    """
+
+    def __init__(self, host: str, port: int) -> None:
+        import socket
+        import threading
+
+        self._target = (host, port)
+        self._listener = socket.socket()
+        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._listener.bind(("127.0.0.1", 0))
+        self._listener.listen(128)
+        self.port = int(self._listener.getsockname()[1])
+        self.silent = threading.Event()
+        self._sockets: list[Any] = []
+        self._lock = threading.Lock()
+        self._closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def silence(self) -> None:
+        self.silent.set()
+
+    def restore(self) -> None:
+        with self._lock:
+            sockets, self._sockets = self._sockets, []
+        self.silent.clear()
+        for sock in sockets:
+            _close_quietly(sock)
+
+    def close(self) -> None:
+        self._closed = True
+        _close_quietly(self._listener)
+        self.restore()
+
+    def connection_string(self, connection_string: str) -> str:
+        """`connection_string` (ODBC style, as the tests use) pointed at the relay."""
+        import re
+
+        text = re.sub(r"(?i)Server=[^;]*;", "Server=127.0.0.1;", connection_string)
+        text = re.sub(r"(?i)Port=\d+;", "", text)
+        return text + f"Port={self.port};"
+
+    def _accept(self) -> None:
+        import socket
+        import threading
+
+        while not self._closed:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            upstream = None
+            if not self.silent.is_set():
+                try:
+                    upstream = socket.create_connection(self._target, timeout=5)
+                    upstream.settimeout(None)
+                except OSError:
+                    _close_quietly(client)
+                    continue
+            with self._lock:
+                self._sockets.extend(s for s in (client, upstream) if s is not None)
+            threading.Thread(target=self._pump, args=(client, upstream), daemon=True).start()
+            if upstream is not None:
+                threading.Thread(target=self._pump, args=(upstream, client), daemon=True).start()
+
+    def _pump(self, source: Any, destination: Any) -> None:
+        while True:
+            try:
+                data = source.recv(65536)
+            except OSError:
+                break
+            if not data:
+                break
+            if self.silent.is_set() or destination is None:
+                continue  # swallowed: nothing comes back, nothing is closed
+            try:
+                destination.sendall(data)
+            except OSError:
+                break
+        if not self.silent.is_set():
+            _close_quietly(source)
+            if destination is not None:
+                _close_quietly(destination)
+
+
+def _close_quietly(sock: Any) -> None:
+    import socket
+
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    try:
+        sock.close()
+    except OSError:
+        pass

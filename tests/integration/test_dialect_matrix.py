@@ -11,11 +11,10 @@ deterministic; the daemon around it is tested elsewhere.
 
 from __future__ import annotations
 
-import os
 import random
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -23,6 +22,7 @@ from typing import Any
 
 import pytest
 from support import (
+    NO_SQLSERVER,
     CommitFailsOnce,
     NsbEndpoint,
     PostgresEndpoint,
@@ -39,14 +39,9 @@ from bridge.connections import Connections
 from bridge.drivers import ConnectionLost
 from bridge.forwarding import BatchForwarder
 from bridge.install import run_install
+from bridge.processing_host import host_id_for, machine_name
 
 pytestmark = pytest.mark.integration
-
-SQLSERVER_VARIABLE = "SFBRIDGE_TEST_SQLSERVER"
-NO_SQLSERVER = (
-    f"{SQLSERVER_VARIABLE} is not set: no SQL Server to test against (set it to an ODBC "
-    "connection string for a login that may create databases)"
-)
 
 FORWARD = "Samples.Sender.Forward"
 RECEIVER = "Samples.Receiver"
@@ -68,17 +63,6 @@ PAIRS = [
     ("postgresql-odbc", "sqlite"),
     ("sqlite", "postgresql-odbc"),
 ]
-
-
-@pytest.fixture(scope="session")
-def sqlserver_server() -> Iterator[SqlServerTestServer | None]:
-    prefix = os.environ.get(SQLSERVER_VARIABLE)
-    if not prefix:
-        yield None
-        return
-    server = SqlServerTestServer(prefix)
-    yield server
-    server.drop_all()
 
 
 EndpointFactory = Callable[[str, str], NsbEndpoint]
@@ -332,6 +316,80 @@ def test_a_crash_between_the_destination_and_source_commits_delivers_once(
     ids = Counter(m["headers"]["NServiceBus.MessageId"] for m in received)
     assert set(ids) == set(messages) and max(ids.values()) == 1
     assert bridge.source.receive_all(FORWARD) == []
+
+
+# --------------------------------------------------------------------------------------------
+# The error queue, as ServicePulse reads it
+# --------------------------------------------------------------------------------------------
+
+SOURCE_DIALECTS = ["postgresql", "postgresql-odbc", "sqlite", "sqlserver"]
+
+
+@pytest.mark.parametrize("dialect", SOURCE_DIALECTS)
+def test_a_message_that_cannot_be_routed_carries_the_nservicebus_failure_headers(
+    tmp_path: Path, dialect: str, new_endpoint: EndpointFactory
+) -> None:
+    source = new_endpoint(dialect, "sender")
+    bridge = make_bridge(tmp_path, source, None)
+    # For SQL Server, with the sender's own catalog: what NServiceBus writes by default.
+    nowhere = nsb_message_headers(source.address("Nowhere.Queue"))
+    anonymous = nsb_message_headers(source.address("Nowhere.Else"))
+    del anonymous["NServiceBus.MessageId"]  # NServiceBus then goes by the row's Id
+    ids = bridge.source.send(FORWARD, [(nowhere, b"1", None), (anonymous, b"2", None)])
+
+    assert bridge.forward_all() == Counter({"sent-to-error-queue": 2})
+
+    failed = {m["id"]: m["headers"] for m in bridge.source.receive_all("error")}
+    assert set(failed) == set(ids)
+    machine = machine_name()
+    for row_id, sent in zip(ids, (nowhere, anonymous), strict=True):
+        headers = failed[row_id]
+        # SQL Server: table@[schema]@[catalog], as NServiceBus writes it, so that ServiceControl
+        # sends a retry to this database whatever its own default catalog is.
+        assert headers["NServiceBus.FailedQ"] == source.address(FORWARD)
+        assert headers["NServiceBus.MessageId"] == sent.get("NServiceBus.MessageId", str(row_id))
+        assert headers["NServiceBus.ProcessingEndpoint"] == "sender"  # the forwarder
+        assert headers["NServiceBus.ProcessingMachine"] == machine
+        assert headers["$.diagnostics.hostid"] == host_id_for(machine)
+        assert headers["$.diagnostics.hostdisplayname"] == machine
+        assert headers["NServiceBus.ExceptionInfo.ExceptionType"] == "SFBridge.UnroutableMessage"
+        assert "no route matches destination table" in headers["NServiceBus.ExceptionInfo.Message"]
+        assert len(headers["NServiceBus.TimeOfFailure"]) == 28
+        assert headers["$.sfbridge.failure-reason"] == "unroutable"
+        # Kept, so that a retry from ServicePulse is routed again.
+        assert headers["$.store-and-forward.destination"] == sent["$.store-and-forward.destination"]
+
+
+# --------------------------------------------------------------------------------------------
+# SQL Server addresses in every form NServiceBus writes
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("destination_dialect", ["sqlserver", "postgresql", "sqlite"])
+def test_a_sqlserver_sender_reaches_the_receiver_with_every_address_form(
+    tmp_path: Path, destination_dialect: str, new_endpoint: EndpointFactory
+) -> None:
+    source = new_endpoint("sqlserver", "sender")
+    destination = new_endpoint(destination_dialect, "receiver")
+    assert isinstance(source, SqlServerEndpoint)
+    bridge = make_bridge(tmp_path, source, destination)
+    forms = [
+        f"{RECEIVER}@[dbo]@[{source.catalog}]",  # the sender's own catalog: the route decides
+        f"{RECEIVER}@[dbo]",
+        RECEIVER,
+    ]
+    if isinstance(destination, SqlServerEndpoint):
+        forms.append(f"[{RECEIVER}]@[dbo]@[{destination.catalog}]")  # the receiver's catalog
+    messages: dict[str, Any] = {}
+    for form in forms:
+        bridge.destination_address = form
+        messages.update(new_messages(bridge, 5))
+    send(bridge, messages)
+
+    assert bridge.forward_all() == Counter({"delivered": len(messages)})
+    received = bridge.destination.receive_all(RECEIVER)
+    ids = Counter(m["headers"]["NServiceBus.MessageId"] for m in received)
+    assert set(ids) == set(messages) and max(ids.values()) == 1
 
 
 # --------------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from support import SqliteEndpoint, nsb_message_headers, wait_until, write_confi
 
 from bridge.config import load_config
 from bridge.daemon import Worker
+from bridge.forwarder_health import ForwarderHealth
 from bridge.install import run_install
 from bridge.outages import OutageTracker
 from bridge.queue_writes import QueueWriter
@@ -69,6 +70,7 @@ def test_a_worker_outlives_an_observer_failing_while_its_database_is_down(
         stop,
         OutageTracker(1.0),
         QueueWriter(),
+        ForwarderHealth(),
         observer=ObserverThatAlwaysFails(),
     )
     worker.start()

@@ -188,6 +188,68 @@ def test_postgresql_schema_names_over_63_bytes_are_rejected_rather_than_truncate
         POSTGRESQL.resolve(QA("t"), "é" * 32, None)
 
 
+# Every form of address NServiceBus writes (its QueueAddress and CanonicalQueueAddress, in
+# src/NServiceBus.Transport.SqlServer/Addressing/ of the transport's repository): the table
+# raw, schema and catalog each bracket-quoted with `]` doubled, a catalog without a schema as
+# `@[]@[catalog]`, and the canonical `table@[schema]@[catalog]` that transports from 7.0 write
+# in headers (with the endpoint's own catalog, and `dbo` when no schema is configured).
+NSERVICEBUS_FORMS = [
+    pytest.param("Samples.Receiver", QA("Samples.Receiver"), id="table-only-v1-v2"),
+    pytest.param("Samples.Receiver@[dbo]", QA("Samples.Receiver", "dbo"), id="with-schema"),
+    pytest.param(
+        "Samples.Receiver@[dbo]@[SenderDb]",
+        QA("Samples.Receiver", "dbo", "SenderDb"),
+        id="canonical-with-the-senders-catalog",
+    ),
+    pytest.param(
+        "Samples.Receiver@[]@[ReceiverDb]",
+        QA("Samples.Receiver", None, "ReceiverDb"),
+        id="catalog-without-schema",
+    ),
+    pytest.param("my.table@[my]]schema]", QA("my.table", "my]schema"), id="schema-escaped"),
+    pytest.param(
+        "my.table@[my]]schema]@[my]]catalog]",
+        QA("my.table", "my]schema", "my]catalog"),
+        id="schema-and-catalog-escaped",
+    ),
+    pytest.param(
+        "my.tb[e@[my.[sch@ma]@[my.c@ta]]og]",
+        QA("my.tb[e", "my.[sch@ma", "my.c@ta]og"),
+        id="transport-canonical-example",
+    ),
+    pytest.param("my table@[my schema]", QA("my table", "my schema"), id="spaces"),
+    pytest.param("my]table@[dbo]@[nsb]", QA("my]table", "dbo", "nsb"), id="raw-table-bracket"),
+    pytest.param("Sales.Delayed@[dbo]@[nsb]", QA("Sales.Delayed", "dbo", "nsb"), id="delayed"),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), NSERVICEBUS_FORMS)
+def test_sqlserver_reads_every_form_nservicebus_writes(text: str, expected: QueueAddress) -> None:
+    assert SQLSERVER.parse(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "canonical"),
+    [
+        ("Samples.Receiver", "Samples.Receiver@[dbo]@[nsb]"),
+        ("Samples.Receiver@[dbo]", "Samples.Receiver@[dbo]@[nsb]"),
+        ("Samples.Receiver@[dbo]@[SenderDb]", "Samples.Receiver@[dbo]@[SenderDb]"),
+        ("Samples.Receiver@[]@[ReceiverDb]", "Samples.Receiver@[dbo]@[ReceiverDb]"),
+        ("Samples.Receiver@sales", "Samples.Receiver@[sales]@[nsb]"),
+        ("my.table@[my]]schema]", "my.table@[my]]schema]@[nsb]"),
+        ("my.tb[e@[my.[sch@ma]@[my.c@ta]]og]", "my.tb[e@[my.[sch@ma]@[my.c@ta]]og]"),
+    ],
+)
+def test_sqlserver_writes_the_canonical_form_as_nservicebus_writes_it(
+    text: str, canonical: str
+) -> None:
+    # The transport fills in `dbo` and its connection's catalog (here `nsb`), then writes
+    # `table@[schema]@[catalog]`; a canonical address comes back unchanged.
+    resolved = SQLSERVER.resolve(SQLSERVER.parse(text), None, "nsb")
+    assert SQLSERVER.render(resolved) == canonical
+    assert SQLSERVER.render(SQLSERVER.parse(canonical)) == canonical
+
+
 @pytest.mark.parametrize(
     ("address", "default_schema", "default_catalog", "expected"),
     [
@@ -302,7 +364,13 @@ def test_postgresql_refuses_to_render_or_resolve_invalid_hand_built_addresses(
         pytest.param("q@[ ]@[ ]", QA("q", " ", " "), id="blank-bracketed-parts-are-names"),
         pytest.param("q@d]bo", QA("q", "d]bo"), id="bare-part-keeps-close-bracket"),
         pytest.param("q@d[bo", QA("q", "d[bo"), id="bare-part-keeps-open-bracket"),
-        pytest.param("[Sales]@[dbo]", QA("[Sales]", "dbo"), id="table-is-not-unquoted"),
+        pytest.param("[Sales]@[dbo]", QA("Sales", "dbo"), id="bracketed-table-is-unquoted"),
+        pytest.param("[Sales]", QA("Sales"), id="bracketed-table-alone"),
+        pytest.param("[my]]table]@[dbo]", QA("my]table", "dbo"), id="bracketed-table-escapes"),
+        pytest.param("[[t]]]", QA("[t]"), id="bracketed-table-holding-brackets"),
+        pytest.param("[a]b]@[dbo]", QA("[a]b]", "dbo"), id="lone-bracket-table-stays-raw"),
+        pytest.param("[Sales", QA("[Sales"), id="half-bracketed-table-stays-raw"),
+        pytest.param("Sales]", QA("Sales]"), id="close-bracket-only-table-stays-raw"),
         pytest.param("my]table", QA("my]table"), id="table-with-close-bracket"),
         pytest.param("my]table@[dbo]", QA("my]table", "dbo"), id="table-bracket-with-schema"),
         pytest.param("Samples.Receiver", QA("Samples.Receiver"), id="dots-in-table"),
@@ -339,6 +407,8 @@ def test_sqlserver_parse(text: str, expected: QueueAddress) -> None:
         pytest.param("t@[a]]@b", "unterminated '['", id="even-brackets-before-at"),
         pytest.param("t@[", "unterminated '['", id="lone-open-bracket"),
         pytest.param("t@[s]@[c", "unterminated '['", id="unterminated-catalog"),
+        pytest.param("[]@[dbo]", "empty table", id="empty-bracketed-table"),
+        pytest.param("[ ]", "empty table", id="blank-bracketed-table"),
         pytest.param("t@[a]b@c", "after the closing ']'", id="junk-after-schema-bracket"),
         pytest.param("t@[a]b", "after the closing ']'", id="junk-at-end"),
         pytest.param("t@[s]@[c]x", "after the closing ']'", id="junk-after-catalog-bracket"),
@@ -406,7 +476,9 @@ def test_sqlserver_resolve(
         pytest.param(QA("q", "sch@ema", "c@t"), "q@[sch@ema]@[c@t]", id="ats-bracketed"),
         pytest.param(QA("q", "my]schema"), "q@[my]]schema]", id="close-bracket-doubled"),
         pytest.param(QA("my]table", "dbo"), "my]table@[dbo]", id="table-stays-raw"),
-        pytest.param(QA("[t]", "[s]"), "[t]@[[s]]]", id="brackets-in-names"),
+        pytest.param(QA("[t]", "[s]"), "[[t]]]@[[s]]]", id="bracketed-table-quoted-to-read-back"),
+        pytest.param(QA("[t", "s"), "[t@[s]", id="half-bracketed-table-stays-raw"),
+        pytest.param(QA("[a]b]", "s"), "[a]b]@[s]", id="lone-bracket-table-stays-raw"),
         pytest.param(QA("My Queue", "my schema"), "My Queue@[my schema]", id="spaces"),
         pytest.param(QA("a.b", "c.d", "e.f"), "a.b@[c.d]@[e.f]", id="dots"),
         pytest.param(QA("Größe", "Verkäufe"), "Größe@[Verkäufe]", id="unicode"),

@@ -324,7 +324,11 @@ def test_every_key_has_a_one_line_description_and_an_example(item: tuple[Section
 def _place_example(section: Section, key: Key) -> dict[str, Any]:
     if section.name == "databases":
         database = "edge" if key.name == "path" else "sender"
-        return with_(minimal(), f"databases.{database}.{key.name}", key.example)
+        raw = minimal()
+        if key.name == "catalog":  # sqlserver only; the connection names no database
+            sqlserver = {"dialect": "sqlserver", "connection": "Driver={FreeTDS};Server=h"}
+            raw = with_(raw, "databases.sender", sqlserver)
+        return with_(raw, f"databases.{database}.{key.name}", key.example)
     if section.shape == "list":
         return with_(with_entries(), f"{section.name}[0].{key.name}", key.example)
     return with_(minimal(), f"{section.name}.{key.name}", key.example)
@@ -1820,6 +1824,81 @@ def test_sqlserver_queue_addresses_are_parsed_in_the_sqlserver_grammar(
     assert message in problem
 
 
+# -- catalogs --------------------------------------------------------------------------------
+
+SQLSERVER_ENV = {**ENV, "SQLSERVER_PASSWORD": PASSWORD}
+
+
+def test_a_sqlserver_database_knows_its_catalog_from_its_connection_or_its_catalog_key() -> None:
+    from bridge.config.catalogs import database_catalog
+
+    config = build(with_sqlserver_sender(), SQLSERVER_ENV)
+    assert config.databases["sender"].catalog is None
+    assert database_catalog(config.databases["sender"]) == "sender"  # Database=sender
+    raw = with_(with_sqlserver_sender(), "databases.sender.catalog", "SENDER")
+    assert database_catalog(build(raw, SQLSERVER_ENV).databases["sender"]) == "SENDER"
+
+
+def test_a_sqlserver_database_whose_catalog_is_unknown_is_refused_saying_what_to_set() -> None:
+    raw = with_(
+        with_sqlserver_sender(), "databases.sender.connection", "DSN=nsb;Uid=bridge;Pwd=secret"
+    )
+    assert the_error(raw) == (
+        "databases.sender.catalog: required when 'connection' names no database (Database= or "
+        "Initial Catalog=): the database's name on its server, which NServiceBus endpoints "
+        "write in every address (table@[schema]@[catalog]) and the bridge reads to route them "
+        "and writes in NServiceBus.FailedQ"
+    )
+    assert errors(with_(raw, "databases.sender.catalog", "SenderDb")) == []
+
+
+def test_a_catalog_that_is_not_the_database_the_connection_opens_is_refused() -> None:
+    raw = with_(with_sqlserver_sender(), "databases.sender.catalog", "Other")
+    assert the_error(raw, SQLSERVER_ENV) == (
+        "databases.sender.catalog: 'Other' is not the database the connection opens "
+        "('sender'), which is where the bridge works: correct it, or leave it out"
+    )
+
+
+def test_only_sqlserver_databases_take_a_catalog() -> None:
+    raw = with_(minimal(), "databases.receiver.catalog", "receiver")
+    assert errors(raw) == [
+        "databases.receiver.catalog: not used by postgresql databases; only sqlserver "
+        "addresses name catalogs"
+    ]
+
+
+def test_a_proxy_destination_naming_another_configured_databases_catalog_is_refused() -> None:
+    raw = with_(with_sqlserver_sender(), "databases.receiver", SQLSERVER_RECEIVER)
+    raw = with_(
+        raw,
+        "forwarders[0].destination",
+        {"database": "sender", "queue": "Samples.Receiver@[dbo]@[receiver]"},
+    )
+    assert the_error(raw, SQLSERVER_ENV) == (
+        "forwarders[0].destination.queue: names catalog [receiver], which is database "
+        "'receiver', but the proxy delivers into database 'sender': set "
+        "'destination.database: receiver' and leave the catalog out"
+    )
+    # Its own catalog, or a catalog no database is configured for (on its server), is fine.
+    for queue in ("Samples.Receiver@[dbo]@[receiver]", "Samples.Receiver@[dbo]@[Archive]"):
+        fine = with_(raw, "forwarders[0].destination", {"database": "receiver", "queue": queue})
+        assert errors(fine, SQLSERVER_ENV) == []
+
+
+def test_a_subscriber_whose_catalog_names_a_configured_database_needs_no_route() -> None:
+    raw = with_(with_sqlserver_sender(), "databases.receiver", SQLSERVER_RECEIVER)
+    raw["routes"] = [{"match": "Samples.Receiver", "database": "receiver"}]
+    raw["subscriptions"] = {"Shared.OrderSubmitted": ["Samples.Billing@[dbo]@[receiver]"]}
+    assert errors(raw, SQLSERVER_ENV) == []
+    # The forwarding database's own catalog is what endpoints write by default: routes decide.
+    raw["subscriptions"] = {"Shared.OrderSubmitted": ["Samples.Billing@[dbo]@[sender]"]}
+    assert the_error(raw, SQLSERVER_ENV).startswith(
+        'subscriptions["Shared.OrderSubmitted"][0]: no route matches subscriber table '
+        "'Samples.Billing'"
+    )
+
+
 def test_outages_count_by_default_and_can_wait_up_to_max_wait() -> None:
     assert build(minimal()).retries.during_outage == "count"
     raw = with_(minimal(), "retries", {"during_outage": "wait", "max_wait": "2d"})
@@ -1862,7 +1941,10 @@ def test_waiting_longer_than_the_ledger_remembers_draws_a_warning() -> None:
 # Transaction modes
 # --------------------------------------------------------------------------------------------
 
-SQLSERVER_RECEIVER = {"dialect": "sqlserver", "connection": "Driver={FreeTDS};Server=h"}
+SQLSERVER_RECEIVER = {
+    "dialect": "sqlserver",
+    "connection": "Driver={FreeTDS};Server=h;Database=receiver",
+}
 
 
 def test_routes_take_their_transaction_mode_or_the_delivery_default() -> None:

@@ -222,7 +222,9 @@ def test_the_config_keys_of_a_database_follow_the_dialects_capabilities() -> Non
 @pytest.mark.parametrize("name", dialect_names())
 def test_every_registered_dialect_is_accepted_by_the_config(name: str) -> None:
     location = (
-        {"path": "/tmp/x.db"} if dialect_for(name).locator == "path" else {"connection": "DSN=x"}
+        {"path": "/tmp/x.db"}
+        if dialect_for(name).locator == "path"
+        else {"connection": "DSN=x;Database=x"}
     )
     config, problems = validate(
         {
@@ -355,10 +357,17 @@ def test_a_postgresql_database_with_driver_odbc_connects_with_the_psqlodbc_optio
     assert isinstance(connection, OdbcConnection)
     assert fake_pyodbc["string"] == (
         "Driver={PostgreSQL Unicode};CommLog=0;Debug=0;"
+        # libpq's keepalives and TCP user timeout, from query_timeout (15 s by default).
+        "pqopt={keepalives=1 keepalives_idle=5 keepalives_interval=2 keepalives_count=3 "
+        "tcp_user_timeout=15000};"
         "Protocol=7.4-0;ByteaAsLongVarBinary=1;BoolsAsChar=0;"
     )
     assert fake_pyodbc["kwargs"] == {"autocommit": False, "timeout": 5}
-    assert "setup" not in fake_pyodbc
+    # The server-side halves of query_timeout: a lock wait gives up first, then a statement.
+    assert fake_pyodbc["setup"] == [
+        "SET lock_timeout = '15000ms'",
+        "SET statement_timeout = '16000ms'",
+    ]
 
 
 def test_a_sqlserver_database_connects_through_odbc_with_its_session_setup(
@@ -371,7 +380,7 @@ def test_a_sqlserver_database_connects_through_odbc_with_its_session_setup(
     assert isinstance(connection, OdbcConnection)
     assert fake_pyodbc["string"] == "DSN=nsb"
     assert fake_pyodbc["kwargs"] == {"autocommit": False, "timeout": 2}
-    assert fake_pyodbc["setup"] == list(SESSION_SETUP)
+    assert fake_pyodbc["setup"] == [*SESSION_SETUP, "SET LOCK_TIMEOUT 15000"]
 
 
 # --------------------------------------------------------------------------------------------

@@ -37,6 +37,7 @@ TABLE_PLACEHOLDERS = {
     "subscriptions",
     "event_types",
     "destination_states",
+    "forwarder_states",
     "pauses",
     "transactions",
     "table",

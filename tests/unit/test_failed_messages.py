@@ -29,6 +29,7 @@ from bridge.failed_messages import (
     row_id_text,
 )
 from bridge.headers import serialize_headers, with_failure_headers
+from bridge.processing_host import ProcessingHost
 
 PG = dialect_for("postgresql").grammar
 SQLITE = dialect_for("sqlite").grammar
@@ -52,6 +53,8 @@ SENT = {
     "NServiceBus.Retries": "2",
     "custom": None,
 }
+HOST = ProcessingHost("orders", "bridge1", "0123456789abcdef0123456789abcdef", "bridge1")
+ROW_ID = "f1f2f3f4-0000-4000-8000-000000000001"
 
 
 def failed(
@@ -72,6 +75,8 @@ def failed(
             message="no route matches destination table 'Samples.Receiver'",
             reason=reason,
             failed_at=failed_at,
+            processed_by=HOST,
+            row_id=row_id or ROW_ID,
             attempts=attempts,
         )
     )
@@ -218,6 +223,24 @@ def test_sql_server_compares_catalogs_only_when_both_name_one() -> None:
     assert owners.owner_of("Forward@[dbo]@[sales]")[0] == "orders"
     assert owners.owner_of("Forward@[dbo]")[0] == "orders"
     assert owners.owner_of("Forward@[dbo]@[Other]")[0] is None
+
+
+def test_sql_server_failed_q_with_its_catalog_is_the_forwarders_queue_in_its_own_catalog() -> None:
+    # FailedQ is written `table@[schema]@[catalog]`; a queue configured without a catalog is
+    # in the database's own, and a FailedQ naming another catalog is another endpoint's.
+    owners = QueueOwners(
+        "sender",
+        SQLSERVER,
+        "dbo",
+        {"orders": QueueAddress("Forward", "dbo")},
+        default_catalog="SenderDb",
+    )
+    assert owners.owner_of("Forward@[dbo]@[SenderDb]")[0] == "orders"
+    assert owners.owner_of("Forward@[dbo]@[senderdb]")[0] == "orders"
+    assert owners.owner_of("Forward@[dbo]")[0] == "orders"
+    forwarder, why = owners.owner_of("Forward@[dbo]@[OtherDb]")
+    assert forwarder is None
+    assert why is not None and "no forwarder in database 'sender' drains" in why
     unnamed = QueueOwners("sender", SQLSERVER, "dbo", {"orders": QueueAddress("Forward", "dbo")})
     assert unnamed.owner_of("Forward@[dbo]@[anything]")[0] == "orders"
 
@@ -351,6 +374,8 @@ def test_replay_takes_off_exactly_what_the_bridge_added_on_failure() -> None:
         message="database 'receiver': cannot connect",
         reason="delivery-failed",
         failed_at=NOW,
+        processed_by=HOST,
+        row_id=ROW_ID,
         attempts=100,
         stack_trace="trace",
     )
@@ -366,7 +391,8 @@ def test_replay_keeps_the_routing_headers_and_everything_the_endpoint_wrote() ->
         "$.sfbridge.address-database": "receiver",
         "NServiceBus.FailedQueue": "kept: not the FailedQ header",
         "NServiceBus.TimeSent": "2026-11-21 10:06:20:123456 Z",
-        "NServiceBus.ProcessingEndpoint": "Samples.Sender",
+        "NServiceBus.OriginatingEndpoint": "Samples.Sender",
+        "$.diagnostics.originating.hostid": "kept: the sender's",
         "$.sfbridge.other": "kept",
         "traceparent": "00-abc-def-01",
     }
@@ -385,6 +411,10 @@ def test_replay_keeps_the_routing_headers_and_everything_the_endpoint_wrote() ->
         "NServiceBus.ExceptionInfo.Data.Custom",
         "$.sfbridge.failure-reason",
         "$.sfbridge.attempts",
+        "NServiceBus.ProcessingEndpoint",
+        "NServiceBus.ProcessingMachine",
+        "$.diagnostics.hostid",
+        "$.diagnostics.hostdisplayname",
     ],
 )
 def test_each_failure_header_is_removed(added: str) -> None:
@@ -394,11 +424,12 @@ def test_each_failure_header_is_removed(added: str) -> None:
 def test_replayed_headers_make_the_same_failure_again_without_piling_up() -> None:
     once = with_failure_headers(
         SENT, failed_queue=FORWARD, exception_type="T", message="m", reason="unroutable",
-        failed_at=NOW,
+        failed_at=NOW, processed_by=HOST, row_id=ROW_ID,
     )  # fmt: skip
     twice = with_failure_headers(
         replay_headers(once), failed_queue=FORWARD, exception_type="T", message="m",
-        reason="unroutable", failed_at=NOW + timedelta(hours=1),
+        reason="unroutable", failed_at=NOW + timedelta(hours=1), processed_by=HOST,
+        row_id=ROW_ID,
     )  # fmt: skip
     assert set(twice) == set(once)
     assert twice["NServiceBus.TimeOfFailure"] == "2026-11-23 13:00:00:000000 Z"

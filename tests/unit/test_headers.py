@@ -16,6 +16,8 @@ from bridge.headers import (
     FAILED_QUEUE_HEADER,
     FAILURE_REASON_HEADER,
     MAX_EXCEPTION_TEXT,
+    MESSAGE_ID_HEADER,
+    PROCESSING_HOST_HEADERS,
     ROUTING_HEADERS,
     TIME_OF_FAILURE_HEADER,
     PoisonHeaders,
@@ -27,6 +29,7 @@ from bridge.headers import (
     with_failure_headers,
     without_routing_headers,
 )
+from bridge.processing_host import ProcessingHost
 
 # --------------------------------------------------------------------------------------------
 # Header names
@@ -394,6 +397,8 @@ def test_parse_wire_date_returns_none_for_a_non_string() -> None:
 # --------------------------------------------------------------------------------------------
 
 FAILED_AT = datetime(2016, 8, 16, 10, 6, 20, 123456, tzinfo=UTC)
+HOST = ProcessingHost("orders", "bridge1", "0123456789abcdef0123456789abcdef", "bridge1")
+ROW_ID = "6e0c3c29-3d3a-4a8e-9c1f-5f1f6b2b7a10"
 
 
 def _fail(headers: dict[str, str | None], **overrides: object) -> dict[str, str | None]:
@@ -403,6 +408,8 @@ def _fail(headers: dict[str, str | None], **overrides: object) -> dict[str, str 
         "message": "table 'Receiver' does not exist",
         "reason": "missing-queue",
         "failed_at": FAILED_AT,
+        "processed_by": HOST,
+        "row_id": ROW_ID,
     }
     arguments.update(overrides)
     return with_failure_headers(headers, **arguments)  # type: ignore[arg-type]
@@ -418,14 +425,44 @@ def test_failure_headers_have_the_shape_servicepulse_expects() -> None:
         "NServiceBus.ExceptionInfo.Source": "sfbridge",
         "NServiceBus.ExceptionInfo.StackTrace": "table 'Receiver' does not exist",
         TIME_OF_FAILURE_HEADER: "2016-08-16 10:06:20:123456 Z",
+        "NServiceBus.ProcessingEndpoint": "orders",
+        "NServiceBus.ProcessingMachine": "bridge1",
+        "$.diagnostics.hostid": "0123456789abcdef0123456789abcdef",
+        "$.diagnostics.hostdisplayname": "bridge1",
         FAILURE_REASON_HEADER: "missing-queue",
     }
+
+
+@pytest.mark.parametrize("given", [None, "", "absent"])
+def test_a_message_without_a_message_id_gets_the_rows_id_as_nservicebus_does(
+    given: str | None,
+) -> None:
+    headers: dict[str, str | None] = {} if given == "absent" else {MESSAGE_ID_HEADER: given}
+    assert _fail(headers)[MESSAGE_ID_HEADER] == ROW_ID
+    assert _fail({MESSAGE_ID_HEADER: "m-1"})[MESSAGE_ID_HEADER] == "m-1"
+
+
+def test_who_processed_it_replaces_what_an_earlier_failure_said() -> None:
+    earlier = {name: "earlier" for name in PROCESSING_HOST_HEADERS}
+    result = _fail(earlier)
+    assert [result[name] for name in PROCESSING_HOST_HEADERS] == [
+        "orders",
+        "bridge1",
+        "0123456789abcdef0123456789abcdef",
+        "bridge1",
+    ]
 
 
 def test_failure_header_names_are_the_nservicebus_ones() -> None:
     assert FAILED_QUEUE_HEADER == "NServiceBus.FailedQ"
     assert TIME_OF_FAILURE_HEADER == "NServiceBus.TimeOfFailure"
     assert EXCEPTION_HEADER_PREFIX == "NServiceBus.ExceptionInfo."
+    assert PROCESSING_HOST_HEADERS == (
+        "NServiceBus.ProcessingEndpoint",
+        "NServiceBus.ProcessingMachine",
+        "$.diagnostics.hostid",
+        "$.diagnostics.hostdisplayname",
+    )
     assert FAILURE_REASON_HEADER == "$.sfbridge.failure-reason"
     assert ATTEMPTS_HEADER == "$.sfbridge.attempts"
 

@@ -38,7 +38,7 @@ def test_alert_rules_are_valid_prometheus_rules() -> None:
         text=True,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 7 rules found" in result.stdout
+    assert "SUCCESS: 10 rules found" in result.stdout
 
 
 def test_each_alert_fires_when_it_should_and_not_before() -> None:

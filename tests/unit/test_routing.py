@@ -8,11 +8,14 @@ import pytest
 
 from bridge import routing
 from bridge.addressing import QueueAddress
+from bridge.config.catalogs import databases_of_catalog
 from bridge.config.model import DatabaseConfig, RouteConfig
 from bridge.routing import (
     Destination,
+    RouteChoice,
     Router,
     Unroutable,
+    choose_route,
     first_matching_route,
     nearest_table,
     resolve_for_target,
@@ -520,3 +523,141 @@ def test_nearest_table_of_no_tables_is_none() -> None:
 
 def test_nearest_table_accepts_any_sequence() -> None:
     assert nearest_table("Recever", ("Receiver",)) == "Receiver"
+
+
+# --------------------------------------------------------------------------------------------
+# SQL Server catalogs: what the catalog of an address does
+# --------------------------------------------------------------------------------------------
+
+SENDER_DB = DatabaseConfig(
+    "sender", "sqlserver", connection="Driver={FreeTDS};Server=sql1;Database=SenderDb"
+)
+RECEIVER_DB = DatabaseConfig(
+    "receiver", "sqlserver", connection="Driver={FreeTDS};Server=sql2;Initial Catalog=ReceiverDb"
+)
+# Its connection names no database: the `catalog` key says which it is.
+BILLING_DB = DatabaseConfig(
+    "billing", "sqlserver", connection="Driver={FreeTDS};Server=sql3", catalog="BillingDb"
+)
+PG_RECEIVER = DatabaseConfig("pg", "postgresql", connection="Server=pg;Database=ReceiverDb")
+CATALOG_DATABASES = {db.name: db for db in (SENDER_DB, RECEIVER_DB, BILLING_DB, PG_RECEIVER)}
+TO_RECEIVER = RouteConfig("Samples.Receiver*", "receiver")
+
+
+def _choice(header: str, *routes: RouteConfig, source: DatabaseConfig = SENDER_DB) -> RouteChoice:
+    return choose_route(header, source, routes, CATALOG_DATABASES)
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        "Samples.Receiver@[dbo]@[SenderDb]",  # the sender's own catalog: NServiceBus's default
+        "Samples.Receiver@[dbo]@[senderdb]",  # database names compare without case
+        "Samples.Receiver@[dbo]",
+        "Samples.Receiver",
+        "[Samples.Receiver]@[dbo]@[ReceiverDb]",  # the receiver's catalog, the table quoted
+        "Samples.Receiver@[]@[ReceiverDb]",
+    ],
+)
+def test_every_form_of_the_receivers_address_reaches_its_table_in_its_database(
+    header: str,
+) -> None:
+    choice = _choice(header, TO_RECEIVER)
+    destination = choice.decision
+    assert isinstance(destination, Destination), destination
+    assert destination.database == "receiver"
+    # Two-part: the table is in the database the receiver's connection opens.
+    assert destination.address == QueueAddress("Samples.Receiver", "dbo")
+    assert destination.canonical == "Samples.Receiver@[dbo]"
+
+
+def test_the_senders_own_catalog_lets_the_route_decide() -> None:
+    choice = _choice("Samples.Receiver@[dbo]@[SenderDb]", TO_RECEIVER)
+    assert choice.route == 0
+    assert choice.catalog is not None
+    assert "the forwarding database 'sender' itself" in choice.catalog
+    assert "the route decides" in choice.catalog
+
+
+def test_a_catalog_naming_a_configured_database_sends_the_message_there_without_a_route() -> None:
+    choice = _choice("Samples.Billing@[dbo]@[BillingDb]", TO_RECEIVER)
+    destination = choice.decision
+    assert isinstance(destination, Destination), destination
+    assert (destination.database, destination.address) == (
+        "billing",
+        QueueAddress("Samples.Billing", "dbo"),
+    )
+    assert destination.transaction == "ledger"  # the default: no route says otherwise
+    assert choice.route is None
+    assert choice.catalog == "[BillingDb] is database 'billing': the message goes there"
+
+
+def test_a_catalog_beats_a_route_to_another_database_and_takes_a_route_to_its_own() -> None:
+    routes = (
+        RouteConfig("*", "receiver"),
+        RouteConfig("Samples.*", "billing", schema="ops", transaction="at-least-once"),
+    )
+    choice = _choice("Samples.Billing@[dbo]@[BillingDb]", *routes)
+    destination = choice.decision
+    assert isinstance(destination, Destination), destination
+    assert destination.database == "billing"
+    assert destination.address == QueueAddress("Samples.Billing", "ops")
+    assert destination.transaction == "at-least-once"
+    assert choice.route == 1
+
+
+def test_a_catalog_of_no_configured_database_is_kept_on_the_routes_database() -> None:
+    # Another catalog on the receiver's server: reached with a three-part name.
+    choice = _choice("Samples.Receiver@[dbo]@[ArchiveDb]", TO_RECEIVER)
+    destination = choice.decision
+    assert isinstance(destination, Destination), destination
+    assert destination.database == "receiver"
+    assert destination.address == QueueAddress("Samples.Receiver", "dbo", "ArchiveDb")
+    assert destination.canonical == "Samples.Receiver@[dbo]@[ArchiveDb]"
+    assert choice.catalog is not None and "no configured database's" in choice.catalog
+
+
+def test_a_catalog_of_no_configured_database_still_needs_a_route() -> None:
+    decision = _choice("Samples.Other@[dbo]@[ArchiveDb]", TO_RECEIVER).decision
+    assert isinstance(decision, Unroutable)
+    assert "no route matches destination table 'Samples.Other'" in decision.reason
+
+
+def test_the_catalog_does_not_travel_to_another_dialect() -> None:
+    decision = _choice("Samples.Receiver@[dbo]@[ArchiveDb]", RouteConfig("*", "pg")).decision
+    assert isinstance(decision, Destination), decision
+    assert decision.address == QueueAddress("Samples.Receiver", "public")
+
+
+def test_a_postgresql_database_is_never_named_by_a_catalog() -> None:
+    # PG_RECEIVER's connection opens `ReceiverDb` too; only SQL Server databases have catalogs.
+    assert databases_of_catalog("ReceiverDb", CATALOG_DATABASES) == (RECEIVER_DB,)
+
+
+def test_one_catalog_on_several_servers_is_decided_by_a_route_or_refused() -> None:
+    twin = DatabaseConfig("twin", "sqlserver", connection="Server=sql4;Database=ReceiverDb")
+    databases = {**CATALOG_DATABASES, "twin": twin}
+    header = "Samples.Receiver@[dbo]@[ReceiverDb]"
+    routed = route_destination(header, SENDER_DB, [RouteConfig("Samples.*", "twin")], databases)
+    assert isinstance(routed, Destination) and routed.database == "twin"
+    refused = route_destination(header, SENDER_DB, [RouteConfig("x", "sender")], databases)
+    assert isinstance(refused, Unroutable)
+    assert refused.reason == (
+        "catalog [ReceiverDb] names databases 'receiver', 'twin' (databases of one name on "
+        "several servers), and no route for table 'Samples.Receiver' leads to one of them. Add "
+        "a route for it to the database meant."
+    )
+
+
+def test_a_route_into_the_forwarding_database_drops_its_own_catalog() -> None:
+    decision = _choice("Samples.Local@[dbo]@[SenderDb]", RouteConfig("*", "sender")).decision
+    assert isinstance(decision, Destination), decision
+    assert (decision.database, decision.address) == ("sender", QueueAddress("Samples.Local", "dbo"))
+
+
+def test_a_subscriber_address_from_another_databases_table_is_read_in_its_grammar() -> None:
+    # Written by a subscriber in the receiver database: its catalog is where it lives.
+    router = Router(SENDER_DB, [RouteConfig("*", "sender")], CATALOG_DATABASES)
+    decision = router.route("Samples.Receiver@[dbo]@[ReceiverDb]", "receiver")
+    assert isinstance(decision, Destination), decision
+    assert decision.database == "receiver"

@@ -22,6 +22,7 @@ import pytest
 from bridge.addressing import QueueAddress
 from bridge.config.model import DatabaseConfig, RouteConfig
 from bridge.dialects import STATEMENT_NAMES, dialect_for
+from bridge.dialects.base import RAW_CLAIM_STATEMENT_NAMES
 from bridge.dialects.postgresql import STATEMENTS as PG_STATEMENTS
 from bridge.dialects.sqlserver import DIALECT as SQLSERVER
 from bridge.dialects.sqlserver import (
@@ -46,6 +47,7 @@ TABLE_PLACEHOLDERS = {
     "subscriptions",
     "event_types",
     "destination_states",
+    "forwarder_states",
     "pauses",
     "table",
 }
@@ -204,7 +206,7 @@ def render_all(address: QueueAddress, rows: int = 2) -> dict[str, str]:
 
 
 def test_the_dialect_defines_exactly_the_statement_names() -> None:
-    assert set(SQLSERVER.statements) == STATEMENT_NAMES
+    assert set(SQLSERVER.statements) == STATEMENT_NAMES | RAW_CLAIM_STATEMENT_NAMES
     assert dialect_for("sqlserver") is SQLSERVER
     assert SQLSERVER.grammar is GRAMMAR
 
@@ -497,6 +499,8 @@ PARAMETERS: dict[str, int] = {
     "retry_add_destination_database": 0,
     "destination_state_save": 7,
     "destination_states_read": 0,
+    "forwarder_state_save": 7,
+    "forwarder_states_read": 0,
     "table_probe": 0,
     "receive_range": 4,  # first, last, limit, byte budget
     "subscribers_by_endpoint": 2,  # endpoint, queue address
@@ -568,9 +572,98 @@ def test_receive_takes_a_batch_in_rowversion_order_skipping_locked_rows() -> Non
         "deleted.Headers, deleted.Body, deleted.RowVersion AS seq, "
         "deleted.ReplyToAddress AS legacy_reply_to, CAST(ISNULL(DATALENGTH(deleted.Body), 0) + "
         "ISNULL(DATALENGTH(deleted.Headers), 0) AS bigint) AS claimed_size "
-        "FROM [dbo].[Samples.Receiver] AS message "
-        "WITH (ROWLOCK) INNER JOIN taken ON taken.RowVersion = message.RowVersion"
+        "FROM [dbo].[Samples.Receiver] AS message WITH (UPDLOCK, READPAST, ROWLOCK) "
+        "INNER JOIN taken ON taken.RowVersion = message.RowVersion"
     )
+
+
+# The transport's receive (SqlServerConstants.ReceiveText in the transport's repository) reads
+# its target `WITH (UPDLOCK, READPAST, ROWLOCK)`: rows other receivers hold are skipped, never
+# waited for, which is how competing consumers work. Its peek (6.2+) reads `WITH (READPAST,
+# READCOMMITTEDLOCK)`. Each statement of the bridge that reads a queue table, which endpoints
+# and other daemons share, is held to those hints at every place it names the table.
+_RECEIVE_HINTS = "UPDLOCK, READPAST, ROWLOCK"
+QUEUE_TABLE_HINTS = {
+    ("peek", "queue"): ["READPAST, READCOMMITTEDLOCK"],
+    ("receive_batch", "queue"): [_RECEIVE_HINTS, _RECEIVE_HINTS],
+    ("receive_range", "queue"): [_RECEIVE_HINTS, _RECEIVE_HINTS],
+    ("retry_claim_due", "retry"): [_RECEIVE_HINTS, _RECEIVE_HINTS],
+    # The same claims, their text as stored bytes (bridge.claim, when the driver cannot read it).
+    ("receive_batch_raw", "queue"): [_RECEIVE_HINTS, _RECEIVE_HINTS],
+    ("receive_range_raw", "queue"): [_RECEIVE_HINTS, _RECEIVE_HINTS],
+    ("retry_claim_due_raw", "retry"): [_RECEIVE_HINTS, _RECEIVE_HINTS],
+    ("error_queue_claim_many", "queue"): [_RECEIVE_HINTS],
+    ("error_queue_delete_many", "queue"): [_RECEIVE_HINTS],
+    # Reads for status, bounds and the error-queue tools skip what batches hold.
+    ("queue_seq_bounds", "queue"): ["READPAST"],
+    ("queue_count", "queue"): ["READPAST"],
+    ("queue_oldest_headers", "queue"): ["READPAST"],
+    ("queue_read_headers", "queue"): ["READPAST"],
+    ("error_queue_page", "queue"): ["READPAST"],
+    ("error_queue_row", "queue"): ["READPAST"],
+}
+_REFERENCE = re.compile(
+    r"\b(?:FROM|JOIN|DELETE)\s+\[dbo\]\.\[(queue|retry)\]"
+    r"(?:\s+AS\s+\w+)?(?:\s+WITH\s+\(([^)]*)\))?"
+)
+
+
+def _table_references(name: str) -> dict[str, list[str]]:
+    """Each place statement `name` reads or deletes from the queue or retry table: the
+    hints there ('' for none), per table, in order."""
+    template = SQLSERVER.statements[name]
+    tables = {base: QueueAddress(base, "dbo") for base in _tables(template, QUEUE)}
+    many = 2 if name.endswith("_many") else None
+    sql = _normalised(SQLSERVER.sql(name, rows=many, **tables))
+    found: dict[str, list[str]] = {}
+    for match in _REFERENCE.finditer(sql):
+        found.setdefault(match.group(1), []).append(match.group(2) or "")
+    return found
+
+
+@pytest.mark.parametrize(("statement", "table"), sorted(QUEUE_TABLE_HINTS))
+def test_queue_reads_take_the_transports_locking_hints_everywhere_they_name_the_table(
+    statement: str, table: str
+) -> None:
+    assert _table_references(statement)[table] == QUEUE_TABLE_HINTS[(statement, table)]
+
+
+def test_no_other_statement_reads_a_queue_table() -> None:
+    # A new statement reading a shared queue must be added above, with its hints.
+    readers = {
+        name
+        for name in SQLSERVER.statements
+        # `x_row` is a fragment of `x_many`; create_schema names no table.
+        if not (name.endswith("_row") and name[:-4] + "_many" in SQLSERVER.statements)
+        and name != "create_schema"
+        and "queue" in _table_references(name)
+    }
+    assert readers == {name for name, table in QUEUE_TABLE_HINTS if table == "queue"}
+
+
+@pytest.mark.parametrize("name", ["receive_batch", "receive_range"])
+def test_receiving_follows_the_transports_receive(name: str) -> None:
+    sql = _normalised(SQLSERVER.sql(name, queue=QUEUE))
+    # FIFO as the transport: the rows locked and the rows taken are in RowVersion order.
+    assert "WITH (UPDLOCK, READPAST, ROWLOCK) " in sql
+    assert sql.count("ORDER BY RowVersion") == 2
+    # The transport's expiry flag, judged by the server's UTC clock.
+    assert (
+        "CASE WHEN deleted.Expires IS NULL THEN 0 WHEN deleted.Expires > GETUTCDATE() THEN 0 "
+        "ELSE 1 END AS expired"
+    ) in sql
+    # The transport's output columns, in its order: Id, expired, Headers, Body.
+    output = sql.partition(" OUTPUT ")[2]
+    positions = [
+        output.index(column)
+        for column in ("deleted.Id,", "AS expired,", "deleted.Headers,", "deleted.Body,")
+    ]
+    assert positions == sorted(positions)
+
+
+def test_the_error_queue_tools_page_in_rowversion_order() -> None:
+    sql = _normalised(SQLSERVER.sql("error_queue_page", queue=QUEUE))
+    assert sql.endswith("WHERE RowVersion > @after ORDER BY RowVersion")
 
 
 def test_send_writes_recoverable_1_unicode_headers_and_leaves_the_legacy_columns_null() -> None:
@@ -637,7 +730,7 @@ def test_retries_are_claimed_due_first_with_the_callers_parameter_order() -> Non
         "deleted.expires, deleted.headers, deleted.body, deleted.seq, deleted.attempts, "
         "deleted.first_failure_at, deleted.last_error, cast(isnull(datalength(deleted.body), 0) "
         "+ isnull(datalength(deleted.headers), 0) as bigint) AS claimed_size "
-        "FROM [dbo].[Samples.Receiver] AS due WITH (ROWLOCK) "
+        "FROM [dbo].[Samples.Receiver] AS due WITH (UPDLOCK, READPAST, ROWLOCK) "
         "INNER JOIN taken ON taken.seq = due.seq"
     )
 
@@ -926,6 +1019,27 @@ def test_the_catalog_travels_between_sqlserver_databases_but_not_to_other_dialec
     routes = [RouteConfig("Samples.*", "pg")]
     to_pg = route_destination("Samples.Receiver@[dbo]@[receiver]", SENDER, routes, DATABASES)
     assert to_pg.address == QueueAddress("Samples.Receiver", "public")
+
+
+def _failed_queue(queue: str, **database: str) -> str:
+    from bridge.config.model import BridgeConfig, ForwarderConfig
+    from bridge.tables import forwarder_tables
+
+    sender = DatabaseConfig("sender", "sqlserver", **database)  # type: ignore[arg-type]
+    forwarder = ForwarderConfig("sender", "sender", queue)
+    config = BridgeConfig(databases={"sender": sender}, forwarders=(forwarder,))
+    return forwarder_tables(config, forwarder).failed_queue
+
+
+def test_failed_messages_name_their_queue_with_schema_and_catalog_as_nservicebus_does() -> None:
+    by_connection = {"connection": "Driver={FreeTDS};Server=sql1;Database=SenderDb"}
+    assert _failed_queue("Samples.Sender.Forward", **by_connection) == (
+        "Samples.Sender.Forward@[dbo]@[SenderDb]"
+    )
+    by_key = {"connection": "DSN=nsb", "catalog": "Sender]Db", "schema": "nsb"}
+    assert _failed_queue("Forward", **by_key) == "Forward@[nsb]@[Sender]]Db]"
+    # A queue in another catalog of the server is named with that catalog.
+    assert _failed_queue("Forward@[dbo]@[Other]", **by_connection) == "Forward@[dbo]@[Other]"
 
 
 # --------------------------------------------------------------------------------------------

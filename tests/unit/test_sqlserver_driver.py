@@ -21,6 +21,7 @@ from bridge.drivers import (
     ConnectionLost,
     DatabaseError,
     DuplicateKey,
+    LockTimeout,
     PermissionDenied,
     QueueNotFound,
     TransientDatabaseError,
@@ -151,7 +152,7 @@ def _error(state: str, text: str, native: int, more: str = "") -> pyodbc.Error:
         ),
         (
             _error("HY000", f"{MS}Lock request time out period exceeded.", 1222),
-            TransientDatabaseError,
+            LockTimeout,
             1222,
             "Lock request time out period exceeded. (SQLSTATE HY000, error 1222)",
         ),
@@ -232,7 +233,7 @@ def test_the_sqlserver_error_numbers_the_driver_is_given() -> None:
         229: PermissionDenied,
         230: PermissionDenied,
         1205: TransientDatabaseError,
-        1222: TransientDatabaseError,
+        1222: LockTimeout,
         40197: TransientDatabaseError,
         40501: TransientDatabaseError,
         40613: TransientDatabaseError,
@@ -343,7 +344,9 @@ def _open(dialect: str = "sqlserver") -> OdbcConnection:
 def test_a_sqlserver_connection_sets_up_its_session_first(fake_pyodbc: dict[str, Any]) -> None:
     _open()
     fake = fake_pyodbc["connection"]
-    assert [sql for sql, _ in fake.statements] == list(SESSION_SETUP)
+    assert [sql for sql, _ in fake.statements] == [*SESSION_SETUP, "SET LOCK_TIMEOUT 15000"]
+    # The driver's own query timeout, a second above the lock timeout (query_timeout 15 s).
+    assert fake.timeout == 16
     assert fake.commits == 1
     assert "ClientCharset=UTF-8" in fake_pyodbc["string"]
     assert fake_pyodbc["kwargs"] == {"autocommit": False, "timeout": 5}

@@ -34,6 +34,7 @@ from bridge.config.model import (
 from bridge.dialects.registry import dialects
 
 __all__ = [
+    "CATALOG_DIALECTS",
     "DATABASES",
     "DELIVERY",
     "DIALECTS",
@@ -67,6 +68,8 @@ IMPLEMENTED_DIALECTS: Final = DIALECTS
 SERVER_DIALECTS: Final = tuple(n for n, d in dialects().items() if d.locator == "connection")
 FILE_DIALECTS: Final = tuple(n for n, d in dialects().items() if d.locator == "path")
 SCHEMA_DIALECTS: Final = tuple(n for n, d in dialects().items() if d.has_schemas)
+# Dialects whose addresses name catalogs (databases on the server).
+CATALOG_DIALECTS: Final = tuple(n for n, d in dialects().items() if d.has_catalogs)
 # Dialects whose databases can be opened with more than one driver, and every such driver.
 DRIVER_DIALECTS: Final = tuple(n for n, d in dialects().items() if len(d.drivers) > 1)
 DRIVERS: Final = tuple(dict.fromkeys(x for d in dialects().values() for x in d.drivers))
@@ -157,11 +160,39 @@ DATABASES = Section(
             dialect_hint=_SCHEMA_HINT,
         ),
         Key(
+            "catalog",
+            "string",
+            "The database's name on its server, as NServiceBus endpoints write it in "
+            "addresses (`table@[schema]@[catalog]`); default: `Database=` or "
+            "`Initial Catalog=` in `connection`, one of which must then be there. An address "
+            'whose catalog names this database is delivered here (see "SQL Server catalogs").',
+            example="ReceiverDb",
+            default=None,
+            dialects=CATALOG_DIALECTS,
+            dialect_hint=f"only {_names(CATALOG_DIALECTS)} addresses name catalogs",
+        ),
+        Key(
             "connect_timeout",
             "duration",
             "How long to wait for a connection before giving up.",
             example="5s",
             default=5.0,
+            **_POSITIVE,
+        ),
+        Key(
+            "query_timeout",
+            "duration",
+            "The longest one call to the database may take (a statement, a commit, a wait for "
+            "a lock held by someone else) before the bridge stops waiting. A destination that "
+            "does not answer in time is treated as unreachable (its messages wait in retry "
+            "storage, see `retries.during_outage`) and a table locked that long as busy, "
+            "while the rest of the batch is delivered; a forwarding database that does not "
+            "answer has its batch rolled back and tried again. Enforced by the server "
+            "(`statement_timeout`, `lock_timeout`, `SET LOCK_TIMEOUT`) and by the client "
+            "(psycopg; SQL Server's ODBC drivers), so a silent network cannot hold a worker. "
+            "Keep it well above the slowest healthy statement (a batch of `batch_bytes`).",
+            example="15s",
+            default=15.0,
             **_POSITIVE,
         ),
         Key(

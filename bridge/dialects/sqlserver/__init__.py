@@ -46,6 +46,7 @@ from bridge.drivers.base import (
     Connection,
     DatabaseError,
     DuplicateKey,
+    LockTimeout,
     PermissionDenied,
     QueueNotFound,
     TransientDatabaseError,
@@ -72,6 +73,7 @@ __all__ = [
     "RecoverableColumn",
     "SqlServerGrammar",
     "connect",
+    "connection_catalog",
     "inspect_queue_table",
     "sqlserver_connection_string",
 ]
@@ -128,6 +130,18 @@ def sqlserver_connection_string(text: str) -> str:
     return with_required_options(text, required)
 
 
+def connection_catalog(text: str) -> str | None:
+    """The database a connection string opens (`Database=` or `Initial Catalog=`; braces
+    around the value removed), None when it names none."""
+    for key, value in parse_connection_string(text):
+        if key.strip().lower() in ("database", "initial catalog"):
+            value = value.strip()
+            if value.startswith("{") and value.endswith("}"):
+                value = value[1:-1].replace("}}", "}")
+            return value or None
+    return None
+
+
 def _numbers(kind: type[DatabaseError], *numbers: int) -> dict[int, type[DatabaseError]]:
     return dict.fromkeys(numbers, kind)
 
@@ -147,25 +161,35 @@ NATIVE_ERRORS: NativeErrors = {
     # permission; 1088: cannot find the object or no permission (CREATE INDEX); 229/230:
     # object permission.
     **_numbers(PermissionDenied, 262, 2760, 1088, 229, 230),
-    # 1205: deadlock victim; 1222: lock request timed out; 40197, 40501, 40613: Azure SQL's
-    # "try again".
-    **_numbers(TransientDatabaseError, 1205, 1222, 40197, 40501, 40613),
+    # 1205: deadlock victim; 40197, 40501, 40613: Azure SQL's "try again".
+    **_numbers(TransientDatabaseError, 1205, 40197, 40501, 40613),
+    # 1222: lock request time out period exceeded (`SET LOCK_TIMEOUT`).
+    **_numbers(LockTimeout, 1222),
 }
+
+
+def lock_timeout_setup(query_timeout: float) -> str:
+    """The server-side half of the connection's deadline: a statement waiting for a lock gives
+    up after `query_timeout` (error 1222, the table is busy); the driver's query timeout, a
+    second longer, bounds every statement on the client."""
+    return f"SET LOCK_TIMEOUT {max(1, round(query_timeout * 1000))}"
 
 
 def connect(database: ConfiguredDatabase, *, create: bool = False) -> Connection:
     """An ODBC connection with FreeTDS's options added, `SESSION_SETUP` run, the server's error
-    numbers mapped by `NATIVE_ERRORS`, and the row-count-only results of batches skipped.
-    `create` has no effect: a server database is never created by the bridge. Raises
+    numbers mapped by `NATIVE_ERRORS`, the row-count-only results of batches skipped, and every
+    call bounded by `database.query_timeout` (`lock_timeout_setup` and the driver's query
+    timeout). `create` has no effect: a server database is never created by the bridge. Raises
     ConnectionFailed."""
     assert database.connection is not None
     return OdbcConnection(
         database.name,
         sqlserver_connection_string(database.connection),
         timeout=database.connect_timeout,
-        session_setup=SESSION_SETUP,
+        session_setup=(*SESSION_SETUP, lock_timeout_setup(database.query_timeout)),
         native_errors=NATIVE_ERRORS,
         drain_extra_results=True,
+        query_timeout=database.query_timeout + 1,
     )
 
 
@@ -191,7 +215,10 @@ DIALECT = Dialect(
     # SQL Server takes at most 2100 parameters per statement; leave room below it.
     max_parameters=2000,
     queue_shapes=RecoverableColumn(),
+    # The `*_raw` claims return nvarchar text as varbinary: UTF-16, unpaired surrogates kept.
+    raw_text_encoding="utf-16-le",
     inspect_queue_table=inspect_queue_table,
+    connection_catalog=connection_catalog,
     cannot_prepare=(
         "SQL Server prepares a transaction only under a distributed transaction coordinator "
         "(MSDTC), never from T-SQL, and the bridge does not use one"

@@ -1,6 +1,16 @@
-"""SQL Server queue addresses: `table@[schema]@[catalog]`, as the transport writes them."""
+"""SQL Server queue addresses: `table@[schema]@[catalog]`, as the transport writes them.
+
+The transport takes the table part raw, up to the first `@`; schema and catalog are bare or
+bracket-quoted (`]` doubled inside brackets). The bridge reads one thing more: a table part
+written wholly in brackets, `[Samples.Receiver]`, is that quoted name, as SQL Server reads it
+in a statement. People write headers that way by hand; the transport would look for a table
+whose name holds the brackets, which no endpoint's name does. A table whose name does begin
+with `[` and end with `]` is written bracket-quoted, so that it reads back as itself.
+"""
 
 from __future__ import annotations
+
+import re
 
 from bridge.addressing import AddressError, QueueAddress, check_characters, check_table
 
@@ -10,6 +20,17 @@ from bridge.addressing import AddressError, QueueAddress, check_characters, chec
 
 SQLSERVER_DEFAULT_SCHEMA = "dbo"
 
+# The inside of a bracket-quoted name: anything but a lone `]`.
+_BRACKETED_BODY = re.compile(r"(?:[^\]]|\]\])*")
+
+
+def _unbracketed(text: str) -> str | None:
+    """The name `text` quotes when it is wholly one bracket-quoted name, else None."""
+    if len(text) < 2 or text[0] != "[" or text[-1] != "]":
+        return None
+    body = text[1:-1]
+    return body.replace("]]", "]") if _BRACKETED_BODY.fullmatch(body) else None
+
 
 class SqlServerGrammar:
     """`table@[schema]@[catalog]`; schema and catalog optional, bare or bracket-quoted."""
@@ -18,6 +39,9 @@ class SqlServerGrammar:
 
     def parse(self, text: str) -> QueueAddress:
         table, at, rest = text.partition("@")
+        unquoted = _unbracketed(table)
+        if unquoted is not None:
+            table = unquoted  # `[]` is then an empty name, refused below
         check_table(table, text)
         if not at:
             return QueueAddress(table)
@@ -55,9 +79,12 @@ class SqlServerGrammar:
     def render(self, address: QueueAddress) -> str:
         self._validate(address, address)
         schema = self.quote_identifier(address.schema or SQLSERVER_DEFAULT_SCHEMA)
+        table = address.table
+        if _unbracketed(table) is not None:
+            table = self.quote_identifier(table)  # raw, it would read back without brackets
         if not address.catalog:
-            return f"{address.table}@{schema}"
-        return f"{address.table}@{schema}@{self.quote_identifier(address.catalog)}"
+            return f"{table}@{schema}"
+        return f"{table}@{schema}@{self.quote_identifier(address.catalog)}"
 
     def qualified_name(self, address: QueueAddress) -> str:
         self._validate(address, address)

@@ -119,6 +119,18 @@ _DESTINATION_STATES_DDL = """
         reported_by nvarchar(200) NOT NULL
     )"""
 
+_FORWARDER_STATES_DDL = """
+    CREATE TABLE {forwarder_states} (
+        forwarder nvarchar(200) NOT NULL,
+        reported_by nvarchar(200) NOT NULL,
+        state nvarchar(20) NOT NULL,
+        since datetime2 NOT NULL,
+        failures bigint NOT NULL,
+        last_error nvarchar(max) NULL,
+        updated_at datetime2 NOT NULL,
+        PRIMARY KEY (forwarder, reported_by)
+    )"""
+
 _PAUSES_DDL = """
     CREATE TABLE {pauses} (
         forwarder nvarchar(200) NOT NULL,
@@ -162,8 +174,11 @@ STATEMENTS: dict[str, str] = {
         FROM {queue} WITH (READPAST, READCOMMITTEDLOCK)""",
     # The transport's receive, TOP(@limit) rows at a time instead of one, and only while the
     # bytes before a row are under @budget (the first row always goes). A CTE with a window
-    # function cannot be deleted through, hence the join. Rows locked but not taken stay
-    # locked until the batch commits; other receivers read past them.
+    # function cannot be deleted through, hence the join, whose target takes the receive's
+    # hints too: reading it, the server may meet rows other receivers (endpoints, daemons)
+    # hold, and must skip them as the transport's receive does, not wait for them. Rows
+    # locked but not taken stay locked until the batch commits; other receivers read past
+    # them.
     "receive_batch": f"""
         DECLARE @limit int = ?, @budget bigint = ?;
         WITH locked AS (
@@ -181,7 +196,7 @@ STATEMENTS: dict[str, str] = {
                deleted.Body, deleted.RowVersion AS seq,
                deleted.ReplyToAddress AS legacy_reply_to,
                {_DELETED_SIZE} AS claimed_size
-        FROM {{queue}} AS message WITH (ROWLOCK)
+        FROM {{queue}} AS message WITH (UPDLOCK, READPAST, ROWLOCK)
         INNER JOIN taken ON taken.RowVersion = message.RowVersion""",
     # A bulk drain's claim: the receive inside one RowVersion range; the caller binds (first,
     # last, limit) as for the other dialects, hence the variables.
@@ -203,7 +218,7 @@ STATEMENTS: dict[str, str] = {
                deleted.Body, deleted.RowVersion AS seq,
                deleted.ReplyToAddress AS legacy_reply_to,
                {_DELETED_SIZE} AS claimed_size
-        FROM {{queue}} AS message WITH (ROWLOCK)
+        FROM {{queue}} AS message WITH (UPDLOCK, READPAST, ROWLOCK)
         INNER JOIN taken ON taken.RowVersion = message.RowVersion""",
     "queue_seq_bounds": """
         SELECT MIN(RowVersion), MAX(RowVersion), COUNT_BIG(*) FROM {queue} WITH (READPAST)""",
@@ -246,7 +261,7 @@ STATEMENTS: dict[str, str] = {
         OUTPUT deleted.id, {_EXPIRED_RETRY} AS expired, deleted.expires, deleted.headers,
                deleted.body, deleted.seq, deleted.attempts, deleted.first_failure_at,
                deleted.last_error, {_DELETED_SIZE.lower()} AS claimed_size
-        FROM {{retry}} AS due WITH (ROWLOCK)
+        FROM {{retry}} AS due WITH (UPDLOCK, READPAST, ROWLOCK)
         INNER JOIN taken ON taken.seq = due.seq""",
     "retry_summary": """
         SELECT r.destination, COUNT(*), MIN(r.first_failure_at), MIN(r.next_attempt_at),
@@ -337,6 +352,25 @@ STATEMENTS: dict[str, str] = {
         SELECT destination_database, state, since, last_error, next_probe_at, updated_at,
                reported_by
         FROM {destination_states} ORDER BY destination_database""",
+    # Whether each daemon's batches of a forwarder succeed (`bridge.forwarder_health`), one
+    # row per forwarder and daemon.
+    "create_forwarder_states_table": _create_if_missing("forwarder_states", _FORWARDER_STATES_DDL),
+    "forwarder_state_save": """
+        DECLARE @forwarder nvarchar(200) = ?, @reported_by nvarchar(200) = ?,
+                @state nvarchar(20) = ?, @since datetime2 = ?, @failures bigint = ?,
+                @last_error nvarchar(max) = ?, @updated_at datetime2 = ?;
+        UPDATE {forwarder_states} WITH (UPDLOCK, HOLDLOCK)
+        SET state = @state, since = @since, failures = @failures, last_error = @last_error,
+            updated_at = @updated_at
+        WHERE forwarder = @forwarder AND reported_by = @reported_by;
+        IF @@ROWCOUNT = 0
+            INSERT INTO {forwarder_states} (forwarder, reported_by, state, since, failures,
+                                            last_error, updated_at)
+            VALUES (@forwarder, @reported_by, @state, @since, @failures, @last_error,
+                    @updated_at)""",
+    "forwarder_states_read": """
+        SELECT forwarder, reported_by, state, since, failures, last_error, updated_at
+        FROM {forwarder_states} ORDER BY forwarder, reported_by""",
     # Pauses: destination_database '' pauses the whole forwarder. Pausing again keeps the time
     # the pause began and takes the new reason.
     "create_pauses_table": _create_if_missing("pauses", _PAUSES_DDL),
@@ -485,3 +519,24 @@ WITHOUT_RECOVERABLE: dict[str, str] = {
 }
 
 # -1: no such table; otherwise how many `Recoverable` columns it has (0 or 1). Parameters:
+
+
+def _raw_claim(statement: str) -> str:
+    """A claim with its free-text columns as the UTF-16LE bytes SQL Server stores, for a driver
+    that cannot decode them (`RAW_CLAIM_STATEMENT_NAMES` in `bridge.dialects.base`): .NET
+    strings, and so headers, may hold unpaired surrogates, which are not valid UTF-16."""
+    raw = statement
+    for column in ("Headers", "headers", "last_error"):
+        raw = raw.replace(
+            f"deleted.{column},", f"CAST(deleted.{column} AS varbinary(max)) AS {column.lower()},"
+        )
+    assert raw != statement, "a claim returns deleted.Headers or deleted.headers"
+    return raw
+
+
+STATEMENTS.update(
+    {
+        f"{name}_raw": _raw_claim(STATEMENTS[name])
+        for name in ("receive_batch", "receive_range", "retry_claim_due")
+    }
+)
