@@ -100,7 +100,9 @@ def _runs() -> list[tuple[str, Run]]:
         ("queue_count", Run(query=True, check=lambda rows: rows[0][0] == 4)),
         ("queue_seq_bounds", Run(query=True, check=lambda rows: rows[0][2] == 4)),
         ("queue_oldest_headers", Run(query=True, check=lambda rows: rows[0][0] == HEADERS)),
-        ("queue_read_headers", Run(query=True, check=lambda rows: len(rows) == 4)),
+        # Spark's range reads: every 2nd row's key, then a page of one range.
+        ("queue_seq_boundaries", Run((2,), query=True, check=_rows(2))),
+        ("queue_page", Run((0, 10_000, 3), query=True, check=_rows(3))),
         ("error_queue_page", Run((0, 2), query=True, check=lambda rows: len(rows) == 2)),
         ("error_queue_row", Run((1,), query=True, check=lambda rows: len(rows) == 1)),
         # Takes RowVersion 1, the first send; then the rest go through the receives.
@@ -115,7 +117,9 @@ def _runs() -> list[tuple[str, Run]]:
         ("error_queue_delete_many", Run((1, 2), rows=2, check=lambda count: count == 0)),
         ("retry_store", Run((*retry_row, 1, NOW, NOW, "error text"))),
         ("retry_summary", Run(("sender",), query=True, check=_one_row)),
-        ("retry_read", Run(("sender",), query=True, check=_one_row)),
+        ("retry_seq_bounds", Run(("sender",), query=True, check=lambda rows: rows[0][2] == 1)),
+        ("retry_seq_boundaries", Run(("sender", 1), query=True, check=_one_row)),
+        ("retry_page", Run(("sender", 0, 10_000, 10), query=True, check=_one_row)),
         ("retry_waiting", Run(query=True, check=lambda rows: rows[0][1] == 1)),
         (
             "retry_claim_due",
@@ -131,7 +135,17 @@ def _runs() -> list[tuple[str, Run]]:
             "ledger_record_many",
             Run(("m-1", "Samples.Receiver@[dbo]", "M-1", "x"), rows=2, query=True, check=_one_row),
         ),
-        ("ledger_read_since", Run((datetime(2000, 1, 1),), query=True, check=_rows(2))),
+        (
+            "ledger_destinations_since",
+            Run((datetime(2000, 1, 1),), query=True, check=_rows(2)),
+        ),
+        ("ledger_last_since", Run((datetime(2000, 1, 1),), query=True, check=_one_row)),
+        ("ledger_boundaries_since", Run((datetime(2000, 1, 1), 1), query=True, check=_rows(2))),
+        (
+            "ledger_page_since",
+            # From before the first key ('' sorts first) to after the last: both rows.
+            Run((datetime(2000, 1, 1), "", "", "", "~", "~", "~", 10), query=True, check=_rows(2)),
+        ),
         ("ledger_cleanup", Run((datetime(2000, 1, 1),), check=lambda count: count == 0)),
         ("counters_add", Run(("sender", "delivered", 0, 5))),
         ("counters_add_many", Run(("sender", "delivered", 0, 1, "sender", "expired", 1, 2), 2)),

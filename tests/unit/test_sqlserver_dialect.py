@@ -598,7 +598,8 @@ QUEUE_TABLE_HINTS = {
     ("queue_seq_bounds", "queue"): ["READPAST"],
     ("queue_count", "queue"): ["READPAST"],
     ("queue_oldest_headers", "queue"): ["READPAST"],
-    ("queue_read_headers", "queue"): ["READPAST"],
+    ("queue_seq_boundaries", "queue"): ["READPAST"],
+    ("queue_page", "queue"): ["READPAST"],
     ("error_queue_page", "queue"): ["READPAST"],
     ("error_queue_row", "queue"): ["READPAST"],
 }
