@@ -1,3 +1,3 @@
-from bridge.cli import main
+from bridge.commands.cli import main
 
 raise SystemExit(main())

@@ -23,21 +23,18 @@ import re
 from dataclasses import dataclass
 from typing import Protocol
 
+from bridge.exceptions import AddressError
+
 __all__ = [
-    "AddressError",
     "AddressGrammar",
-    "QueueAddress",
+    "TableAddress",
     "check_characters",
     "check_table",
 ]
 
 
-class AddressError(ValueError):
-    """An address string that cannot be parsed in the given grammar."""
-
-
 @dataclass(frozen=True)
-class QueueAddress:
+class TableAddress:
     """A queue table. `schema` / `catalog` are None when the address did not name them."""
 
     table: str
@@ -50,15 +47,15 @@ class AddressGrammar(Protocol):
 
     dialect: str
 
-    def parse(self, text: str) -> QueueAddress: ...
+    def parse(self, text: str) -> TableAddress: ...
 
     def resolve(
-        self, address: QueueAddress, default_schema: str | None, default_catalog: str | None
-    ) -> QueueAddress: ...
+        self, address: TableAddress, default_schema: str | None, default_catalog: str | None
+    ) -> TableAddress: ...
 
-    def render(self, address: QueueAddress) -> str: ...
+    def render(self, address: TableAddress) -> str: ...
 
-    def qualified_name(self, address: QueueAddress) -> str: ...
+    def qualified_name(self, address: TableAddress) -> str: ...
 
     def quote_identifier(self, name: str) -> str: ...
 

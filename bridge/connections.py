@@ -3,10 +3,11 @@ per-worker cache (one open connection per database, reopened after failures)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 
 from bridge.config.model import DatabaseConfig
-from bridge.dialects import dialect_for
+from bridge.dialects import Dialect, dialect_for
 from bridge.drivers import Connection
 
 
@@ -47,3 +48,21 @@ class Connections:
     def close(self) -> None:
         for database, role in list(self._open):
             self.discard(database, role)
+
+
+@contextmanager
+def savepoint(
+    connection: Connection, dialect: Dialect, *, undo_on: tuple[type[BaseException], ...]
+) -> Iterator[None]:
+    """Run the block in a savepoint of the open transaction: an exception of `undo_on` rolls
+    back to it (and propagates), so the transaction goes on as if the block had not run."""
+    statements = dialect.statements
+    connection.execute(statements["savepoint"])
+    try:
+        yield
+    except undo_on:
+        connection.execute(statements["rollback_to_savepoint"])
+        raise
+    # Empty where the dialect has no RELEASE (SQL Server keeps savepoints to the end).
+    if statements["release_savepoint"]:
+        connection.execute(statements["release_savepoint"])

@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 
+from bridge.exceptions import PoisonHeaders
 from bridge.processing_host import ProcessingHost
 
 DESTINATION_HEADER = "$.store-and-forward.destination"
@@ -55,10 +56,6 @@ Headers = dict[str, str | None]
 
 # Built once: json.dumps with options builds a new encoder on every call.
 _ASCII_ENCODER = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"))
-
-
-class PoisonHeaders(ValueError):
-    """The Headers column is not a JSON object of strings."""
 
 
 def parse_headers(text: str | None) -> Headers:
@@ -103,7 +100,7 @@ def serialize_headers(headers: Mapping[str, str | None]) -> str:
     """Compact JSON in insertion order, non-ASCII kept raw, as the transport writes it.
 
     Written by orjson, which gives exactly what the standard library's compact encoder gives
-    (`tests/unit/test_headers_text.py` compares them) in a third of the time; this runs once
+    (`tests/test_headers_json.py` compares them) in a third of the time; this runs once
     per message. .NET strings may hold unpaired surrogates (valid JSON as `\\ud800`), which
     cannot be written raw as UTF-8 and which orjson refuses: such headers are written with
     every non-ASCII character escaped, which any JSON reader turns back into the same strings.

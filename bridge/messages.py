@@ -2,7 +2,7 @@
 
 claim -> `ClaimedMessage`; classify -> a `Decision`; published events are expanded into one
 `Unit` per subscriber copy (every other message is one unit); deliver -> a `DeliveryResult`
-per unit that was to be delivered; settle -> each unit's fate, from its outcome and result.
+per unit that was to be delivered; settle -> each unit's fate, from its decision and result.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from bridge.headers import Headers
 from bridge.routing import Destination
@@ -38,14 +38,15 @@ class ClaimedMessage:
     first_failure_at: datetime | None = None
     last_error: str | None = None
     # Why the row could not be read as a message, column by column (a value the driver cannot
-    # convert, out of range, or of a type the transport never writes; `bridge.claim.RowReader`):
-    # it goes to the error queue with what could be read.
+    # convert, out of range, or of a type the transport never writes;
+    # `bridge.forwarding.claim.RowReader`): it goes to the error queue with what could be read.
     unreadable: str | None = None
     # Bytes of body and headers as the claim measured them (what `batch_bytes` bounds).
     claimed_size: int = 0
 
 
-# -- decisions (bridge.classify) --------------------------------------------------------------
+# -- decisions (bridge.forwarding.classify)
+# --------------------------------------------------------------
 
 # The failure reason (`$.sfbridge.failure-reason`) of a row the claim could not read whole.
 UNREADABLE_ROW = "unreadable-row"
@@ -84,7 +85,7 @@ class Publish:
 # Built once per message (or per copy) on every batch, so not frozen: a frozen dataclass costs
 # about three times as much to build. Treated as values all the same: nothing assigns to them.
 @dataclass(slots=True)
-class Deliver:
+class Forward:
     """Insert `headers_text` + body into `destination`, deduplicated by `message_id`."""
 
     headers: Headers
@@ -93,10 +94,11 @@ class Deliver:
     message_id: str
 
 
-Decision = Poison | Expired | Reject | Deliver | Publish
+Decision = Poison | Expired | Reject | Forward | Publish
 
 
-# -- what a published event becomes (bridge.multicast) ---------------------------------------
+# -- what a published event becomes (bridge.forwarding.fan_out)
+# ---------------------------------------
 
 
 @dataclass(frozen=True)
@@ -113,7 +115,7 @@ class SubscribersUnknown:
 
 
 # What settle sees for one unit: every decision but Publish, which has become its copies.
-Outcome = Poison | Expired | Reject | Deliver | NoSubscribers | SubscribersUnknown
+UnitDecision = Poison | Expired | Reject | Forward | NoSubscribers | SubscribersUnknown
 
 
 # Built once per message (or per copy) on every batch, so not frozen: a frozen dataclass costs
@@ -128,11 +130,12 @@ class Unit:
     """
 
     message: ClaimedMessage
-    outcome: Outcome
+    decision: UnitDecision
     retry_headers_text: str
 
 
-# -- delivery results (bridge.deliver) ---------------------------------------------------------
+# -- delivery results (bridge.forwarding.deliver)
+# ---------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -163,5 +166,10 @@ class Failed:
 
 
 DeliveryResult = Delivered | Duplicate | Failed
-# What delivery is handed: the claimed message and where it goes.
-Item = tuple[ClaimedMessage, Deliver]
+
+
+class Item(NamedTuple):
+    """What delivery is handed: the claimed message and the decision to forward it."""
+
+    message: ClaimedMessage
+    forward: Forward

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Literal
@@ -46,7 +47,15 @@ class DatabaseState:
 class OutageTracker:
     """Shared by all workers of a daemon; thread-safe."""
 
-    def __init__(self, probe_interval: float, *, external_probe: bool = False) -> None:
+    def __init__(
+        self,
+        probe_interval: float,
+        *,
+        external_probe: bool = False,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        # `clock` is time.monotonic but for tests, which move time on instead of sleeping.
+        self._clock = clock
         self._interval = probe_interval
         self._external = external_probe
         self._states: dict[str, DatabaseState] = {}
@@ -72,7 +81,7 @@ class OutageTracker:
             state = self._states.get(database)
             if state is None or not state.in_trouble:
                 return None
-            if not self._external and time.monotonic() >= self._next_probe[database]:
+            if not self._external and self._clock() >= self._next_probe[database]:
                 self._schedule_probe(database)
                 return None
             return state
@@ -81,7 +90,7 @@ class OutageTracker:
         """`database` failed as a whole (unreachable, or not ready for the bridge)."""
         with self._lock:
             before = self._states.get(database)
-            now = time.monotonic()
+            now = self._clock()
             if before is None or before.state != kind:
                 since = _utcnow()
                 self._say_trouble(database, kind, error, since=None)
@@ -119,7 +128,7 @@ class OutageTracker:
     def waiting_databases(self) -> list[str]:
         """Databases in trouble whose messages should stay in retry storage for now."""
         with self._lock:
-            now = time.monotonic()
+            now = self._clock()
             return sorted(
                 name
                 for name, state in self._states.items()
@@ -129,7 +138,7 @@ class OutageTracker:
     def due_for_probe(self) -> list[str]:
         """For the external prober: databases to probe now; each is scheduled again at once."""
         with self._lock:
-            now = time.monotonic()
+            now = self._clock()
             due = [
                 name
                 for name, state in self._states.items()
@@ -154,7 +163,7 @@ class OutageTracker:
                     error,
                     _duration(timedelta(seconds=self._interval)),
                 )
-            self._busy[key] = (time.monotonic() + self._interval, error)
+            self._busy[key] = (self._clock() + self._interval, error)
 
     def busy(self, database: str, table: str) -> str | None:
         """The lock error while `table` counts as busy (`record_busy`), else None."""
@@ -163,7 +172,7 @@ class OutageTracker:
             if found is None:
                 return None
             until, error = found
-            if time.monotonic() < until:
+            if self._clock() < until:
                 return error
             return None
 
@@ -188,7 +197,7 @@ class OutageTracker:
 
     def _schedule_probe(self, database: str) -> None:
         # Caller holds the lock.
-        self._next_probe[database] = time.monotonic() + self._interval
+        self._next_probe[database] = self._clock() + self._interval
         state = self._states.get(database)
         if state is not None and state.in_trouble:
             next_at = _utcnow() + timedelta(seconds=self._interval)

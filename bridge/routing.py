@@ -14,10 +14,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from bridge.addressing import AddressError, QueueAddress
+from bridge.addressing import TableAddress
 from bridge.config.catalogs import database_catalog, databases_of_catalog, same_catalog
 from bridge.config.model import DatabaseConfig, RouteConfig, TransactionMode
 from bridge.dialects.registry import grammar_for
+from bridge.exceptions import AddressError
 from bridge.headers import Headers, without_routing_headers
 
 
@@ -31,7 +32,7 @@ class Destination:
     """
 
     database: str
-    address: QueueAddress
+    address: TableAddress
     canonical: str
     transaction: TransactionMode = "ledger"
 
@@ -44,7 +45,8 @@ class Unroutable:
 
 
 class ReplyRewriter(Protocol):
-    """Rewrites the reply addresses of a message crossing databases (`bridge.proxies`)."""
+    """Rewrites the reply addresses of a message crossing databases
+    (`bridge.forwarding.proxies`)."""
 
     def rewrite(self, headers: Headers, from_database: str, to_database: str) -> Headers:
         """`headers` with reply addresses rewritten; the same object when nothing changes."""
@@ -221,7 +223,7 @@ def choose_route(
 
 
 def _catalog_rule(
-    parsed: QueueAddress, source: DatabaseConfig, databases: Mapping[str, DatabaseConfig]
+    parsed: TableAddress, source: DatabaseConfig, databases: Mapping[str, DatabaseConfig]
 ) -> tuple[tuple[str, ...] | None, str | None]:
     """(the databases the address's catalog allows, None for any; what the catalog did)."""
     catalog = parsed.catalog
@@ -258,13 +260,13 @@ def first_matching_route(table: str, routes: Sequence[RouteConfig]) -> RouteConf
 
 
 def resolve_for_target(
-    parsed: QueueAddress,
+    parsed: TableAddress,
     source: DatabaseConfig,
     target: DatabaseConfig,
     route: RouteConfig,
     *,
     forwarding: DatabaseConfig | None = None,
-) -> QueueAddress:
+) -> TableAddress:
     """Fill in schema and catalog for the destination database.
 
     Schema: the route's override, then the address's own schema (only when source and target
@@ -279,7 +281,7 @@ def resolve_for_target(
         catalog, database_catalog(forwarding or source)
     ):
         catalog = None
-    carried = QueueAddress(
+    carried = TableAddress(
         table=parsed.table,
         schema=route.schema or (parsed.schema if same_dialect else None),
         catalog=catalog,

@@ -12,8 +12,10 @@ import os
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from support import SQLSERVER_VARIABLE, DaemonProcess, PgPair, SqlServerTestServer, make_pg_pair
 
 DEFAULT_PG = "Driver={PostgreSQL Unicode};Server=127.0.0.1;Port=5432;Uid=postgres;"
 PSQLODBC_CANDIDATES = [
@@ -106,6 +108,43 @@ def new_pg_database(postgres: PostgresServer) -> Callable[[], str]:
         return postgres.connection_string(postgres.create_database())
 
     return create
+
+
+@pytest.fixture
+def pg_pair_factory(tmp_path: Path, new_pg_database: Callable[[], str]) -> Callable[..., PgPair]:
+    """Makes a PostgreSQL pair on two fresh databases: `make_pg_pair(tmp_path, sender,
+    receiver, **options)` (tests/support/pairs.py), installed, the receiver's queue created."""
+
+    def make(**options: Any) -> PgPair:
+        return make_pg_pair(tmp_path, new_pg_database(), new_pg_database(), **options)
+
+    return make
+
+
+@pytest.fixture
+def pg_pair(pg_pair_factory: Callable[..., PgPair]) -> PgPair:
+    """A forwarding database and a receiver database, the forwarder `sender` on
+    "Samples.Sender.Forward" routing everything to "Samples.Receiver" (peek every 200 ms, retry
+    after 1 s), installed."""
+    return pg_pair_factory()
+
+
+@pytest.fixture
+def start_daemon(tmp_path: Path) -> Iterator[Callable[..., DaemonProcess]]:
+    """Starts `sfbridge -c CONFIG run` in a subprocess (log in tmp_path/NAME); every daemon
+    still running at the end of the test is killed."""
+    started: list[DaemonProcess] = []
+
+    def start(
+        config: Path, name: str = "daemon.log", env: dict[str, str] | None = None
+    ) -> DaemonProcess:
+        daemon = DaemonProcess(config, tmp_path / name, env)
+        started.append(daemon)
+        return daemon
+
+    yield start
+    for daemon in started:
+        daemon.__exit__()
 
 
 class PrivatePostgres:
@@ -330,3 +369,16 @@ def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSta
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def sqlserver_server() -> Iterator[SqlServerTestServer | None]:
+    """The server SFBRIDGE_TEST_SQLSERVER names (its databases dropped after the session), or
+    None when the variable is not set."""
+    prefix = os.environ.get(SQLSERVER_VARIABLE)
+    if not prefix:
+        yield None
+        return
+    server = SqlServerTestServer(prefix)
+    yield server
+    server.drop_all()

@@ -22,7 +22,8 @@ from typing import Any
 
 import yaml
 
-EXIT_CONFIG = 2  # sfbridge: the configuration is invalid
+from bridge.exceptions import ExitCode
+
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 PROGRESS_EVERY = 2.0  # seconds between progress lines on stderr
 
@@ -75,7 +76,7 @@ def sfbridge_accepts(config: Path, key: str, env: Mapping[str, str]) -> bool:
         timeout=120,
     )
     output = result.stdout + result.stderr
-    return not (result.returncode == EXIT_CONFIG and key in output)
+    return not (result.returncode == ExitCode.USAGE and key in output)
 
 
 class Daemon:
@@ -123,7 +124,7 @@ class Daemon:
         code = self.process.poll()
         if code is None:
             return
-        if code == EXIT_CONFIG and arrived == 0:
+        if code == ExitCode.USAGE and arrived == 0:
             raise ConfigRejected(_first_problem(self.log_tail()))
         raise RuntimeError(f"the daemon exited with {code} at {arrived} rows:\n{self.log_tail()}")
 

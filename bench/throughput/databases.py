@@ -18,8 +18,8 @@ from typing import Any, Protocol
 
 import pyodbc
 
+from bridge.commands.send import test_message_headers
 from bridge.headers import serialize_headers
-from bridge.send import test_message_headers
 
 DEFAULT_PG_PREFIX = "Driver={PostgreSQL Unicode};Server=127.0.0.1;Port=5432;Uid=postgres;"
 # What the bridge forces on its own psqlODBC connections, so the baselines use the same driver.

@@ -14,8 +14,9 @@ from bridge.config.model import (
     SentryConfig,
     SubscriptionTableConfig,
 )
-from bridge.config.problems import ConfigError, Problem
+from bridge.config.problems import Problem
 from bridge.config.validate import validate
+from bridge.exceptions import ConfigError
 
 __all__ = [
     "BridgeConfig",

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from bridge.addressing import AddressError, QueueAddress
+from bridge.addressing import TableAddress
 from bridge.config.catalogs import database_catalog, databases_of_catalog, same_catalog
 from bridge.config.messages import join_path
 from bridge.config.model import DatabaseConfig, FixedDestination
 from bridge.config.problems import ProblemLog
 from bridge.config.walker import Document, Entry
 from bridge.dialects.registry import dialects, grammar_for
+from bridge.exceptions import AddressError
 
 __all__ = ["check_catalogs", "database_config", "database_configs", "where_routes_decide"]
 
@@ -96,7 +97,7 @@ def _check_destination_catalog(
 
 
 def where_routes_decide(
-    address: QueueAddress,
+    address: TableAddress,
     dialect: str,
     databases: Mapping[str, DatabaseConfig],
     forwarding: list[DatabaseConfig],

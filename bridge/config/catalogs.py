@@ -5,8 +5,8 @@ the wire with a catalog, `table@[schema]@[catalog]`, and by default that catalog
 database's name. A configured database's catalog is its `catalog` key, else the database its
 connection string opens (`Database=` / `Initial Catalog=`); only dialects whose addresses name
 catalogs have one (`Dialect.has_catalogs`). Routing (`bridge.routing`), the reply addresses of
-proxies (`bridge.proxies`) and validation ask here. Names compare without case, as SQL Server
-compares database names under its default collations.
+proxies (`bridge.forwarding.proxies`) and validation ask here. Names compare without case, as SQL
+Server compares database names under its default collations.
 
 It lives in the config package because validation needs it, and the data path's modules
 import the config package.

@@ -14,7 +14,7 @@ import difflib
 import json
 from collections.abc import Mapping
 
-from bridge.addressing import AddressError, QueueAddress
+from bridge.addressing import TableAddress
 from bridge.config.catalog_checks import (
     check_catalogs,
     database_config,
@@ -29,6 +29,7 @@ from bridge.config.proxy_addresses import fixed_destination_address
 from bridge.config.schema import DELIVERY, LEDGER, RETRIES, ROUTES, SUBSCRIPTIONS
 from bridge.config.walker import Document, Entry, Item
 from bridge.dialects.registry import dialects, grammar_for
+from bridge.exceptions import AddressError
 
 __all__ = [
     "check_across_keys",
@@ -383,7 +384,7 @@ def check_subscriptions(document: Document, log: ProblemLog) -> None:
         first: dict[object, str] = {}
         unique: list[Item] = []
         for item in items:
-            parsed: dict[str, QueueAddress] = {}
+            parsed: dict[str, TableAddress] = {}
             for dialect in dialects:
                 try:
                     parsed[dialect] = grammar_for(dialect).parse(item.value)
@@ -430,7 +431,7 @@ def _routed(table: str, routes: list[RouteConfig]) -> bool:
 def _check_subscriber_route(
     log: ProblemLog,
     item: Item,
-    parsed: Mapping[str, QueueAddress],
+    parsed: Mapping[str, TableAddress],
     routes: list[RouteConfig],
     notes: Mapping[str, str],
 ) -> None:

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 import yaml
 
 from bridge.config.model import BridgeConfig
-from bridge.config.problems import ConfigError, Problem
+from bridge.config.problems import Problem
 from bridge.config.validate import validate
+from bridge.exceptions import ConfigError
 
 __all__ = ["load_config", "load_config_text"]
 

@@ -13,10 +13,10 @@ Backoff = Literal["constant", "linear", "exponential"]
 MissingQueuePolicy = Literal["retry", "error"]
 OutagePolicy = Literal["count", "wait"]
 NoSubscribersPolicy = Literal["drop", "error"]
-# How a message crosses into another database (`bridge.transactions`): `ledger` (destination
-# commit with a dedup-ledger row, then the source), `two-phase` (the destination prepared, the
-# source committed with the decision, then the destination), `at-least-once` (no ledger: a
-# crash between the two commits can deliver a message twice).
+# How a message crosses into another database (`bridge.forwarding.transactions`): `ledger`
+# (destination commit with a dedup-ledger row, then the source), `two-phase` (the destination
+# prepared, the source committed with the decision, then the destination), `at-least-once` (no
+# ledger: a crash between the two commits can deliver a message twice).
 TransactionMode = Literal["ledger", "two-phase", "at-least-once"]
 TRANSACTION_MODES: tuple[TransactionMode, ...] = ("ledger", "two-phase", "at-least-once")
 

@@ -8,10 +8,10 @@ as a second line of defence.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
+from bridge.exceptions import ConfigError
 from bridge.secrets import mask_secrets
 
 __all__ = ["ConfigError", "Problem", "ProblemLog", "Severity"]
@@ -43,29 +43,6 @@ class Problem:
         prefix = f"{self.path}: " if self.path else ""
         label = "warning: " if self.severity == "warning" else ""
         return f"{prefix}{label}{self.message}"
-
-
-class ConfigError(Exception):
-    """The configuration cannot be used. `problems` holds every problem found (warnings too);
-    `str()` lists the errors, one per line."""
-
-    def __init__(self, problems: Iterable[Problem]) -> None:
-        self.problems: list[Problem] = list(problems)
-        # args = (problems,) so that the exception pickles and copies like any other.
-        super().__init__(self.problems)
-
-    @property
-    def errors(self) -> list[Problem]:
-        """The problems of severity "error"."""
-        return [problem for problem in self.problems if problem.severity == "error"]
-
-    @property
-    def warnings(self) -> list[Problem]:
-        """The problems of severity "warning"."""
-        return [problem for problem in self.problems if problem.severity == "warning"]
-
-    def __str__(self) -> str:
-        return "\n".join(str(problem) for problem in self.errors or self.problems)
 
 
 @dataclass

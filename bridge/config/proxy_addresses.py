@@ -1,12 +1,12 @@
 """Where a proxy forwarder delivers, as an address: one rule for validation and the data path.
 
-It lives in the config package because validation needs it and `bridge.proxies`, which the data
-path uses, imports the config package.
+It lives in the config package because validation needs it and `bridge.forwarding.proxies`, which
+the data path uses, imports the config package.
 """
 
 from __future__ import annotations
 
-from bridge.addressing import QueueAddress
+from bridge.addressing import TableAddress
 from bridge.config.catalogs import database_catalog, same_catalog
 from bridge.config.model import DatabaseConfig, FixedDestination
 from bridge.dialects.registry import grammar_for
@@ -16,7 +16,7 @@ __all__ = ["fixed_destination_address"]
 
 def fixed_destination_address(
     proxy_queue: str, source: DatabaseConfig, fixed: FixedDestination, target: DatabaseConfig
-) -> QueueAddress:
+) -> TableAddress:
     """The queue a proxy delivers to, resolved for `target`.
 
     Given the proxy's `queue` text (in `source`'s grammar) and its `destination`. Without
@@ -31,11 +31,11 @@ def fixed_destination_address(
     if fixed.queue is not None:
         parsed = grammar.parse(fixed.queue)
         if same_catalog(parsed.catalog, database_catalog(target)):
-            parsed = QueueAddress(parsed.table, parsed.schema, None)  # the connection's own
+            parsed = TableAddress(parsed.table, parsed.schema, None)  # the connection's own
     else:
         own = grammar_for(source.dialect).parse(proxy_queue)
         same_dialect = source.dialect == target.dialect
-        parsed = QueueAddress(own.table, own.schema if same_dialect else None, None)
+        parsed = TableAddress(own.table, own.schema if same_dialect else None, None)
     address = grammar.resolve(parsed, target.schema, None)
     grammar.render(address)  # validates what only rendering checks
     return address

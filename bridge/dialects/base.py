@@ -25,8 +25,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, Protocol
 
-from bridge.addressing import AddressGrammar, QueueAddress
-from bridge.drivers.base import Connection, DatabaseError, Row
+from bridge.addressing import AddressGrammar, TableAddress
+from bridge.drivers.base import Connection, Row
+from bridge.exceptions import DatabaseError
 
 
 class ConfiguredDatabase(Protocol):
@@ -57,8 +58,8 @@ class ConfiguredDatabase(Protocol):
 # Optional forms of multi-row statements that bind one array per column instead of one
 # parameter per value (`Dialect.rows_statements`): a dialect defines all of them or none.
 ARRAY_STATEMENT_NAMES = frozenset({"send_many_arrays", "ledger_record_many_arrays"})
-# Optional, all or none: the transaction records of `bridge.transactions` (durable in-flight
-# records of at-least-once deliveries, two-phase decisions), and two-phase commit itself
+# Optional, all or none: the transaction records of `bridge.forwarding.transactions` (durable
+# in-flight records of at-least-once deliveries, two-phase decisions), and two-phase commit itself
 # (PREPARE TRANSACTION in a destination; the `{gid}` placeholder takes a literal). A dialect
 # with two-phase statements has the record statements too and `cannot_prepare` None.
 TRANSACTION_RECORD_STATEMENT_NAMES = frozenset(
@@ -94,8 +95,8 @@ COPY_STATEMENT_NAMES = frozenset(
 )
 # Optional, all or none: each claim again, with its free-text columns (`headers`, retry
 # storage's `last_error`) as the bytes the table stores, in `Dialect.raw_text_encoding`. For
-# drivers that cannot hand back one value they fail to convert (`bridge.claim` claims again
-# with these when a claim raises ValueNotConvertible). Same parameters, same other columns.
+# drivers that cannot hand back one value they fail to convert (`bridge.forwarding.claim` claims
+# again with these when a claim raises ValueNotConvertible). Same parameters, same other columns.
 RAW_CLAIM_STATEMENT_NAMES = frozenset(
     {"receive_batch_raw", "receive_range_raw", "retry_claim_due_raw"}
 )
@@ -226,7 +227,7 @@ class QueueShapes(Protocol):
     remembers the answer and asks again when a write shows it is stale.
     """
 
-    def lookup(self, queue: QueueAddress) -> tuple[str, tuple[Any, ...]]:
+    def lookup(self, queue: TableAddress) -> tuple[str, tuple[Any, ...]]:
         """A query (SQL and parameters) whose rows tell the shape of the table `queue`."""
         ...
 
@@ -243,7 +244,7 @@ class QueueShapes(Protocol):
 # Given the connection, a queue table's address, its columns (lower-cased name -> type name)
 # and its index definitions as `table_indexes` returns them; returns problems, one sentence each.
 QueueTableInspector = Callable[
-    [Connection, QueueAddress, Mapping[str, str], Sequence[str]], list[str]
+    [Connection, TableAddress, Mapping[str, str], Sequence[str]], list[str]
 ]
 
 
@@ -350,7 +351,8 @@ class Dialect:
 
     @property
     def records_transactions(self) -> bool:
-        """Whether the dialect keeps durable transaction records (`bridge.transactions`)."""
+        """Whether the dialect keeps durable transaction records
+        (`bridge.forwarding.transactions`)."""
         return "create_transactions_table" in self.statements
 
     def with_gid(self, name: str, gid: str) -> str:
@@ -366,7 +368,7 @@ class Dialect:
             return (database.driver or self.drivers[0]) == "odbc"
         return self.locator == "connection"
 
-    def sql(self, name: str, rows: int | None = None, **tables: QueueAddress) -> str:
+    def sql(self, name: str, rows: int | None = None, **tables: TableAddress) -> str:
         """The statement `name` with its table placeholders filled by quoted, qualified names.
 
         `rows` is for the multi-row `*_many` statements: their `{rows}` placeholder becomes
@@ -380,7 +382,7 @@ class Dialect:
         overrides: Mapping[str, str],
         name: str,
         rows: int | None = None,
-        **tables: QueueAddress,
+        **tables: TableAddress,
     ) -> str:
         """`sql(name, rows, **tables)` with some statements replaced (see `QueueShapes`)."""
         if not overrides:
@@ -412,7 +414,7 @@ class Dialect:
         *,
         arrays: bool,
         overrides: Mapping[str, str] | None = None,
-        **tables: QueueAddress,
+        **tables: TableAddress,
     ) -> list[tuple[str, list[Any]]]:
         """The statements, each with its parameters, that write `rows` with the multi-row
         statement `name` (`send_many`, `ledger_record_many`, ...).
@@ -447,7 +449,7 @@ class Dialect:
         statements: Mapping[str, str],
         name: str,
         rows: int | None,
-        tables: Mapping[str, QueueAddress],
+        tables: Mapping[str, TableAddress],
     ) -> str:
         template = statements[name]
         if rows is not None:
@@ -481,6 +483,6 @@ class Dialect:
         quoted = self.grammar.quote_identifier(schema)
         return template.format(schema=quoted, schema_literal=sql_string_literal(quoted))
 
-    def bridge_table(self, table: str, schema: str | None) -> QueueAddress:
+    def bridge_table(self, table: str, schema: str | None) -> TableAddress:
         """Address of one of the bridge's own tables, in a database with default `schema`."""
-        return self.grammar.resolve(QueueAddress(table), schema, None)
+        return self.grammar.resolve(TableAddress(table), schema, None)

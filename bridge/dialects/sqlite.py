@@ -19,11 +19,12 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from bridge.addressing import AddressError, QueueAddress, check_table
+from bridge.addressing import TableAddress, check_table
 from bridge.dialects.base import ConfiguredDatabase, Dialect
 from bridge.dialects.sqlserver import GRAMMAR as SQLSERVER_GRAMMAR
 from bridge.drivers.base import Connection
 from bridge.drivers.sqlite import SqliteConnection
+from bridge.exceptions import AddressError
 
 # --------------------------------------------------------------------------------------------
 # Queue addresses
@@ -35,27 +36,27 @@ class SqliteGrammar:
 
     dialect: str = "sqlite"
 
-    def parse(self, text: str) -> QueueAddress:
+    def parse(self, text: str) -> TableAddress:
         if "@" in text:
             # Lets a SQLite database stand in for a SQL Server one without rewriting addresses.
             table = SQLSERVER_GRAMMAR.parse(text).table
         else:
             table = text
             check_table(table, text)
-        return QueueAddress(table)
+        return TableAddress(table)
 
     def resolve(
-        self, address: QueueAddress, default_schema: str | None, default_catalog: str | None
-    ) -> QueueAddress:
-        resolved = QueueAddress(address.table)
+        self, address: TableAddress, default_schema: str | None, default_catalog: str | None
+    ) -> TableAddress:
+        resolved = TableAddress(address.table)
         self._validate(resolved, address)
         return resolved
 
-    def render(self, address: QueueAddress) -> str:
+    def render(self, address: TableAddress) -> str:
         self._validate(address, address)
         return address.table
 
-    def qualified_name(self, address: QueueAddress) -> str:
+    def qualified_name(self, address: TableAddress) -> str:
         self._validate(address, address)
         return self.quote_identifier(address.table)
 
@@ -63,7 +64,7 @@ class SqliteGrammar:
         return '"' + name.replace('"', '""') + '"'
 
     @staticmethod
-    def _validate(address: QueueAddress, source: object) -> None:
+    def _validate(address: TableAddress, source: object) -> None:
         check_table(address.table, source)
         if "@" in address.table:
             # parse() treats any `@` as the start of SQL Server syntax, so it would not round-trip.
@@ -258,7 +259,7 @@ STATEMENTS: dict[str, str] = {
         SELECT destination_database, state, since, last_error, next_probe_at, updated_at,
                reported_by
         FROM {destination_states} ORDER BY destination_database""",
-    # Whether each daemon's batches of a forwarder succeed (`bridge.forwarder_health`), one
+    # Whether each daemon's batches of a forwarder succeed (`bridge.daemon.forwarder_health`), one
     # row per forwarder and daemon.
     "create_forwarder_states_table": """
         CREATE TABLE IF NOT EXISTS {forwarder_states} (

@@ -6,9 +6,9 @@ types, never a driver exception or a SQLSTATE. Drivers know no dialect: a dialec
 `bridge.connections.connect` opens a connection for a configured database.
 """
 
-from bridge.drivers.base import (
+from bridge.drivers.base import Connection, Unreadable
+from bridge.exceptions import (
     AlreadyExists,
-    Connection,
     ConnectionFailed,
     ConnectionLost,
     DatabaseError,
@@ -18,10 +18,9 @@ from bridge.drivers.base import (
     NotSupported,
     PermissionDenied,
     QueryTimeout,
-    QueueNotFound,
+    TableNotFound,
     TransientDatabaseError,
     UndefinedObject,
-    Unreadable,
     ValueNotConvertible,
 )
 
@@ -37,7 +36,7 @@ __all__ = [
     "NotSupported",
     "PermissionDenied",
     "QueryTimeout",
-    "QueueNotFound",
+    "TableNotFound",
     "TransientDatabaseError",
     "UndefinedObject",
     "Unreadable",

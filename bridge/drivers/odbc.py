@@ -19,13 +19,9 @@ from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from bridge.drivers.base import (
-    ConnectionFailed,
-    DatabaseError,
-    Row,
-    ValueNotConvertible,
-)
+from bridge.drivers.base import Row
 from bridge.drivers.sqlstates import classify
+from bridge.exceptions import ConnectionFailed, DatabaseError, ValueNotConvertible
 from bridge.secrets import mask_secrets
 
 # A server's native error numbers -> the bridge's exception types, for errors whose number

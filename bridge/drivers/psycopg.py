@@ -23,16 +23,10 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 from urllib.parse import unquote
 
-from bridge.drivers.base import (
-    ConnectionFailed,
-    ConnectionLost,
-    DatabaseError,
-    QueryTimeout,
-    Row,
-    Unreadable,
-)
+from bridge.drivers.base import Row, Unreadable
 from bridge.drivers.odbc import parse_connection_string
 from bridge.drivers.sqlstates import classify
+from bridge.exceptions import ConnectionFailed, ConnectionLost, DatabaseError, QueryTimeout
 from bridge.secrets import mask_secrets
 
 __all__ = ["PsycopgConnection", "libpq_parameters", "pyformat_placeholders"]

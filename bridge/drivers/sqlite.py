@@ -11,16 +11,15 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from bridge.drivers.base import (
+from bridge.drivers.base import Row, Unreadable
+from bridge.exceptions import (
     AlreadyExists,
     ConnectionFailed,
     DatabaseError,
     DuplicateKey,
     LockTimeout,
     PermissionDenied,
-    QueueNotFound,
-    Row,
-    Unreadable,
+    TableNotFound,
 )
 
 BUSY_TIMEOUT_SECONDS = 5.0  # when the caller gives no deadline
@@ -30,7 +29,7 @@ def _translate(database: str, error: sqlite3.Error) -> DatabaseError:
     text = str(error)
     lowered = text.lower()
     if "no such table" in lowered:
-        return QueueNotFound(database, text)
+        return TableNotFound(database, text)
     if "already exists" in lowered:
         return AlreadyExists(database, text)
     if "readonly database" in lowered or (

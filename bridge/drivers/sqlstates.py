@@ -3,7 +3,7 @@ any ODBC database, psycopg for PostgreSQL)."""
 
 from __future__ import annotations
 
-from bridge.drivers.base import (
+from bridge.exceptions import (
     AlreadyExists,
     ConnectionLost,
     DatabaseError,
@@ -12,7 +12,7 @@ from bridge.drivers.base import (
     NotSupported,
     PermissionDenied,
     QueryTimeout,
-    QueueNotFound,
+    TableNotFound,
     TransientDatabaseError,
     UndefinedObject,
     ValueNotConvertible,
@@ -51,7 +51,7 @@ _NOT_SUPPORTED_STATES = {"0A000", "42809"}
 
 # In order of precedence: the exception types that SQLSTATEs (or native error numbers) name.
 _CLASSES: tuple[tuple[type[DatabaseError], set[str]], ...] = (
-    (QueueNotFound, _MISSING_TABLE_STATES),
+    (TableNotFound, _MISSING_TABLE_STATES),
     (DuplicateKey, _DUPLICATE_STATES),
     (AlreadyExists, _ALREADY_EXISTS_STATES),
     (PermissionDenied, _PERMISSION_DENIED_STATES),

@@ -26,13 +26,13 @@ from typing import Any, TextIO
 from bridge.config.model import BridgeConfig, ForwarderConfig
 from bridge.connections import Connections
 from bridge.dialects import dialect_for
-from bridge.drivers import DatabaseError
-from bridge.forwarding import BatchForwarder
-from bridge.in_doubt import needs_settling, settle_in_doubt
-from bridge.settle import CLAIMED
+from bridge.exceptions import DatabaseError
+from bridge.forwarding.in_doubt import needs_resolving, resolve_in_doubt
+from bridge.forwarding.settle import CLAIMED
+from bridge.forwarding.spine import BatchForwarder
 from bridge.spark.ranges import rows_per_range, seq_ranges
 from bridge.spark.shipped import ShippedConfig
-from bridge.tables import forwarder_tables
+from bridge.storage.tables import forwarder_tables
 
 log = logging.getLogger(__name__)
 
@@ -148,11 +148,11 @@ def _settle_what_failed_tasks_left(config: BridgeConfig) -> None:
     """A task killed (or retried by Spark) between a prepare and its commit leaves a prepared
     transaction or an in-flight record: settle them now, as a daemon would at start, so a
     drain never leaves prepared transactions behind when no daemon runs."""
-    if not needs_settling(config):
+    if not needs_resolving(config):
         return
     connections = Connections(config.databases)
     try:
-        settled = settle_in_doubt(config, connections)
+        settled = resolve_in_doubt(config, connections)
     finally:
         connections.close()
     for problem in settled.problems:

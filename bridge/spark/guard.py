@@ -22,10 +22,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from bridge.exceptions import ExitCode, SparkFailed
 from bridge.secrets import mask_secrets
 from bridge.spark.session import SparkSettings
 
-EXIT_CONFIG, EXIT_UNAVAILABLE, EXIT_SPARK_FAILED = 2, 3, 4
 # `-XX:+ExitOnOutOfMemoryError` ends the JVM with this status.
 JVM_OUT_OF_MEMORY = 3
 STOP_TIMEOUT = 30.0
@@ -35,19 +35,11 @@ JVM_EXIT_WAIT = 5.0
 # or use a database.
 _DATABASE_ERRORS = re.compile(
     r"\b(?:DatabaseError|DatabaseUnavailable|ConnectionFailed|ConnectionLost|"
-    r"TransientDatabaseError|QueueNotFound|PermissionDenied)\b"
+    r"TransientDatabaseError|TableNotFound|PermissionDenied)\b"
 )
 _EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Failed|Lost|NotFound|Denied|"
                              r"Unavailable|Headers)): (.*)$")  # fmt: skip
 _TASK_FAILED = re.compile(r"failed (\d+) times?")
-
-
-class SparkFailed(Exception):
-    """A Spark job failed or could not run; the message says what happened and what to do."""
-
-    def __init__(self, message: str, exit_code: int = EXIT_SPARK_FAILED) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
 
 
 @contextmanager
@@ -90,20 +82,20 @@ def is_spark_error(error: BaseException) -> bool:
 
 def explain(
     text: str, settings: SparkSettings, verdict: str | None, jvm_exit: int | None
-) -> tuple[str, int]:
+) -> tuple[str, ExitCode]:
     """(sentence, exit code) for a failure whose Spark-side text is `text`. `verdict` is the
     watchdog's, `jvm_exit` the driver JVM's exit status if it has ended."""
     if verdict:
-        return verdict, EXIT_SPARK_FAILED
+        return verdict, ExitCode.SPARK_FAILED
     if jvm_exit is not None:
         if jvm_exit == JVM_OUT_OF_MEMORY:
             memory = dict(settings.conf).get("spark.driver.memory") or settings.driver_memory
             return (
                 f"the Spark driver ran out of memory (spark.driver.memory "
                 f"{memory or '1g, the default'}): give it more with --driver-memory",
-                EXIT_SPARK_FAILED,
+                ExitCode.SPARK_FAILED,
             )
-        return f"the Spark driver's JVM ended (exit status {jvm_exit})", EXIT_SPARK_FAILED
+        return f"the Spark driver's JVM ended (exit status {jvm_exit})", ExitCode.SPARK_FAILED
     python = _python_exception(text)
     attempts = _TASK_FAILED.search(text)
     tried = f" (a task failed {attempts.group(1)} time(s))" if attempts else ""
@@ -115,7 +107,7 @@ def explain(
             f"the executors cannot run the Python {program.group(1)!r}: point "
             "spark.pyspark.python (--conf) at an interpreter that exists on every worker, or "
             "ship one with --python-env ARCHIVE",
-            EXIT_CONFIG,
+            ExitCode.USAGE,
         )
     for clue in ("All masters are unresponsive", "Master removed our application",
                  "SparkContext was shut down", "SparkContext has been shutdown",
@@ -124,14 +116,14 @@ def explain(
             return (
                 f"the Spark cluster was lost or never reached (master {settings.master}: "
                 f"{clue}; Spark's log above says more)",
-                EXIT_SPARK_FAILED,
+                ExitCode.SPARK_FAILED,
             )
     if "Py4JNetworkError" in text or "Connection refused" in text or not text.strip():
-        return "lost the connection to the Spark driver's JVM", EXIT_SPARK_FAILED
-    return f"Spark failed: {_first_line(text)}{tried}", EXIT_SPARK_FAILED
+        return "lost the connection to the Spark driver's JVM", ExitCode.SPARK_FAILED
+    return f"Spark failed: {_first_line(text)}{tried}", ExitCode.SPARK_FAILED
 
 
-def _explain_task(python: str, tried: str) -> tuple[str, int]:
+def _explain_task(python: str, tried: str) -> tuple[str, ExitCode]:
     """(sentence, exit code) for a task that failed with the Python exception line `python`."""
     kind = python.split(":")[0]
     if "No module named 'bridge'" in python:
@@ -139,18 +131,18 @@ def _explain_task(python: str, tried: str) -> tuple[str, int]:
             "the executors' Python cannot import sfbridge: point spark.pyspark.python (--conf) "
             "at an interpreter that has it on every worker, or ship one with --python-env "
             "ARCHIVE" + tried,
-            EXIT_CONFIG,
+            ExitCode.USAGE,
         )
     if "ConfigError" in kind:
         return (
             f"a Spark task could not load the configuration: {_message(python)} (give "
             "executors the variables the YAML reads with --conf spark.executorEnv.NAME=VALUE)"
             + tried,
-            EXIT_CONFIG,
+            ExitCode.USAGE,
         )
     if _DATABASE_ERRORS.search(kind):
-        return f"a Spark task failed: {_message(python)}{tried}", EXIT_UNAVAILABLE
-    return f"a Spark task failed: {python}{tried}", EXIT_SPARK_FAILED
+        return f"a Spark task failed: {_message(python)}{tried}", ExitCode.UNAVAILABLE
+    return f"a Spark task failed: {python}{tried}", ExitCode.SPARK_FAILED
 
 
 def _python_exception(text: str) -> str | None:

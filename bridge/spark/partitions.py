@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from bridge.addressing import QueueAddress
+from bridge.addressing import TableAddress
 from bridge.connections import Connections
 from bridge.dialects import dialect_for
 from bridge.dialects.base import Dialect
@@ -52,7 +52,7 @@ class TableRange:
 
     database: str
     kind: Kind
-    table: QueueAddress
+    table: TableAddress
     after: Any
     up_to: Any
     label: str
@@ -67,11 +67,11 @@ def plan_queue(
     connection: Connection,
     dialect: Dialect,
     database: str,
-    queue: QueueAddress,
+    queue: TableAddress,
     parallelism: int,
     label: str,
 ) -> tuple[int, list[TableRange]]:
-    """(rows, ranges) of the queue table `queue`. Raises DatabaseError (QueueNotFound)."""
+    """(rows, ranges) of the queue table `queue`. Raises DatabaseError (TableNotFound)."""
     with _reading(connection):
         [(first, last, rows)] = connection.query(dialect.sql("queue_seq_bounds", queue=queue))
         cuts = _int_cuts(connection, dialect.sql("queue_seq_boundaries", queue=queue), (),
@@ -88,7 +88,7 @@ def plan_retry(
     connection: Connection,
     dialect: Dialect,
     database: str,
-    retry: QueueAddress,
+    retry: TableAddress,
     forwarder: str,
     parallelism: int,
 ) -> tuple[int, list[TableRange]]:
@@ -111,7 +111,7 @@ def plan_ledger(
     connection: Connection,
     dialect: Dialect,
     database: str,
-    ledger: QueueAddress,
+    ledger: TableAddress,
     since: datetime | None,
     parallelism: int,
 ) -> tuple[dict[str, int], list[TableRange]]:

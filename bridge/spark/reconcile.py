@@ -31,13 +31,13 @@ from typing import Any
 from bridge.config.model import BridgeConfig
 from bridge.connections import Connections
 from bridge.dialects import dialect_for
-from bridge.drivers import DatabaseError, QueueNotFound
-from bridge.headers import MESSAGE_ID_HEADER, PoisonHeaders, parse_headers
-from bridge.ledger import ledger_address, ledger_databases, ledger_key
-from bridge.settle import CLAIMED, FAN_OUT_COPIES, OUTCOMES
+from bridge.exceptions import DatabaseError, PoisonHeaders, TableNotFound
+from bridge.forwarding.settle import CLAIMED, FAN_OUT_COPIES, OUTCOMES
+from bridge.headers import MESSAGE_ID_HEADER, parse_headers
 from bridge.spark.partitions import TableRange, plan_ledger, plan_queue, read_ranges
 from bridge.spark.shipped import ShippedConfig
-from bridge.tables import forwarder_tables
+from bridge.storage.ledger import ledger_address, ledger_databases, ledger_key
+from bridge.storage.tables import forwarder_tables
 
 # Ids listed per destination and kind of discrepancy, at most; the counts are always complete.
 MAX_IDS_LISTED = 50
@@ -168,7 +168,7 @@ def _plan(
                 _, ranges = plan_queue(
                     connection, dialect, database, address, parallelism, destination
                 )
-            except QueueNotFound:
+            except TableNotFound:
                 plan.missing_tables.add(destination)
                 discrepancies.append(
                     f"{destination} in database '{database}': the ledger names it, but the "

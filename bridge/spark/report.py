@@ -18,19 +18,18 @@ from typing import Any
 from bridge.config.model import BridgeConfig
 from bridge.connections import Connections
 from bridge.dialects import dialect_for
-from bridge.drivers import DatabaseError
+from bridge.exceptions import DatabaseError, PoisonHeaders
 from bridge.headers import (
     ATTEMPTS_HEADER,
     DESTINATION_HEADER,
     FAILURE_REASON_HEADER,
-    PoisonHeaders,
     parse_headers,
     parse_wire_date,
 )
 from bridge.spark import html
 from bridge.spark.partitions import TableRange, plan_queue, plan_retry, read_ranges
 from bridge.spark.shipped import ShippedConfig
-from bridge.tables import forwarder_tables
+from bridge.storage.tables import forwarder_tables
 
 # Ages are counted in these buckets (upper bound in seconds, label).
 AGE_BUCKETS = (

@@ -22,15 +22,13 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
 
+from bridge.exceptions import SparkUnavailable
+
 # Where `--python-env`'s archive is unpacked in each executor's working folder.
 PYTHON_ENV_LINK = "sfbridge-env"
 # The driver's JVM exits at its first OutOfMemoryError instead of living on with a dead
 # scheduler thread, which leaves a job waiting for ever; the command then says so and exits.
 EXIT_ON_OOM = "-XX:+ExitOnOutOfMemoryError"
-
-
-class SparkUnavailable(Exception):
-    """PySpark or Java is missing, or the settings cannot work; the message says what to do."""
 
 
 @dataclass(frozen=True)

@@ -41,21 +41,21 @@ from bridge.dialects.sqlserver.queue_tables import (
     inspect_queue_table,
 )
 from bridge.dialects.sqlserver.statements import STATEMENTS, WITHOUT_RECOVERABLE
-from bridge.drivers.base import (
-    AlreadyExists,
-    Connection,
-    DatabaseError,
-    DuplicateKey,
-    LockTimeout,
-    PermissionDenied,
-    QueueNotFound,
-    TransientDatabaseError,
-)
+from bridge.drivers.base import Connection
 from bridge.drivers.odbc import (
     NativeErrors,
     OdbcConnection,
     parse_connection_string,
     with_required_options,
+)
+from bridge.exceptions import (
+    AlreadyExists,
+    DatabaseError,
+    DuplicateKey,
+    LockTimeout,
+    PermissionDenied,
+    TableNotFound,
+    TransientDatabaseError,
 )
 
 __all__ = [
@@ -150,7 +150,7 @@ def _numbers(kind: type[DatabaseError], *numbers: int) -> dict[int, type[Databas
 # violation; FreeTDS reports many errors as 42000); the ODBC driver raises the mapped type.
 NATIVE_ERRORS: NativeErrors = {
     # 208: invalid object name; 911: database (catalog) does not exist.
-    **_numbers(QueueNotFound, 208, 911),
+    **_numbers(TableNotFound, 208, 911),
     # 2601: duplicate key row in a unique index; 2627: violation of a PRIMARY KEY / UNIQUE
     # constraint.
     **_numbers(DuplicateKey, 2601, 2627),

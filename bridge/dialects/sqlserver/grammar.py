@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import re
 
-from bridge.addressing import AddressError, QueueAddress, check_characters, check_table
+from bridge.addressing import TableAddress, check_characters, check_table
+from bridge.exceptions import AddressError
 
 # --------------------------------------------------------------------------------------------
 # Queue addresses
@@ -37,14 +38,14 @@ class SqlServerGrammar:
 
     dialect: str = "sqlserver"
 
-    def parse(self, text: str) -> QueueAddress:
+    def parse(self, text: str) -> TableAddress:
         table, at, rest = text.partition("@")
         unquoted = _unbracketed(table)
         if unquoted is not None:
             table = unquoted  # `[]` is then an empty name, refused below
         check_table(table, text)
         if not at:
-            return QueueAddress(table)
+            return TableAddress(table)
         parts: list[str | None] = []
         position = 0
         while True:
@@ -61,14 +62,14 @@ class SqlServerGrammar:
             position += 1
         schema = parts[0]
         catalog = parts[1] if len(parts) > 1 else None
-        address = QueueAddress(table, schema, catalog)
+        address = TableAddress(table, schema, catalog)
         self._validate(address, text)
         return address
 
     def resolve(
-        self, address: QueueAddress, default_schema: str | None, default_catalog: str | None
-    ) -> QueueAddress:
-        resolved = QueueAddress(
+        self, address: TableAddress, default_schema: str | None, default_catalog: str | None
+    ) -> TableAddress:
+        resolved = TableAddress(
             address.table,
             address.schema or default_schema or SQLSERVER_DEFAULT_SCHEMA,
             address.catalog or default_catalog or None,
@@ -76,7 +77,7 @@ class SqlServerGrammar:
         self._validate(resolved, address)
         return resolved
 
-    def render(self, address: QueueAddress) -> str:
+    def render(self, address: TableAddress) -> str:
         self._validate(address, address)
         schema = self.quote_identifier(address.schema or SQLSERVER_DEFAULT_SCHEMA)
         table = address.table
@@ -86,7 +87,7 @@ class SqlServerGrammar:
             return f"{table}@{schema}"
         return f"{table}@{schema}@{self.quote_identifier(address.catalog)}"
 
-    def qualified_name(self, address: QueueAddress) -> str:
+    def qualified_name(self, address: TableAddress) -> str:
         self._validate(address, address)
         names = [address.schema or SQLSERVER_DEFAULT_SCHEMA, address.table]
         if address.catalog:
@@ -97,7 +98,7 @@ class SqlServerGrammar:
         return "[" + name.replace("]", "]]") + "]"
 
     @staticmethod
-    def _validate(address: QueueAddress, source: object) -> None:
+    def _validate(address: TableAddress, source: object) -> None:
         check_table(address.table, source)
         if "@" in address.table:
             # The table part runs up to the first `@`, so such a name could never be read back.

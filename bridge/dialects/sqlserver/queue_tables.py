@@ -6,14 +6,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from bridge.addressing import QueueAddress
+from bridge.addressing import TableAddress
 from bridge.dialects.sqlserver.grammar import GRAMMAR
 from bridge.dialects.sqlserver.statements import WITHOUT_RECOVERABLE
-from bridge.drivers.base import (
-    Connection,
-    DatabaseError,
-    Row,
-)
+from bridge.drivers.base import Connection, Row
+from bridge.exceptions import DatabaseError
 
 RECOVERABLE_LOOKUP = """
     SELECT CASE WHEN OBJECT_ID(?, N'U') IS NULL THEN -1 ELSE (
@@ -30,7 +27,7 @@ PERMISSIONS_QUERY = """
 _STALE_SHAPE_ERRORS = frozenset({207, 515})
 
 
-def _catalog_prefix(address: QueueAddress) -> str:
+def _catalog_prefix(address: TableAddress) -> str:
     return GRAMMAR.quote_identifier(address.catalog) + "." if address.catalog else ""
 
 
@@ -43,7 +40,7 @@ class RecoverableColumn:
     the lookup and remembers the answer.
     """
 
-    def lookup(self, queue: QueueAddress) -> tuple[str, tuple[Any, ...]]:
+    def lookup(self, queue: TableAddress) -> tuple[str, tuple[Any, ...]]:
         qualified = GRAMMAR.qualified_name(queue)
         return RECOVERABLE_LOOKUP.format(catalog=_catalog_prefix(queue)), (qualified, qualified)
 
@@ -59,7 +56,7 @@ class RecoverableColumn:
 
 def inspect_queue_table(
     connection: Connection,
-    queue: QueueAddress,
+    queue: TableAddress,
     columns: Mapping[str, str],
     indexes: Sequence[str],
 ) -> list[str]:

@@ -352,7 +352,7 @@ STATEMENTS: dict[str, str] = {
         SELECT destination_database, state, since, last_error, next_probe_at, updated_at,
                reported_by
         FROM {destination_states} ORDER BY destination_database""",
-    # Whether each daemon's batches of a forwarder succeed (`bridge.forwarder_health`), one
+    # Whether each daemon's batches of a forwarder succeed (`bridge.daemon.forwarder_health`), one
     # row per forwarder and daemon.
     "create_forwarder_states_table": _create_if_missing("forwarder_states", _FORWARDER_STATES_DDL),
     "forwarder_state_save": """

@@ -1,0 +1,1 @@
+"""The command line: the parser (`cli`) and one module per verb."""

@@ -1,0 +1,479 @@
+"""`sfbridge check`: connectivity, table shapes and indexes, all reported at once."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from bridge.addressing import TableAddress
+from bridge.config.model import BridgeConfig, ForwarderConfig, SubscriptionTableConfig
+from bridge.connections import Connections
+from bridge.dialects import Dialect, dialect_for
+from bridge.drivers import Connection
+from bridge.drivers.odbc import driver_log_switches
+from bridge.exceptions import DatabaseError
+from bridge.forwarding.fan_out import fan_out
+from bridge.forwarding.in_doubt import (
+    all_two_phase_destinations,
+    max_prepared_transactions,
+    old_prepared_transactions,
+)
+from bridge.forwarding.proxies import proxy_destination
+from bridge.forwarding.subscriptions import SubscriberDirectory
+from bridge.messages import Forward, NoSubscribers, Publish
+from bridge.routing import Router
+from bridge.storage.ledger import ledger_address, ledger_databases
+from bridge.storage.tables import forwarder_tables
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing `check` found; a `warning` is ok (it does not fail the check) but worth a
+    look."""
+
+    ok: bool
+    subject: str
+    detail: str
+    warning: bool = False
+
+    def __str__(self) -> str:
+        label = "PROBLEM" if not self.ok else "WARNING" if self.warning else "ok     "
+        return f"{label}  {self.subject}: {self.detail}"
+
+
+def run_checks(config: BridgeConfig) -> list[Finding]:
+    """Every finding, good and bad. Never raises for database errors."""
+    findings: list[Finding] = []
+    connections = Connections(config.databases)
+    reachable: set[str] = set()
+    try:
+        findings.extend(_driver_logging(config))
+        for name in config.databases:
+            try:
+                connection = connections.get(name)
+                connection.begin()
+                connection.query("SELECT 1")
+                connection.commit()
+                reachable.add(name)
+                findings.append(Finding(True, f"database '{name}'", "reachable"))
+            except DatabaseError as error:
+                findings.append(Finding(False, f"database '{name}'", f"{error.detail}"))
+        for forwarder in config.forwarders:
+            if forwarder.database not in reachable:
+                continue
+            tables = forwarder_tables(config, forwarder)
+            dialect = dialect_for(config.databases[forwarder.database].dialect)
+            connection = connections.get(forwarder.database)
+            label = f"forwarder '{forwarder.name}'"
+            findings.extend(
+                _check_queue(config, connection, dialect, tables.queue, f"{label} queue")
+            )
+            findings.extend(
+                _check_queue(
+                    config, connection, dialect, tables.error_queue, f"{label} error queue"
+                )
+            )
+            for address, what in (
+                (tables.retry, "retry storage"),
+                (tables.counters, "counters"),
+                (tables.event_types, "event types"),
+                (tables.destination_states, "destination states"),
+                (tables.forwarder_states, "forwarder states"),
+            ):
+                findings.extend(
+                    _check_exists(config, connection, dialect, address, f"{label} {what}")
+                )
+        for forwarder in config.forwarders:
+            if forwarder.destination is not None:
+                findings.extend(_check_proxy(config, forwarder, connections, reachable))
+        for table in config.subscription_tables:
+            if table.database in reachable:
+                findings.extend(_check_subscription_table(config, connections, table))
+        for forwarder in config.forwarders:
+            if forwarder.database in reachable:
+                findings.extend(_check_event_subscribers(config, forwarder, connections))
+        findings.extend(_check_transaction_modes(config, connections, reachable))
+        for name in ledger_databases(config):
+            if name not in reachable:
+                continue
+            dialect = dialect_for(config.databases[name].dialect)
+            findings.extend(
+                _check_exists(
+                    config,
+                    connections.get(name),
+                    dialect,
+                    ledger_address(config, name),
+                    f"database '{name}' dedup ledger",
+                )
+            )
+    finally:
+        connections.close()
+    return findings
+
+
+def _check_transaction_modes(
+    config: BridgeConfig, connections: Connections, reachable: set[str]
+) -> Iterator[Finding]:
+    """Routes without exactly-once; what two-phase needs of its destinations (prepared
+    transactions allowed) and what it must never leave there (old prepared transactions)."""
+    forwarding = {f.database for f in config.forwarders}
+    for index, route in enumerate(config.routes):
+        if config.route_transaction(route) == "at-least-once" and forwarding - {route.database}:
+            yield Finding(
+                True,
+                f"routes[{index}] (match {route.match!r})",
+                f"runs without exactly-once (transaction: at-least-once): a crash between the "
+                f"commits in database '{route.database}' and in the forwarding database can "
+                "deliver a message twice (counted as suspected_duplicates)",
+                warning=True,
+            )
+    for forwarder in config.forwarders:
+        fixed = forwarder.destination
+        if (
+            fixed
+            and fixed.database != forwarder.database
+            and config.proxy_transaction(fixed) == "at-least-once"
+        ):
+            yield Finding(
+                True,
+                f"forwarder '{forwarder.name}' destination",
+                "runs without exactly-once (transaction: at-least-once)",
+                warning=True,
+            )
+    for name in all_two_phase_destinations(config):
+        if name not in reachable:
+            continue
+        dialect = dialect_for(config.databases[name].dialect)
+        try:
+            allowed = max_prepared_transactions(connections.get(name), dialect)
+        except DatabaseError as error:
+            yield Finding(False, f"database '{name}'", f"cannot read a setting: {error.detail}")
+            continue
+        if allowed > 0:
+            yield Finding(
+                True, f"database '{name}'", f"allows {allowed} prepared transactions (two-phase)"
+            )
+        else:
+            yield Finding(
+                False,
+                f"database '{name}'",
+                "max_prepared_transactions is 0, so two-phase routes into it cannot prepare "
+                "(their messages wait): set it above 0, e.g. max_prepared_transactions = 100 "
+                "in postgresql.conf or ALTER SYSTEM SET max_prepared_transactions = 100, then "
+                "restart PostgreSQL. The forwarding database needs none: it keeps the decisions",
+            )
+    old, _ = old_prepared_transactions(config, connections)
+    by_database: dict[str, list[dict[str, object]]] = {}
+    for entry in old:
+        by_database.setdefault(str(entry["database"]), []).append(entry)
+    for name, entries in sorted(by_database.items()):
+        oldest = max(float(str(e["age_seconds"])) for e in entries)
+        yield Finding(
+            False,
+            f"database '{name}'",
+            f"{len(entries)} prepared transaction(s) of the bridge older than a minute (oldest "
+            f"{oldest:.0f} s: {entries[0]['gid']}); they hold locks and hold back VACUUM. A "
+            "running 'sfbridge run' settles them within a retry delay from the decisions in "
+            'the forwarding database; if one stays, see "Transaction modes" in the README',
+        )
+
+
+def _driver_logging(config: BridgeConfig) -> Iterator[Finding]:
+    """ODBC drivers whose registry entry turns their own log files on (each once)."""
+    seen: set[tuple[str, str]] = set()
+    for database in config.databases.values():
+        if database.connection is None or not dialect_for(database.dialect).opens_with_odbc(
+            database
+        ):
+            continue  # psycopg (or a file) never loads the ODBC driver named in the string
+        found = driver_log_switches(database.connection)
+        if found is None or found[:2] in seen:
+            continue
+        path, section, switches = found
+        seen.add((path, section))
+        settings = ", ".join(f"{name}=1" for name in switches)
+        yield Finding(
+            True,
+            f"ODBC driver '{section}'",
+            f"{path} sets {settings}: every process that connects (the daemon, each "
+            "sfbridge command) leaves a psqlodbc_*.log file in /tmp. The bridge turns the "
+            "logging off per connection, but the driver creates the file before it reads the "
+            f"connection string: set {' and '.join(f'{n}=0' for n in switches)} in "
+            f"[{section}] there",
+            warning=True,
+        )
+
+
+def _columns(connection: Connection, dialect: Dialect, address: TableAddress) -> dict[str, str]:
+    # The address lets SQL Server read the catalog views of the table's own catalog.
+    rows = connection.query(
+        dialect.sql("table_columns", queue=address), (address.schema, address.table)
+    )
+    connection.commit()
+    return {str(row[0]): str(row[1]) for row in rows}
+
+
+def _check_exists(
+    config: BridgeConfig,
+    connection: Connection,
+    dialect: Dialect,
+    address: TableAddress,
+    subject: str,
+) -> Iterator[Finding]:
+    rendered = dialect.grammar.render(address)
+    if _columns(connection, dialect, address):
+        yield Finding(True, subject, f"{rendered} exists")
+        return
+    yield _missing_owned_table(config, connection, dialect, address, subject)
+
+
+def _missing_owned_table(
+    config: BridgeConfig,
+    connection: Connection,
+    dialect: Dialect,
+    address: TableAddress,
+    subject: str,
+) -> Finding:
+    """A table the bridge owns is missing: fine when the daemon will create it, else say who
+    must."""
+    rendered = dialect.grammar.render(address)
+    if not config.install.at_runtime:
+        return Finding(
+            False,
+            subject,
+            f"{rendered} is missing and install.at_runtime is false: run 'sfbridge install' "
+            "(or have a DBA run 'sfbridge install --print-sql')",
+        )
+    schema = address.schema or ""
+    try:
+        rows = connection.query(dialect.sql("can_create_tables", queue=address), (schema,))
+        connection.commit()
+        may_create = bool(rows and rows[0][0])
+    except DatabaseError as error:
+        connection.rollback()
+        return Finding(False, subject, f"{rendered} is missing ({error.detail})")
+    if not may_create:
+        return Finding(
+            False,
+            subject,
+            f"{rendered} is missing and the bridge's login may not create tables in schema "
+            f"{schema!r}: have a DBA create it with the DDL from 'sfbridge install "
+            "--print-sql', or grant the login CREATE; until then its messages wait in retry "
+            "storage",
+        )
+    return Finding(
+        True,
+        subject,
+        f"{rendered} is missing; the daemon creates it when it first needs it "
+        "(or run 'sfbridge install' now)",
+    )
+
+
+def _check_queue(
+    config: BridgeConfig,
+    connection: Connection,
+    dialect: Dialect,
+    address: TableAddress,
+    subject: str,
+) -> Iterator[Finding]:
+    rendered = dialect.grammar.render(address)
+    columns = _columns(connection, dialect, address)
+    if not columns:
+        yield _missing_owned_table(config, connection, dialect, address, subject)
+        return
+    missing = sorted(dialect.queue_columns - set(columns))
+    if missing:
+        yield Finding(
+            False,
+            subject,
+            f"{rendered} is not an NServiceBus queue table: missing column(s) {', '.join(missing)}",
+        )
+        return
+    indexes = connection.query(
+        dialect.sql("table_indexes", queue=address), (address.schema, address.table)
+    )
+    connection.commit()
+    definitions = [str(row[1] or "").lower() for row in indexes]
+    for column in dialect.queue_indexed_columns:
+        if not any(f"({column}" in d.replace('"', "") for d in definitions):
+            yield Finding(
+                False,
+                subject,
+                f"{rendered} has no index on {column}; receiving will scan the table "
+                "(re-create it with the transport's DDL, or 'sfbridge install --print-sql')",
+            )
+            return
+    problems = _dialect_problems(connection, dialect, address, columns, definitions)
+    for problem in problems:
+        yield Finding(False, subject, f"{rendered}: {problem}")
+    if not problems:
+        yield Finding(True, subject, f"{rendered} has the NServiceBus queue shape")
+
+
+def _check_proxy(
+    config: BridgeConfig,
+    forwarder: ForwarderConfig,
+    connections: Connections,
+    reachable: set[str],
+) -> Iterator[Finding]:
+    """A proxy's destination queue exists with the queue shape; its own queue does not shadow
+    an endpoint that lives in the proxy's database."""
+    destination = proxy_destination(config, forwarder)
+    assert destination is not None
+    label = f"forwarder '{forwarder.name}'"
+    if forwarder.database in reachable:
+        yield from _check_shadowing(config, forwarder, connections.get(forwarder.database))
+    if destination.database not in reachable:
+        return
+    subject = f"{label} destination in database '{destination.database}'"
+    connection = connections.get(destination.database)
+    dialect = dialect_for(config.databases[destination.database].dialect)
+    if not _columns(connection, dialect, destination.address):
+        yield Finding(
+            False,
+            subject,
+            f"{destination.canonical} does not exist: the endpoint creates it when it is "
+            "installed; until then the proxy's messages wait in retry storage",
+        )
+        return
+    yield from _check_queue(config, connection, dialect, destination.address, subject)
+
+
+def _check_shadowing(
+    config: BridgeConfig, forwarder: ForwarderConfig, connection: Connection
+) -> Iterator[Finding]:
+    """Signs that the endpoint the proxy is named after also receives in this database: its
+    `<queue>.Delayed` table (the transport's native delayed delivery), or a subscription it
+    made from this queue. The proxy would then take that endpoint's messages."""
+    database = config.databases[forwarder.database]
+    dialect = dialect_for(database.dialect)
+    queue = forwarder_tables(config, forwarder).queue
+    rendered = dialect.grammar.render(queue)
+    signs: list[str] = []
+    delayed = TableAddress(f"{queue.table}.Delayed", queue.schema, queue.catalog)
+    if _columns(connection, dialect, delayed):
+        signs.append(f"its delayed-delivery table {dialect.grammar.render(delayed)} exists")
+    for table in _subscription_tables_in(config, forwarder.database):
+        try:
+            rows = connection.query(
+                dialect.sql("subscribers_by_endpoint", subscriptions=table),
+                (queue.table, rendered),
+            )
+            connection.commit()
+        except DatabaseError:
+            connection.rollback()  # no such table here: nothing to learn from it
+            continue
+        if rows and rows[0][0]:
+            where = dialect.grammar.render(table)
+            signs.append(f"it subscribes to events from this queue ({where})")
+    if signs:
+        yield Finding(
+            True,
+            f"forwarder '{forwarder.name}' queue",
+            f"{rendered} looks like the queue of a real endpoint in database "
+            f"'{forwarder.database}' ({'; '.join(signs)}): the proxy would take that "
+            "endpoint's messages. Give the proxy its own database, or route by headers",
+            warning=True,
+        )
+
+
+def _subscription_tables_in(config: BridgeConfig, database_name: str) -> list[TableAddress]:
+    """The subscription tables to look in: the configured ones in that database, and the
+    transport's default `SubscriptionRouting` in its default schema."""
+    database = config.databases[database_name]
+    grammar = dialect_for(database.dialect).grammar
+    names = [t.table for t in config.subscription_tables if t.database == database_name]
+    tables: list[TableAddress] = []
+    for name in [*names, "SubscriptionRouting"]:
+        address = grammar.resolve(grammar.parse(name), database.schema, None)
+        if address not in tables:
+            tables.append(address)
+    return tables
+
+
+def _dialect_problems(
+    connection: Connection,
+    dialect: Dialect,
+    address: TableAddress,
+    columns: dict[str, str],
+    definitions: list[str],
+) -> list[str]:
+    """What the dialect's own inspection finds (SQL Server: what the transport warns about)."""
+    if dialect.inspect_queue_table is None:
+        return []
+    try:
+        return dialect.inspect_queue_table(connection, address, columns, definitions)
+    except DatabaseError as error:
+        connection.rollback()
+        return [f"could not be inspected further: {error.detail}"]
+
+
+def _check_subscription_table(
+    config: BridgeConfig, connections: Connections, table: SubscriptionTableConfig
+) -> Iterator[Finding]:
+    database = config.databases[table.database]
+    dialect = dialect_for(database.dialect)
+    address = dialect.grammar.resolve(dialect.grammar.parse(table.table), database.schema, None)
+    subject = f"subscription table in database '{table.database}'"
+    rendered = dialect.grammar.render(address)
+    columns = _columns(connections.get(table.database), dialect, address)
+    missing = sorted({"queueaddress", "endpoint", "topic"} - set(columns))
+    if not columns:
+        yield Finding(
+            False, subject, f"{rendered} does not exist (NServiceBus creates it on installation)"
+        )
+    elif missing:
+        yield Finding(False, subject, f"{rendered} lacks column(s) {', '.join(missing)}")
+    else:
+        yield Finding(True, subject, f"{rendered} is readable")
+
+
+def _check_event_subscribers(
+    config: BridgeConfig, forwarder: ForwarderConfig, connections: Connections
+) -> Iterator[Finding]:
+    """Per event type (configured or seen): the subscribers found now, where they came from."""
+    database = config.databases[forwarder.database]
+    dialect = dialect_for(database.dialect)
+    tables = forwarder_tables(config, forwarder)
+    topic_sets: dict[str, tuple[str, ...]] = {topic: (topic,) for topic in config.subscriptions}
+    connection = connections.get(forwarder.database)
+    try:
+        seen = connection.query(
+            dialect.sql("event_types_read", event_types=tables.event_types), (forwarder.name,)
+        )
+        connection.commit()
+    except DatabaseError:
+        connection.rollback()  # not installed yet: reported with the other bridge tables
+        seen = []
+    for event_type, _, details in seen:
+        topic_sets[str(event_type)] = tuple(json.loads(details).get("topics") or (event_type,))
+    router = Router(database, config.routes, config.databases)
+    directory = SubscriberDirectory(config, forwarder.database)
+    for event_type, topics in sorted(topic_sets.items()):
+        subject = f"forwarder '{forwarder.name}' event {event_type}"
+        try:
+            lookup = directory.lookup(topics)
+        except DatabaseError as error:
+            yield Finding(False, subject, f"cannot read subscribers: {error}")
+            continue
+        outcome = fan_out(
+            Publish({}, event_type, topics), lookup.subscribers, router, fallback_message_id=""
+        )
+        if isinstance(outcome, NoSubscribers):
+            yield Finding(
+                True, subject, f"no subscribers (policy: {config.publish.no_subscribers})"
+            )
+            continue
+        for copy in outcome.copies:
+            sources = ", ".join(s.source for s in copy.subscribers)
+            if isinstance(copy.decision, Forward):
+                destination = copy.decision.destination
+                yield Finding(
+                    True,
+                    subject,
+                    f"{copy.subscriber.address} ({sources}) -> {destination.canonical} in "
+                    f"database '{destination.database}'",
+                )
+            else:
+                yield Finding(False, subject, f"{copy.decision.reason} ({sources})")

@@ -1,0 +1,101 @@
+"""`sfbridge install`: create every table the bridge owns, or print their DDL for a DBA.
+
+The daemon creates a missing one by itself while it works (see `bridge.storage.tables`); `install`
+creates them all up front, and is the only way when `install.at_runtime` is false.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from bridge.config.model import BridgeConfig
+from bridge.connections import connect
+from bridge.dialects import dialect_for
+from bridge.exceptions import TableNotFound
+from bridge.storage.ledger import ledger_databases, ledger_steps
+from bridge.storage.tables import (
+    TableStep,
+    create_tables,
+    forwarder_table_steps,
+    forwarder_tables,
+    upgrade_retry_table,
+)
+
+
+def install_plan(config: BridgeConfig) -> list[TableStep]:
+    """Every table to create, per database, in order, each once. Idempotent statements only."""
+    steps: list[TableStep] = []
+    seen: set[tuple[str, tuple[str, ...]]] = set()
+
+    def add(new_steps: Sequence[TableStep]) -> None:
+        for step in new_steps:
+            if (step.database, step.statements) not in seen:
+                seen.add((step.database, step.statements))
+                steps.append(step)
+
+    for forwarder in config.forwarders:
+        add(forwarder_table_steps(config, forwarder))
+    for database in ledger_databases(config):
+        add(ledger_steps(config, database))
+    return steps
+
+
+def render_plan(config: BridgeConfig, steps: list[TableStep]) -> str:
+    """The DDL as a script per database, for `install --print-sql`."""
+    lines: list[str] = []
+    current = None
+    for step in steps:
+        if step.database != current:
+            current = step.database
+            lines.append(f"-- ===== database: {current} =====")
+        lines.append(f"-- {step.description}")
+        lines.extend(_dedent(statement) + ";" for statement in step.statements)
+        lines.append("")
+    upgrades = _retry_upgrades(config)
+    if upgrades:
+        lines.append("-- Only for retry storage created by sfbridge before destination_database:")
+        lines.extend(f"-- {statement}" for statement in upgrades)
+        lines.append("")
+    return "\n".join(lines)
+
+
+def run_install(config: BridgeConfig) -> list[TableStep]:
+    """Create every table in the plan. Raises DatabaseError naming the database."""
+    steps = install_plan(config)
+    by_database: dict[str, list[TableStep]] = {}
+    for step in steps:
+        by_database.setdefault(step.database, []).append(step)
+    for database, database_steps in by_database.items():
+        connection = connect(config.databases[database], create=True)
+        try:
+            dialect = dialect_for(config.databases[database].dialect)
+            create_tables(connection, dialect, database_steps, only_missing=False)
+            for forwarder in config.forwarders:
+                if forwarder.database == database:
+                    retry = forwarder_tables(config, forwarder).retry
+                    try:
+                        upgrade_retry_table(connection, dialect, retry, allowed=True)
+                    except TableNotFound:
+                        pass
+        finally:
+            connection.rollback()
+            connection.close()
+    return steps
+
+
+def _retry_upgrades(config: BridgeConfig) -> list[str]:
+    statements: list[str] = []
+    for forwarder in config.forwarders:
+        dialect = dialect_for(config.databases[forwarder.database].dialect)
+        retry = forwarder_tables(config, forwarder).retry
+        statement = " ".join(dialect.sql("retry_add_destination_database", retry=retry).split())
+        if statement + ";" not in statements:
+            statements.append(statement + ";")
+    return statements
+
+
+def _dedent(statement: str) -> str:
+    lines = statement.strip("\n").splitlines()
+    indents = [len(line) - len(line.lstrip()) for line in lines[1:] if line.strip()]
+    cut = min(indents) - 4 if indents and min(indents) >= 4 else 0
+    return "\n".join([lines[0].strip()] + [line[cut:] for line in lines[1:]])

@@ -1,0 +1,114 @@
+"""`sfbridge pause` / `sfbridge resume`: write a pause row every daemon on the queue obeys."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from bridge.config.model import BridgeConfig, ForwarderConfig
+from bridge.connections import connect
+from bridge.dialects import Dialect, dialect_for
+from bridge.drivers import Connection
+from bridge.exceptions import BridgeTableMissing, PauseRequestError
+from bridge.storage.ledger import RUNTIME_DDL_OFF_ADVICE
+from bridge.storage.pauses import clear_pause, set_pause
+from bridge.storage.tables import (
+    ForwarderTables,
+    create_tables,
+    forwarder_table_steps,
+    forwarder_tables,
+)
+
+
+def change_pause(
+    config: BridgeConfig,
+    forwarder_name: str,
+    database: str | None,
+    *,
+    pause: bool,
+    reason: str | None = None,
+) -> str:
+    """Pause or resume; returns what happened, for a person. Raises PauseRequestError for an
+    unknown name, BridgeTableMissing when the pauses table is missing and may not be created,
+    and the DatabaseError family."""
+    names = [f.name for f in config.forwarders]
+    if forwarder_name not in names:
+        raise PauseRequestError(
+            f"no forwarder named {forwarder_name!r}{_nearest(forwarder_name, names)}"
+        )
+    if database is not None and database not in config.databases:
+        raise PauseRequestError(
+            f"no database named {database!r}{_nearest(database, list(config.databases))}"
+        )
+    forwarder = config.forwarder(forwarder_name)
+    dialect = dialect_for(config.databases[forwarder.database].dialect)
+    tables = forwarder_tables(config, forwarder)
+    connection = connect(config.databases[forwarder.database])
+    try:
+        changed = _with_pauses_table(
+            config,
+            forwarder,
+            connection,
+            lambda: _apply(connection, dialect, tables, forwarder_name, database, pause, reason),
+        )
+    finally:
+        connection.close()
+    what = f"forwarder '{forwarder_name}'" + (
+        f" deliveries to database '{database}'" if database else ""
+    )
+    within = f"every daemon on its queue obeys within {forwarder.slow_poll_interval:g} s"
+    if pause:
+        held = (
+            "its messages for that database wait in retry storage, spending no attempts"
+            if database
+            else "it claims nothing from its queue or retry storage"
+        )
+        return f"paused {what}: {held}; {within}. Undo with 'sfbridge resume {forwarder_name}" + (
+            f" --destination {database}'" if database else "'"
+        )
+    if not changed:
+        return f"{what} was not paused; nothing to do"
+    return f"resumed {what}; {within}"
+
+
+def _apply(
+    connection: Connection,
+    dialect: Dialect,
+    tables: ForwarderTables,
+    forwarder: str,
+    database: str | None,
+    pause: bool,
+    reason: str | None,
+) -> bool:
+    if pause:
+        now = datetime.now(UTC).replace(tzinfo=None)
+        set_pause(connection, dialect, tables, forwarder, database, reason, now)
+        return True
+    return clear_pause(connection, dialect, tables, forwarder, database)
+
+
+def _with_pauses_table(
+    config: BridgeConfig,
+    forwarder: ForwarderConfig,
+    connection: Connection,
+    action: Callable[[], bool],
+) -> bool:
+    """`action()`, creating the forwarder's missing tables first when allowed."""
+    try:
+        return action()
+    except BridgeTableMissing as missing:
+        if not config.install.at_runtime:
+            raise missing.with_advice(RUNTIME_DDL_OFF_ADVICE) from None
+        dialect = dialect_for(config.databases[forwarder.database].dialect)
+        create_tables(
+            connection, dialect, forwarder_table_steps(config, forwarder), only_missing=True
+        )
+        return action()
+
+
+def _nearest(name: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    if close:
+        return f" (did you mean {close[0]!r}?)"
+    return f" (known: {', '.join(sorted(known))})"

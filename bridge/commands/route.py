@@ -1,0 +1,207 @@
+"""`sfbridge route`: where a message with a given routing header would go, decided as the
+daemon decides it, or why it would go to the error queue.
+
+The message is classified by the data path's own `classify` with the forwarder's own router
+(routes, proxy destination, SQL Server catalogs), so the answer is the daemon's, suggestions
+included. Nothing is read from a database, except the subscribers of a published event from
+the `subscription_tables`, when the config lists any. Every text that came from a database
+or from the command line is printed quoted (`repr`), so it is inert on a terminal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import uuid
+
+from bridge.config.catalogs import database_catalog
+from bridge.config.model import BridgeConfig, ForwarderConfig
+from bridge.dialects.registry import dialect_for
+from bridge.exceptions import ExitCode
+from bridge.forwarding.classify import classify
+from bridge.forwarding.fan_out import fan_out
+from bridge.forwarding.proxies import forwarder_router
+from bridge.forwarding.subscriptions import SubscriberDirectory
+from bridge.headers import DESTINATION_HEADER, EVENT_TYPE_HEADER, serialize_headers
+from bridge.messages import ClaimedMessage, Forward, NoSubscribers, Publish, Reject
+from bridge.routing import Destination, Router, choose_route
+from bridge.storage.tables import forwarder_tables
+
+__all__ = ["add_arguments", "run_route"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "address",
+        nargs="?",
+        help="the destination header ($.store-and-forward.destination), in the forwarding "
+        "database's address grammar; leave it out for what a proxy does with a plain send",
+    )
+    parser.add_argument(
+        "--forwarder", help="the forwarder whose queue it is in (default: the first)"
+    )
+    parser.add_argument(
+        "--event-type",
+        metavar="TYPE",
+        help="a published event's type ($.store-and-forward.eventtype): lists its subscribers "
+        "and where each copy goes (reads subscription_tables, if the config has any)",
+    )
+
+
+def run_route(config: BridgeConfig, args: argparse.Namespace) -> int:
+    """Print where the message would go; ExitCode.OK, ExitCode.FAILED or ExitCode.USAGE.
+
+    Raises DatabaseError when a subscription table must be read and cannot be.
+    """
+    names = [forwarder.name for forwarder in config.forwarders]
+    name = args.forwarder or names[0]
+    if name not in names:
+        print(
+            f"sfbridge route: no forwarder named {name!r} (forwarders: {', '.join(names)})",
+            file=sys.stderr,
+        )
+        return ExitCode.USAGE
+    forwarder = config.forwarder(name)
+    router = forwarder_router(config, forwarder)
+    headers: dict[str, str | None] = {}
+    if args.address is not None:
+        headers[DESTINATION_HEADER] = args.address
+    if args.event_type is not None:
+        headers[EVENT_TYPE_HEADER] = args.event_type
+    print(_heading(config, forwarder, args.address, args.event_type))
+    message = ClaimedMessage(
+        row_id=uuid.UUID(int=0),
+        expired=False,
+        expires=None,
+        headers_text=serialize_headers(headers),
+        body=None,
+        order=0,
+    )
+    decision = classify(message, router)  # as the daemon classifies a claimed row
+    if isinstance(decision, Reject):
+        print(_error_queue_line(config, forwarder, decision.reason_code, decision.reason))
+        return ExitCode.FAILED
+    if isinstance(decision, Forward):
+        for line in _delivery_lines(config, forwarder, router, args.address, decision.destination):
+            print(line)
+        return ExitCode.OK
+    assert isinstance(decision, Publish), decision
+    return _publish(config, forwarder, router, decision)
+
+
+def _heading(
+    config: BridgeConfig, forwarder: ForwarderConfig, address: str | None, event_type: str | None
+) -> str:
+    source = config.databases[forwarder.database]
+    what = []
+    if address is not None:
+        what.append(f"destination {address!r}")
+    if event_type is not None:
+        what.append(f"event type {event_type!r}")
+    if not what:
+        what.append("no routing header")
+    return (
+        f"a message with {' and '.join(what)} in forwarder '{forwarder.name}' "
+        f"(database '{source.name}', {source.dialect}):"
+    )
+
+
+def _delivery_lines(
+    config: BridgeConfig,
+    forwarder: ForwarderConfig,
+    router: Router,
+    address: str | None,
+    destination: Destination,
+    written_in: str | None = None,
+) -> list[str]:
+    """Where one message (or subscriber copy) goes, and why there."""
+    target = config.databases[destination.database]
+    grammar = dialect_for(target.dialect).grammar
+    table = grammar.qualified_name(destination.address)
+    if destination.address.catalog:
+        opens = f"through the connection of database '{target.name}' (another catalog there)"
+    else:
+        catalog = database_catalog(target)
+        opens = f"in catalog {catalog}" if catalog else "in the database its connection opens"
+    lines = [
+        f"  -> database '{target.name}' ({target.dialect}): queue {destination.canonical}, "
+        f"table {table} {opens}"
+    ]
+    if target.name == forwarder.database:
+        crossing = "in the forwarding database itself: one transaction with the claim"
+    else:
+        crossing = f"transaction {destination.transaction}"
+    if address is None or destination is router.proxy:
+        lines.append(f"     the proxy's destination (forwarders[].destination), {crossing}")
+        return lines
+    source = config.databases[forwarder.database]
+    choice = choose_route(
+        address,
+        source,
+        config.routes,
+        config.databases,
+        default_transaction=config.delivery.transaction,
+        written_in=config.databases.get(written_in or source.name),
+    )
+    if choice.route is not None:
+        route = config.routes[choice.route]
+        lines.append(f"     by routes[{choice.route}] (match {route.match!r}), {crossing}")
+    else:
+        lines.append(f"     by its catalog, no route needed, {crossing}")
+    if choice.catalog is not None:
+        lines.append(f"     catalog {choice.catalog}")
+    return lines
+
+
+def _error_queue_line(
+    config: BridgeConfig, forwarder: ForwarderConfig, code: str, reason: str, indent: str = ""
+) -> str:
+    tables = forwarder_tables(config, forwarder)
+    grammar = dialect_for(config.databases[forwarder.database].dialect).grammar
+    error_queue = grammar.render(tables.error_queue)
+    return (
+        f"{indent}  -> the error queue {error_queue} in database '{forwarder.database}' "
+        f"(reason {code}): {reason}"
+    )
+
+
+def _publish(
+    config: BridgeConfig, forwarder: ForwarderConfig, router: Router, publish: Publish
+) -> int:
+    topics = ", ".join(repr(topic) for topic in publish.topics)
+    print(f"  subscribers are looked up for the topics {topics}")
+    lookup = SubscriberDirectory(config, forwarder.database).lookup(publish.topics)
+    fanned = fan_out(publish, lookup.subscribers, router, fallback_message_id="sfbridge-route")
+    if isinstance(fanned, NoSubscribers):
+        if config.publish.no_subscribers == "drop":
+            print(
+                "  -> nowhere: it has no subscribers, so it is dropped and counted "
+                "(publish.no_subscribers: drop)"
+            )
+            return ExitCode.OK
+        reason = f"published event {publish.topics[0]!r} has no subscribers"
+        print(_error_queue_line(config, forwarder, "no-subscribers", reason))
+        return ExitCode.FAILED
+    failed = False
+    for copy in fanned.copies:
+        listed = "; ".join(f"{s.address!r} ({s.source})" for s in copy.subscribers)
+        print(f"  subscriber {listed}:")
+        decision = copy.decision
+        if isinstance(decision, Forward):
+            subscriber = copy.subscriber
+            lines = _delivery_lines(
+                config,
+                forwarder,
+                router,
+                subscriber.address,
+                decision.destination,
+                written_in=subscriber.address_database,
+            )
+            print("\n".join("  " + line for line in lines))
+        else:
+            failed = True
+            line = _error_queue_line(
+                config, forwarder, decision.reason_code, decision.reason, indent="  "
+            )
+            print(line)
+    return ExitCode.FAILED if failed else ExitCode.OK

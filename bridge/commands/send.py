@@ -1,0 +1,83 @@
+"""`sfbridge send`: put NServiceBus-shaped test messages into a forwarding queue."""
+
+from __future__ import annotations
+
+import socket
+import uuid
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+
+from bridge.config.model import BridgeConfig, ForwarderConfig
+from bridge.connections import connect
+from bridge.dialects import dialect_for
+from bridge.forwarding.writes import QueueWriter
+from bridge.headers import DESTINATION_HEADER, Headers, serialize_headers, wire_date
+from bridge.storage.tables import forwarder_tables
+
+
+def test_message_headers(
+    destination: str | None, message_type: str, extra: Mapping[str, str], *, now: datetime
+) -> Headers:
+    """The headers an NServiceBus endpoint writes for a Send, plus the routing header (none
+    for a proxy queue: `destination` None)."""
+    message_id = str(uuid.uuid4())
+    headers: Headers = {
+        "NServiceBus.MessageId": message_id,
+        "NServiceBus.MessageIntent": "Send",
+        "NServiceBus.ConversationId": str(uuid.uuid4()),
+        "NServiceBus.CorrelationId": message_id,
+        "NServiceBus.OriginatingEndpoint": "sfbridge-send",
+        "NServiceBus.OriginatingMachine": socket.gethostname(),
+        "NServiceBus.ContentType": "application/json",
+        "NServiceBus.EnclosedMessageTypes": message_type,
+        "NServiceBus.TimeSent": wire_date(now),
+        "NServiceBus.Version": "9.2.0",
+    }
+    if destination is not None:
+        headers[DESTINATION_HEADER] = destination
+    headers.update(extra)
+    return headers
+
+
+def send_test_messages(
+    config: BridgeConfig,
+    forwarder: ForwarderConfig,
+    *,
+    destination: str | None,
+    count: int,
+    body: bytes,
+    message_type: str,
+    extra_headers: Mapping[str, str],
+    time_to_be_received: float | None,
+) -> list[str]:
+    """Insert `count` messages in one transaction; returns their NServiceBus message ids."""
+    database = config.databases[forwarder.database]
+    dialect = dialect_for(database.dialect)
+    queue = forwarder_tables(config, forwarder).queue
+    connection = connect(database)
+    ids: list[str] = []
+    try:
+        connection.begin()
+        statement = QueueWriter().sql(connection, dialect, "send", queue)
+        rows = []
+        for _ in range(count):
+            now = datetime.now(UTC)
+            headers = test_message_headers(destination, message_type, extra_headers, now=now)
+            expires = None
+            if time_to_be_received is not None:
+                expires = (now + timedelta(seconds=time_to_be_received)).replace(tzinfo=None)
+            ids.append(str(headers["NServiceBus.MessageId"]))
+            rows.append(
+                (
+                    dialect.encode_id(uuid.uuid4()),
+                    dialect.encode_timestamp(expires),
+                    serialize_headers(headers),
+                    body,
+                )
+            )
+        connection.executemany(statement, rows)
+        connection.commit()
+    finally:
+        connection.rollback()
+        connection.close()
+    return ids

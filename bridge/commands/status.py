@@ -1,0 +1,312 @@
+"""`sfbridge status`: per forwarder, what is queued, waiting for retry, in error, and counters;
+per destination database, whether the daemon sees it up, since when, and what waits for it."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from bridge.config.model import BridgeConfig
+from bridge.connections import Connections
+from bridge.dialects import Dialect, dialect_for
+from bridge.drivers import Connection
+from bridge.exceptions import DatabaseError, TableNotFound
+from bridge.forwarding.in_doubt import old_prepared_transactions
+from bridge.forwarding.proxies import proxy_destination
+from bridge.storage.destination_states import read_forwarder_states, read_states
+from bridge.storage.queue_depths import read_pause_state, read_queue_depths
+from bridge.storage.tables import ForwarderTables, forwarder_tables
+
+# Destination states older than this were written by a daemon that is probably not running.
+STALE_STATE_SECONDS = 120.0
+
+
+def collect_status(config: BridgeConfig) -> dict[str, list[dict[str, Any]]]:
+    """`forwarders`: one dict per forwarder (a database that cannot be read gives an `error`
+    entry instead); `destinations`: one dict per destination database the daemon has seen or
+    that messages wait for."""
+    connections = Connections(config.databases)
+    try:
+        forwarders = [
+            _forwarder_status(config, name, connections)
+            for name in (forwarder.name for forwarder in config.forwarders)
+        ]
+        old, _ = old_prepared_transactions(config, connections)
+        return {
+            "forwarders": forwarders,
+            "destinations": _destinations(config, connections),
+            "prepared_transactions": old,
+        }
+    finally:
+        connections.close()
+
+
+def _destinations(config: BridgeConfig, connections: Connections) -> list[dict[str, Any]]:
+    """Merge what every forwarding database holds: the newest state row per destination, and
+    the number of messages waiting for it in each retry storage."""
+    states: dict[str, dict[str, Any]] = {}
+    waiting: dict[str, int] = {}
+    next_attempt: dict[str, Any] = {}
+    done: set[str] = set()
+    for forwarder in config.forwarders:
+        if forwarder.database in done:
+            continue
+        done.add(forwarder.database)
+        dialect = dialect_for(config.databases[forwarder.database].dialect)
+        tables = forwarder_tables(config, forwarder)
+        try:
+            connection = connections.get(forwarder.database)
+            connection.begin()
+            try:
+                rows = read_states(connection, dialect, tables.destination_states)
+            except TableNotFound:
+                connection.rollback()
+                connection.begin()
+                rows = []
+            for read in rows:
+                known = states.get(read["database"])
+                if known is None or read["updated_at"] > known["updated_at"]:
+                    states[read["database"]] = read
+            for name, count, due in connection.query(
+                dialect.sql("retry_waiting", retry=tables.retry)
+            ):
+                waiting[name] = waiting.get(name, 0) + int(count)
+                due_at = dialect.decode_timestamp(due)
+                if due_at and (name not in next_attempt or due_at < next_attempt[name]):
+                    next_attempt[name] = due_at
+            connection.commit()
+        except DatabaseError:
+            connections.discard(forwarder.database)
+    now = datetime.now(UTC).replace(tzinfo=None)
+    result = []
+    for name in sorted(set(states) | set(waiting)):
+        state = states.get(name)
+        entry: dict[str, Any] = {"database": name, "waiting": waiting.get(name, 0)}
+        if state is None:
+            entry["state"] = "unknown"
+        else:
+            row = state
+            age = (now - row["updated_at"]).total_seconds()
+            entry.update(
+                state=row["state"],
+                since=_iso(row["since"]),
+                last_error=row["last_error"],
+                next_probe_at=_iso(row["next_probe_at"]),
+                seen_seconds_ago=round(max(age, 0.0), 1),
+                stale=age > STALE_STATE_SECONDS,
+                reported_by=row["reported_by"],
+            )
+        if name in next_attempt:
+            entry["next_attempt_at"] = _iso(next_attempt[name])
+        result.append(entry)
+    return result
+
+
+def _forwarder_status(config: BridgeConfig, name: str, connections: Connections) -> dict[str, Any]:
+    forwarder = config.forwarder(name)
+    database = config.databases[forwarder.database]
+    dialect = dialect_for(database.dialect)
+    tables = forwarder_tables(config, forwarder)
+    status: dict[str, Any] = {
+        "forwarder": forwarder.name,
+        "database": forwarder.database,
+        "queue": tables.queue_canonical,
+        "error_queue": dialect.grammar.render(tables.error_queue),
+    }
+    proxy = proxy_destination(config, forwarder)
+    if proxy is not None:
+        status["proxy_for"] = {"database": proxy.database, "queue": proxy.canonical}
+    try:
+        connection = connections.get(forwarder.database)
+        # First, and apart: it is what tells why the rest may not be readable (a locked queue).
+        status["failing"] = _failing(connection, dialect, tables, forwarder.name)
+    except DatabaseError:
+        connections.discard(forwarder.database)
+        status["failing"] = []
+    try:
+        connection = connections.get(forwarder.database)
+        depths = read_queue_depths(config, forwarder, connection)
+        status["queued"] = depths.queued
+        status["in_error"] = depths.in_error
+        status["oldest_age_seconds"] = depths.oldest_age_seconds
+        status["waiting_for_retry"] = depths.waiting_for_retry
+        status["retries"] = [
+            {
+                "destination": row[0],
+                "messages": int(row[1]),
+                "failing_since": _iso(dialect.decode_timestamp(row[2])),
+                "next_attempt_at": _iso(dialect.decode_timestamp(row[3])),
+                "max_attempts_made": int(row[4]),
+                "last_error": row[5],
+            }
+            for row in depths.retry_summary
+        ]
+        connection.begin()
+        counters = connection.query(
+            dialect.sql("counters_read", counters=tables.counters), (forwarder.name,)
+        )
+        status["counters"] = {row[0]: int(row[1]) for row in counters}
+        status["event_types"] = [
+            {
+                "event_type": row[0],
+                "last_seen": _iso(dialect.decode_timestamp(row[1])),
+                **json.loads(row[2]),
+            }
+            for row in connection.query(
+                dialect.sql("event_types_read", event_types=tables.event_types),
+                (forwarder.name,),
+            )
+        ]
+        connection.commit()
+        status["paused"] = [
+            {
+                "destination_database": pause.database,
+                "since": _iso(pause.paused_at),
+                "reason": pause.reason,
+            }
+            for pause in read_pause_state(config, forwarder, connection).pauses
+        ]
+    except DatabaseError as error:
+        connections.discard(forwarder.database)
+        status["error"] = str(error)
+    return status
+
+
+def _failing(
+    connection: Connection, dialect: Dialect, tables: ForwarderTables, forwarder: str
+) -> list[dict[str, Any]]:
+    """What daemons running now say about the forwarder's batches failing (the forwarder
+    states table; rows of daemons not heard from for `STALE_STATE_SECONDS` are left out)."""
+    connection.begin()
+    try:
+        rows = read_forwarder_states(connection, dialect, tables.forwarder_states)
+    except TableNotFound:  # made by an sfbridge before forwarder states
+        rows = []
+    finally:
+        connection.rollback()
+    now = datetime.now(UTC).replace(tzinfo=None)
+    failing = []
+    for row in rows:
+        age = (now - row["updated_at"]).total_seconds()
+        if row["forwarder"] != forwarder or row["state"] != "failing" or age > STALE_STATE_SECONDS:
+            continue
+        failing.append(
+            {
+                "reported_by": row["reported_by"],
+                "since": _iso(row["since"]),
+                "failed_batches": row["failures"],
+                "last_error": row["last_error"],
+                "seen_seconds_ago": round(max(age, 0.0), 1),
+            }
+        )
+    return failing
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return moment.replace(tzinfo=UTC).isoformat(timespec="seconds") if moment else None
+
+
+def render_json(status: dict[str, list[dict[str, Any]]]) -> str:
+    return json.dumps(status, indent=2)
+
+
+def render_text(status: dict[str, list[dict[str, Any]]]) -> str:
+    """A short table per forwarder, then one line or two per destination, for people."""
+    lines = _render_forwarders(status["forwarders"])
+    if status["destinations"]:
+        lines.append("destination databases (as the daemon last saw them):")
+    for destination in status["destinations"]:
+        lines.extend(_render_destination(destination))
+    for entry in status.get("prepared_transactions", []):
+        lines.append(
+            f"PREPARED TRANSACTION left in database '{entry['database']}' for "
+            f"{_human(float(entry['age_seconds']))}: {entry['gid']} (a running daemon settles "
+            "it; see 'sfbridge check')"
+        )
+    return "\n".join(lines)
+
+
+def _render_destination(entry: dict[str, Any]) -> list[str]:
+    name, state = entry["database"], entry["state"]
+    waiting = f"{entry['waiting']} waiting"
+    if state == "unknown":
+        return [f"  {name:<12} {waiting}; no daemon has reported on it"]
+    since = entry["since"]
+    seen = f"seen {_human(entry['seen_seconds_ago'])} ago by {entry['reported_by']}"
+    if entry["stale"]:
+        seen += " - stale: is the daemon running?"
+    if state == "up":
+        return [f"  {name:<12} up since {since}; {waiting} ({seen})"]
+    label = "DOWN" if state == "unreachable" else "NOT READY"
+    return [
+        f"  {name:<12} {label} since {since}; {waiting}; next probe {entry['next_probe_at']} "
+        f"({seen})",
+        f"               last error: {entry['last_error']}",
+    ]
+
+
+def _render_forwarders(statuses: list[dict[str, Any]]) -> list[str]:
+    lines: list[str] = []
+    for status in statuses:
+        lines.append(
+            f"forwarder {status['forwarder']}  ({status['queue']} in database "
+            f"'{status['database']}')"
+        )
+        if "proxy_for" in status:
+            proxy = status["proxy_for"]
+            lines.append(f"  proxy for          {proxy['queue']} in database '{proxy['database']}'")
+        for failing in status["failing"]:
+            lines.append(
+                f"  FAILING            since {failing['since']}: {failing['failed_batches']} "
+                f"batch(es) failed (seen {_human(failing['seen_seconds_ago'])} ago by "
+                f"{failing['reported_by']}); it forwards nothing until they succeed"
+            )
+            lines.append(f"                     last error: {failing['last_error']}")
+        if "error" in status:
+            lines.append(f"  UNAVAILABLE: {status['error']}")
+            continue
+        for pause in status["paused"]:
+            what = (
+                f"deliveries to database '{pause['destination_database']}'"
+                if pause["destination_database"]
+                else "the whole forwarder: claims nothing"
+            )
+            because = f" ({pause['reason']})" if pause["reason"] else ""
+            lines.append(f"  PAUSED             {what}, since {pause['since']}{because}")
+        age = status["oldest_age_seconds"]
+        lines.append(
+            f"  queued             {status['queued']}"
+            + (f"  (oldest sent {_human(age)} ago)" if age is not None else "")
+        )
+        lines.append(f"  waiting for retry  {status['waiting_for_retry']}")
+        lines.append(f"  in error queue     {status['in_error']}  ({status['error_queue']})")
+        for retry in status["retries"]:
+            lines.append(
+                f"    -> {retry['destination']}: {retry['messages']} message(s), failing since "
+                f"{retry['failing_since']}, next attempt {retry['next_attempt_at']}, "
+                f"attempts so far up to {retry['max_attempts_made']}"
+            )
+            lines.append(f"       last error: {retry['last_error']}")
+        if status["counters"]:
+            counted = ", ".join(f"{k} {v}" for k, v in sorted(status["counters"].items()))
+            lines.append(f"  since install      {counted}")
+        for event in status.get("event_types", []):
+            lines.append(f"  event {event['event_type']} (subscribers as of {event['last_seen']}):")
+            for subscriber in event["subscribers"] or [{"address": None}]:
+                if subscriber["address"] is None:
+                    lines.append("    no subscribers")
+                    continue
+                lines.append(
+                    f"    {subscriber['address']} from {subscriber['source']} -> "
+                    f"{subscriber['destination']}"
+                )
+    return lines
+
+
+def _human(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"

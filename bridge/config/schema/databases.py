@@ -1,0 +1,127 @@
+"""The schema's `databases` section: where each database is and how to reach it."""
+
+from __future__ import annotations
+
+from bridge.config.keys import Key, Section
+from bridge.config.model import (
+    DatabaseConfig,
+)
+from bridge.config.schema.common import (
+    _CONNECTION_HINT,
+    _PATH_HINT,
+    _POSITIVE,
+    _SCHEMA_HINT,
+    CATALOG_DIALECTS,
+    DIALECTS,
+    DRIVER_DIALECTS,
+    DRIVERS,
+    FILE_DIALECTS,
+    IMPLEMENTED_DIALECTS,
+    NAME_PATTERN,
+    SCHEMA_DIALECTS,
+    SERVER_DIALECTS,
+    _names,
+)
+
+DATABASES = Section(
+    name="databases",
+    shape="named",
+    entry="database",
+    name_pattern=NAME_PATTERN,
+    required=True,
+    min_items=1,
+    model=DatabaseConfig,
+    description=(
+        "The databases the bridge connects to, by name. Forwarders and routes refer to them by "
+        "that name."
+    ),
+    keys=(
+        Key(
+            "dialect",
+            "choice",
+            "SQL dialect of the database and of its queue addresses.",
+            example="postgresql",
+            choices=DIALECTS,
+            unavailable=tuple(d for d in DIALECTS if d not in IMPLEMENTED_DIALECTS),
+        ),
+        Key(
+            "connection",
+            "string",
+            "ODBC connection string; `${VAR}` is expanded (keep passwords in the environment).",
+            example="Driver={PostgreSQL Unicode};Server=db1;Database=receiver;Uid=bridge",
+            expand_env=True,
+            secret=True,
+            dialects=SERVER_DIALECTS,
+            dialect_hint=_CONNECTION_HINT,
+        ),
+        Key(
+            "path",
+            "string",
+            "SQLite database file; `${VAR}` is expanded; a relative path is taken from the "
+            "config file's folder.",
+            example="/var/lib/sfbridge/edge.db",
+            expand_env=True,
+            dialects=FILE_DIALECTS,
+            dialect_hint=_PATH_HINT,
+        ),
+        Key(
+            "schema",
+            "string",
+            "Schema of queue addresses that name none (default: `public` / `dbo`).",
+            example="nsb",
+            default=None,
+            dialects=SCHEMA_DIALECTS,
+            dialect_hint=_SCHEMA_HINT,
+        ),
+        Key(
+            "catalog",
+            "string",
+            "The database's name on its server, as NServiceBus endpoints write it in "
+            "addresses (`table@[schema]@[catalog]`); default: `Database=` or "
+            "`Initial Catalog=` in `connection`, one of which must then be there. An address "
+            'whose catalog names this database is delivered here (see "SQL Server catalogs").',
+            example="ReceiverDb",
+            default=None,
+            dialects=CATALOG_DIALECTS,
+            dialect_hint=f"only {_names(CATALOG_DIALECTS)} addresses name catalogs",
+        ),
+        Key(
+            "connect_timeout",
+            "duration",
+            "How long to wait for a connection before giving up.",
+            example="5s",
+            default=5.0,
+            **_POSITIVE,
+        ),
+        Key(
+            "query_timeout",
+            "duration",
+            "The longest one call to the database may take (a statement, a commit, a wait for "
+            "a lock held by someone else) before the bridge stops waiting. A destination that "
+            "does not answer in time is treated as unreachable (its messages wait in retry "
+            "storage, see `retries.during_outage`) and a table locked that long as busy, "
+            "while the rest of the batch is delivered; a forwarding database that does not "
+            "answer has its batch rolled back and tried again. Enforced by the server "
+            "(`statement_timeout`, `lock_timeout`, `SET LOCK_TIMEOUT`) and by the client "
+            "(psycopg; SQL Server's ODBC drivers), so a silent network cannot hold a worker. "
+            "Keep it well above the slowest healthy statement (a batch of `batch_bytes`).",
+            example="15s",
+            default=15.0,
+            **_POSITIVE,
+        ),
+        Key(
+            "driver",
+            "choice",
+            "Driver to open the database with (default: the first). `psycopg` is psycopg 3 "
+            "(PostgreSQL's own protocol, binary parameters, prepared statements; no system "
+            "packages); it reads `Server`, `Port`, `Uid`, `Pwd`, `Database` and `SSLmode` "
+            "from the ODBC-style `connection` (or takes a `postgresql://` URL). `odbc` is "
+            "psqlODBC through pyodbc, as before.",
+            example="psycopg",
+            default=None,
+            choices=DRIVERS,
+            dialects=DRIVER_DIALECTS,
+            dialect_hint=f"only {_names(DRIVER_DIALECTS)} databases have a choice of driver",
+        ),
+    ),
+)

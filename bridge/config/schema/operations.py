@@ -1,0 +1,76 @@
+"""The schema's sections about running the daemon: `logging`, `sentry` and `metrics`."""
+
+from __future__ import annotations
+
+from bridge.config.keys import Key, Section
+from bridge.config.model import (
+    LoggingConfig,
+    MetricsConfig,
+    SentryConfig,
+)
+
+LOGGING = Section(
+    name="logging",
+    shape="mapping",
+    model=LoggingConfig,
+    description="Log output.",
+    keys=(
+        Key(
+            "level",
+            "choice",
+            "Least severe level that is logged.",
+            example="INFO",
+            default="INFO",
+            choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+            case_insensitive=True,
+        ),
+    ),
+)
+
+SENTRY = Section(
+    name="sentry",
+    shape="mapping",
+    model=SentryConfig,
+    description="Error reporting to Sentry; an empty or absent `dsn` disables it.",
+    keys=(
+        Key(
+            "dsn",
+            "string",
+            "Sentry DSN; `${VAR}` is expanded; empty means no Sentry.",
+            example="${SENTRY_DSN:-}",
+            default=None,
+            expand_env=True,
+            secret=True,
+            empty_is_none=True,
+            # Only the shape: sentry-sdk checks the rest when it starts, with its own message.
+            pattern=r"https?://[^\s@/]+@[^\s/]+/\S+",
+            pattern_message="is not a Sentry DSN: expected https://<key>@<host>/<project>",
+        ),
+        Key(
+            "environment",
+            "string",
+            "Environment name attached to Sentry events; empty means none.",
+            example="production",
+            default=None,
+            empty_is_none=True,
+        ),
+    ),
+)
+
+METRICS = Section(
+    name="metrics",
+    shape="mapping",
+    model=MetricsConfig,
+    description="Prometheus metrics, served by `sfbridge run` at `/metrics`; off without `listen`.",
+    keys=(
+        Key(
+            "listen",
+            "listen",
+            "Address and port the daemon serves `/metrics` on. Keep it on loopback or a "
+            "management network: the page names forwarders, databases and queues (never "
+            "connection strings). Changing it takes a restart, not a reload.",
+            example="127.0.0.1:9464",
+            default=None,
+        ),
+    ),
+)

@@ -1,0 +1,1 @@
+"""The daemon's runtime: workers, scheduled upkeep, metrics, systemd, logging."""

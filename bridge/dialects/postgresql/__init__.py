@@ -1,0 +1,116 @@
+"""PostgreSQL: the NServiceBus PostgreSQL transport's queue tables, through psycopg 3 or psqlODBC.
+
+- Addresses are `"schema"."table"`, split on the first dot outside double quotes
+  (https://docs.particular.net/transports/postgresql/addressing); the address is also the
+  SQL qualified name.
+- Queue tables have the shape the transport's installer creates: `Id uuid`, `Expires
+  timestamp`, `Headers text`, `Body bytea`, `Seq serial`. Column names are unquoted (folded to
+  lower case, as the transport creates them); table names are quoted. Times are UTC
+  wall-clock `timestamp without time zone`, compared with `now() AT TIME ZONE 'UTC'` on the
+  server, as the transport does.
+- Connections go through psycopg (the default), or through psqlODBC with the options in
+  `POSTGRESQL_REQUIRED_OPTIONS` (`driver: odbc`).
+"""
+
+from __future__ import annotations
+
+from bridge.dialects.base import ConfiguredDatabase, Dialect, decode_uuid, require_naive_utc
+from bridge.dialects.postgresql.grammar import GRAMMAR, PostgreSqlGrammar
+from bridge.dialects.postgresql.statements import STATEMENTS, _decode_timestamp
+from bridge.drivers.base import Connection
+from bridge.drivers.odbc import OdbcConnection, with_default_options, with_required_options
+from bridge.drivers.psycopg import PsycopgConnection, keepalive_parameters
+
+__all__ = ["DIALECT", "GRAMMAR", "POSTGRESQL_DEFAULT_OPTIONS", "STATEMENTS", "PostgreSqlGrammar"]
+
+# --------------------------------------------------------------------------------------------
+# Connections
+# --------------------------------------------------------------------------------------------
+
+# psqlODBC options the bridge needs for correctness, whatever the user's string or DSN says
+# (https://odbc.postgresql.org/docs/config.html): Protocol=7.4-0 gives native rollback
+# semantics (the default silently wraps every statement in a savepoint, 7.4-1 silently drops
+# work); ByteaAsLongVarBinary=0 corrupts bodies over 255 bytes; BoolsAsChar=0 returns booleans
+# as booleans.
+POSTGRESQL_REQUIRED_OPTIONS = {
+    "Protocol": "7.4-0",
+    "ByteaAsLongVarBinary": "1",
+    "BoolsAsChar": "0",
+}
+
+
+# Debian's odbcinst.ini turns psqlODBC's communication log on, which writes a file per process
+# into /tmp (psqlodbc_<program>_<user><pid>.log) for as long as it runs: off unless the
+# connection string asks for it.
+POSTGRESQL_DEFAULT_OPTIONS = {"CommLog": "0", "Debug": "0"}
+
+
+# The `driver` config key's choices, the default first: psycopg 3 (PostgreSQL's own protocol,
+# binary parameters, server-side prepared statements, no system packages) or psqlODBC.
+DRIVERS = ("psycopg", "odbc")
+
+
+def session_setup(query_timeout: float) -> list[str]:
+    """Server-side halves of the connection's deadline: a statement waiting for a lock gives
+    up after `query_timeout` (SQLSTATE 55P03, the table is busy), any statement a second later
+    (57014); the client waits a little longer still for their answer (`bridge.drivers`)."""
+    lock_ms = max(1, round(query_timeout * 1000))
+    return [
+        f"SET lock_timeout = '{lock_ms}ms'",
+        f"SET statement_timeout = '{lock_ms + 1000}ms'",
+    ]
+
+
+def connect(database: ConfiguredDatabase, *, create: bool = False) -> Connection:
+    """A psycopg connection, or with `driver: odbc` an ODBC one with
+    `POSTGRESQL_REQUIRED_OPTIONS` set and the `POSTGRESQL_DEFAULT_OPTIONS` the string does not
+    set, both bounded by `database.query_timeout` (`session_setup`; psycopg also on the
+    client, and with TCP keepalives; psqlODBC passes the keepalives to libpq through
+    `pqopt`). `create` has no effect: a server database is never created by the bridge.
+    Raises ConnectionFailed."""
+    assert database.connection is not None
+    setup = session_setup(database.query_timeout)
+    if (database.driver or DRIVERS[0]) == "psycopg":
+        return PsycopgConnection(
+            database.name,
+            database.connection,
+            timeout=database.connect_timeout,
+            deadline=database.query_timeout,
+            session_setup=setup,
+        )
+    text = with_default_options(database.connection, POSTGRESQL_DEFAULT_OPTIONS)
+    keepalives = keepalive_parameters(database.query_timeout)
+    pqopt = " ".join(f"{name}={value}" for name, value in keepalives.items())
+    text = with_default_options(text, {"pqopt": "{" + pqopt + "}"})
+    return OdbcConnection(
+        database.name,
+        with_required_options(text, POSTGRESQL_REQUIRED_OPTIONS),
+        timeout=database.connect_timeout,
+        session_setup=setup,
+    )
+
+
+DIALECT = Dialect(
+    name="postgresql",
+    title="PostgreSQL",
+    grammar=GRAMMAR,
+    connect=connect,
+    locator="connection",
+    has_schemas=True,
+    single_writer=False,
+    statements=STATEMENTS,
+    queue_columns=frozenset({"id", "expires", "headers", "body", "seq"}),
+    queue_indexed_columns=("seq",),
+    keep_destination_connections=True,
+    encode_id=lambda value: value,
+    decode_id=decode_uuid,
+    encode_timestamp=require_naive_utc,
+    decode_timestamp=_decode_timestamp,
+    drivers=DRIVERS,
+    max_parameters=65535,
+    cannot_prepare=None,
+    copy_types={
+        "send_copy": ("uuid", "timestamp", "text", "bytea"),
+        "ledger_record_copy": ("varchar", "varchar", "timestamp"),
+    },
+)

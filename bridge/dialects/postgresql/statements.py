@@ -1,0 +1,399 @@
+"""PostgreSQL's statements: every runtime and install statement the bridge runs, by name."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+_NOW = "(now() AT TIME ZONE 'UTC')"
+# What a row weighs for a batch's byte budget: its body and headers (lengths, which PostgreSQL
+# reads without decompressing the values).
+_SIZE = "COALESCE(octet_length(body), 0) + COALESCE(octet_length(headers), 0)"
+# The same of a claimed row, returned with it: the batch knows it was cut by bytes, in the
+# database's own measure.
+_SIZE_OF = "COALESCE(octet_length({alias}body), 0) + COALESCE(octet_length({alias}headers), 0)"
+_EXPIRED = (
+    f"CASE WHEN {{alias}}expires IS NULL THEN 0 WHEN {{alias}}expires > {_NOW} THEN 0 ELSE 1 END"
+)
+
+# .NET's DateTime, from which NServiceBus writes Expires, spans the years 1 to 9999. A
+# PostgreSQL timestamp also holds infinity, -infinity, BC dates and years up to 294276, which
+# psycopg refuses to load and psqlODBC silently turns into other dates; a claim returns such a
+# value as NULL, with its text beside it (`<column>_out_of_range`) to say what it was.
+_IN_RANGE = "{column} BETWEEN '0001-01-01' AND '9999-12-31 23:59:59.999999'"
+
+
+def _timestamp(column: str, name: str) -> str:
+    in_range = _IN_RANGE.format(column=column)
+    return (
+        f"CASE WHEN {in_range} THEN {column} END AS {name}, "
+        f"CASE WHEN NOT ({in_range}) THEN {column}::text END AS {name}_out_of_range"
+    )
+
+
+def _text(column: str, name: str, raw: bool) -> str:
+    """A text column; `raw` returns its bytes as stored (`convert_to` into the database's own
+    encoding converts nothing), for text the server cannot send in the client's encoding."""
+    return f"convert_to({column}, getdatabaseencoding()) AS {name}" if raw else f"{column}"
+
+
+# The claims, destructive and uncommitted: rows are deleted with row locks that skip what other
+# receivers hold. ARRAY(...) evaluates the locking subquery exactly once; a plain IN or USING
+# join can re-evaluate it under SKIP LOCKED and return more rows than the limit. Parameters end
+# with the row limit, then the byte budget: rows are taken in order while the bytes before them
+# are under it, so the first always goes. Rows locked but not taken stay locked until the batch
+# commits, and other receivers skip them meanwhile. Each has a `_raw` form
+# (`bridge.forwarding.claim`).   receive_batch: the head of the queue.
+#   receive_range: a bulk drain's share, rows whose sequence lies in (first, last).
+#   retry_claim_due: due retries of a forwarder (forwarder, due by, the databases waiting out
+#     an outage as '|a|b|', whose messages stay put unless they waited past the give-up time
+#     or expired, give up by).
+CLAIM_STATEMENTS = ("receive_batch", "receive_range", "retry_claim_due")
+
+
+def _claim(name: str, *, raw: bool = False) -> str:
+    if name == "retry_claim_due":
+        table, alias, order = "{retry}", "r.", "next_attempt_at, seq"
+        where = f"""WHERE forwarder = ? AND next_attempt_at <= ?
+                        AND (destination_database IS NULL
+                             OR strpos(?, '|' || destination_database || '|') = 0
+                             OR first_failure_at <= ? OR expires <= {_NOW})"""
+        extra = (
+            f", r.attempts, {_timestamp('r.first_failure_at', 'first_failure_at')}, "
+            f"{_text('r.last_error', 'last_error', raw)}"
+        )
+        candidates = f"seq, next_attempt_at, {_SIZE.lower()} AS size"
+    else:
+        table, alias, order, extra = "{queue}", "q.", "seq", ""
+        where = "WHERE seq BETWEEN ? AND ?" if name == "receive_range" else ""
+        candidates = f"seq, {_SIZE} AS size"
+    return f"""
+        DELETE FROM {table} AS {alias[0]}
+        WHERE {alias}seq = ANY(ARRAY(
+            SELECT seq FROM (
+                SELECT seq, sum(size) OVER (ORDER BY {order} ROWS UNBOUNDED PRECEDING) - size
+                       AS before
+                FROM (SELECT {candidates} FROM {table} {where}
+                      ORDER BY {order} LIMIT ? FOR UPDATE SKIP LOCKED) AS locked
+            ) AS sized WHERE before < ?))
+        RETURNING {alias}id, {_EXPIRED.format(alias=alias)} AS expired,
+                  {_timestamp(f"{alias}expires", "expires")},
+                  {_text(f"{alias}headers", "headers", raw)}, {alias}body, {alias}seq{extra},
+                  {_SIZE_OF.format(alias=alias)} AS claimed_size"""
+
+
+STATEMENTS: dict[str, str] = {
+    "create_schema": "CREATE SCHEMA IF NOT EXISTS {schema}",
+    "create_queue": """
+        CREATE TABLE IF NOT EXISTS {queue} (
+            Id uuid NOT NULL PRIMARY KEY,
+            Expires timestamp,
+            Headers text NOT NULL,
+            Body bytea,
+            Seq serial NOT NULL UNIQUE
+        )""",
+    "create_retry_table": """
+        CREATE TABLE IF NOT EXISTS {retry} (
+            seq bigserial PRIMARY KEY,
+            id uuid NOT NULL,
+            forwarder varchar(200) NOT NULL,
+            destination text NOT NULL,
+            destination_database varchar(200),
+            expires timestamp,
+            headers text NOT NULL,
+            body bytea,
+            attempts integer NOT NULL,
+            first_failure_at timestamp NOT NULL,
+            next_attempt_at timestamp NOT NULL,
+            last_error text NOT NULL
+        );
+        CREATE INDEX IF NOT EXISTS {retry_index_due} ON {retry} (forwarder, next_attempt_at)""",
+    "create_ledger_table": """
+        CREATE TABLE IF NOT EXISTS {ledger} (
+            message_id varchar(200) NOT NULL,
+            destination varchar(1000) NOT NULL,
+            forwarded_at timestamp NOT NULL,
+            PRIMARY KEY (message_id, destination)
+        );
+        CREATE INDEX IF NOT EXISTS {ledger_index_forwarded} ON {ledger} (forwarded_at)""",
+    "create_counters_table": """
+        CREATE TABLE IF NOT EXISTS {counters} (
+            forwarder varchar(200) NOT NULL,
+            counter varchar(100) NOT NULL,
+            slot integer NOT NULL,
+            value bigint NOT NULL,
+            PRIMARY KEY (forwarder, counter, slot)
+        )""",
+    # A cheap estimate, like the transport's peek; rows other workers hold are counted too,
+    # which costs at most one empty receive.
+    "peek": "SELECT COALESCE(max(seq) - min(seq) + 1, 0) FROM {queue}",
+    **{name: _claim(name) for name in CLAIM_STATEMENTS},
+    **{f"{name}_raw": _claim(name, raw=True) for name in CLAIM_STATEMENTS},
+    "queue_seq_bounds": "SELECT min(seq), max(seq), count(*) FROM {queue}",
+    "send": "INSERT INTO {queue} (id, expires, headers, body) VALUES (?, ?, ?, ?)",
+    "dead_letter": "INSERT INTO {queue} (id, expires, headers, body) VALUES (?, NULL, ?, ?)",
+    "retry_store": """
+        INSERT INTO {retry} (id, forwarder, destination, destination_database, expires, headers,
+                             body, attempts, first_failure_at, next_attempt_at, last_error)
+        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+    "retry_summary": """
+        SELECT destination, count(*), min(first_failure_at), min(next_attempt_at),
+               max(attempts), (array_agg(last_error ORDER BY seq DESC))[1]
+        FROM {retry} WHERE forwarder = ? GROUP BY destination ORDER BY destination""",
+    "ledger_record": f"""
+        INSERT INTO {{ledger}} (message_id, destination, forwarded_at)
+        VALUES (?, ?, {_NOW}) ON CONFLICT DO NOTHING""",
+    # Multi-row forms: one round trip per batch instead of one per message. RETURNING lists
+    # the (message, destination) pairs recorded now; the others were delivered before.
+    "ledger_record_many": """
+        INSERT INTO {ledger} (message_id, destination, forwarded_at) VALUES {rows}
+        ON CONFLICT DO NOTHING RETURNING message_id, destination""",
+    "ledger_record_row": f"(?, ?, {_NOW})",
+    "send_many": "INSERT INTO {queue} (id, expires, headers, body) VALUES {rows}",
+    # The same with one array per column (drivers that bind arrays): one text, prepared once.
+    "send_many_arrays": """
+        INSERT INTO {queue} (id, expires, headers, body)
+        SELECT * FROM unnest(?::uuid[], ?::timestamp[], ?::text[], ?::bytea[])""",
+    "ledger_record_many_arrays": f"""
+        INSERT INTO {{ledger}} (message_id, destination, forwarded_at)
+        SELECT message_id, destination, {_NOW}
+        FROM unnest(?::varchar[], ?::varchar[]) AS pairs(message_id, destination)
+        ON CONFLICT DO NOTHING RETURNING message_id, destination""",
+    "send_row": "(?, ?, ?, ?)",
+    # The same rows streamed in PostgreSQL's binary COPY format (drivers that stream rows):
+    # no statement to plan or execute per row. COPY cannot skip a conflict, so the ledger's
+    # form fails on a message recorded before and the writer falls back to
+    # `ledger_record_many_arrays`, which can. Binary values are not cast: each batch first
+    # reads the columns' types with the `*_copy_columns` query, which also locks the table
+    # against a DROP until the transaction ends, and a table with other types (varchar ids,
+    # a timestamptz) is written with the statements above.
+    "send_copy": "COPY {queue} (id, expires, headers, body) FROM STDIN (FORMAT BINARY)",
+    "send_copy_columns": "SELECT id, expires, headers, body FROM {queue} LIMIT 0",
+    "ledger_record_copy": """
+        COPY {ledger} (message_id, destination, forwarded_at) FROM STDIN (FORMAT BINARY)""",
+    "ledger_record_copy_columns": """
+        SELECT message_id, destination, forwarded_at FROM {ledger} LIMIT 0""",
+    # NServiceBus's own subscriber lookup in its `SubscriptionRouting` table (native
+    # publish/subscribe); its columns are unquoted, so lower case.
+    "subscribers_many": "SELECT DISTINCT QueueAddress FROM {subscriptions} WHERE Topic IN ({rows})",
+    "subscribers_row": "?",
+    # `check`: has an endpoint of this name subscribed from this database?
+    "subscribers_by_endpoint": """
+        SELECT COUNT(*) FROM {subscriptions} WHERE Endpoint = ? OR QueueAddress = ?""",
+    "create_event_types_table": """
+        CREATE TABLE IF NOT EXISTS {event_types} (
+            forwarder varchar(200) NOT NULL,
+            event_type text NOT NULL,
+            last_seen_at timestamp NOT NULL,
+            subscribers text NOT NULL,
+            PRIMARY KEY (forwarder, event_type)
+        )""",
+    "event_type_seen": """
+        INSERT INTO {event_types} AS e (forwarder, event_type, last_seen_at, subscribers)
+        VALUES (?, ?, ?, ?) ON CONFLICT (forwarder, event_type)
+        DO UPDATE SET last_seen_at = EXCLUDED.last_seen_at, subscribers = EXCLUDED.subscribers""",
+    "event_types_read": """
+        SELECT event_type, last_seen_at, subscribers FROM {event_types} WHERE forwarder = ?
+        ORDER BY event_type""",
+    "ledger_cleanup": "DELETE FROM {ledger} WHERE forwarded_at < ?",
+    "counters_add": """
+        INSERT INTO {counters} AS c (forwarder, counter, slot, value) VALUES (?, ?, ?, ?)
+        ON CONFLICT (forwarder, counter, slot) DO UPDATE SET value = c.value + EXCLUDED.value""",
+    # All of a batch's counters in one round trip.
+    "counters_add_many": """
+        INSERT INTO {counters} AS c (forwarder, counter, slot, value) VALUES {rows}
+        ON CONFLICT (forwarder, counter, slot) DO UPDATE SET value = c.value + EXCLUDED.value""",
+    "counters_add_row": "(?, ?, ?, ?)",
+    "counters_read": """
+        SELECT counter, sum(value) FROM {counters} WHERE forwarder = ?
+        GROUP BY counter ORDER BY counter""",
+    "retry_add_destination_database": """
+        ALTER TABLE {retry} ADD COLUMN IF NOT EXISTS destination_database varchar(200)""",
+    "retry_waiting": """
+        SELECT destination_database, count(*), min(next_attempt_at) FROM {retry}
+        WHERE destination_database IS NOT NULL GROUP BY destination_database""",
+    "create_destination_states_table": """
+        CREATE TABLE IF NOT EXISTS {destination_states} (
+            destination_database varchar(200) NOT NULL PRIMARY KEY,
+            state varchar(20) NOT NULL,
+            since timestamp NOT NULL,
+            last_error text,
+            next_probe_at timestamp,
+            updated_at timestamp NOT NULL,
+            reported_by varchar(200) NOT NULL
+        )""",
+    "destination_state_save": """
+        INSERT INTO {destination_states} AS d (destination_database, state, since, last_error,
+                                               next_probe_at, updated_at, reported_by)
+        VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (destination_database) DO UPDATE SET
+            state = EXCLUDED.state, since = EXCLUDED.since, last_error = EXCLUDED.last_error,
+            next_probe_at = EXCLUDED.next_probe_at, updated_at = EXCLUDED.updated_at,
+            reported_by = EXCLUDED.reported_by""",
+    "destination_states_read": """
+        SELECT destination_database, state, since, last_error, next_probe_at, updated_at,
+               reported_by
+        FROM {destination_states} ORDER BY destination_database""",
+    # Whether each daemon's batches of a forwarder succeed (`bridge.daemon.forwarder_health`), one
+    # row per forwarder and daemon.
+    "create_forwarder_states_table": """
+        CREATE TABLE IF NOT EXISTS {forwarder_states} (
+            forwarder varchar(200) NOT NULL,
+            reported_by varchar(200) NOT NULL,
+            state varchar(20) NOT NULL,
+            since timestamp NOT NULL,
+            failures bigint NOT NULL,
+            last_error text,
+            updated_at timestamp NOT NULL,
+            PRIMARY KEY (forwarder, reported_by)
+        )""",
+    "forwarder_state_save": """
+        INSERT INTO {forwarder_states} AS f (forwarder, reported_by, state, since, failures,
+                                             last_error, updated_at)
+        VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (forwarder, reported_by) DO UPDATE SET
+            state = EXCLUDED.state, since = EXCLUDED.since, failures = EXCLUDED.failures,
+            last_error = EXCLUDED.last_error, updated_at = EXCLUDED.updated_at""",
+    "forwarder_states_read": """
+        SELECT forwarder, reported_by, state, since, failures, last_error, updated_at
+        FROM {forwarder_states} ORDER BY forwarder, reported_by""",
+    # Pauses: destination_database '' pauses the whole forwarder. Pausing again keeps the time
+    # the pause began and takes the new reason.
+    "create_pauses_table": """
+        CREATE TABLE IF NOT EXISTS {pauses} (
+            forwarder varchar(200) NOT NULL,
+            destination_database varchar(200) NOT NULL,
+            paused_at timestamp NOT NULL,
+            reason text,
+            PRIMARY KEY (forwarder, destination_database)
+        )""",
+    "pause_set": """
+        INSERT INTO {pauses} AS p (forwarder, destination_database, paused_at, reason)
+        VALUES (?, ?, ?, ?) ON CONFLICT (forwarder, destination_database) DO UPDATE SET
+            reason = EXCLUDED.reason""",
+    "pause_clear": "DELETE FROM {pauses} WHERE forwarder = ? AND destination_database = ?",
+    "pauses_read": """
+        SELECT destination_database, paused_at, reason FROM {pauses} WHERE forwarder = ?
+        ORDER BY destination_database""",
+    # The error-queue tools (`sfbridge errors`): read a page of rows after a sequence value,
+    # one row in full, and take or delete chosen rows by sequence value. A row another
+    # transaction is taking is waited for and then, gone, not returned: each row is moved once.
+    "error_queue_page": "SELECT id, headers, seq FROM {queue} WHERE seq > ? ORDER BY seq LIMIT ?",
+    "error_queue_row": "SELECT id, expires, headers, body, seq FROM {queue} WHERE seq = ?",
+    "error_queue_claim_many": """
+        DELETE FROM {queue} WHERE seq IN ({rows})
+        RETURNING id, 0 AS expired, expires, headers, body, seq""",
+    "error_queue_claim_row": "?",
+    "error_queue_delete_many": "DELETE FROM {queue} WHERE seq IN ({rows})",
+    "error_queue_delete_row": "?",
+    "table_probe": "SELECT 1 FROM {table} WHERE 1 = 0",
+    # Reading a table in Spark tasks (`bridge.spark.partitions`): the key of every n-th row
+    # (parameter: n), which cuts the table into ranges of n rows each, then one range page by
+    # page in key order (exclusive lower bound, inclusive upper bound, page size).
+    "queue_seq_boundaries": """
+        SELECT seq FROM (SELECT seq, row_number() OVER (ORDER BY seq) AS n FROM {queue})
+            AS numbered
+        WHERE n % ? = 0 ORDER BY seq""",
+    "queue_page": """
+        SELECT seq, id, headers FROM {queue} WHERE seq > ? AND seq <= ? ORDER BY seq LIMIT ?""",
+    "retry_seq_bounds": """
+        SELECT min(seq), max(seq), count(*) FROM {retry} WHERE forwarder = ?""",
+    "retry_seq_boundaries": """
+        SELECT seq FROM (SELECT seq, row_number() OVER (ORDER BY seq) AS n FROM {retry}
+                         WHERE forwarder = ?) AS numbered
+        WHERE n % ? = 0 ORDER BY seq""",
+    "retry_page": """
+        SELECT seq, destination, attempts, first_failure_at, last_error FROM {retry}
+        WHERE forwarder = ? AND seq > ? AND seq <= ? ORDER BY seq LIMIT ?""",
+    # The ledger's key is (message_id, destination); a range runs from one key (exclusive) to
+    # another (inclusive), each given as its two columns, written out (not as row values) so
+    # that the leading column bounds the index scan.
+    "ledger_destinations_since": """
+        SELECT destination, count(*) FROM {ledger} WHERE forwarded_at >= ?
+        GROUP BY destination ORDER BY destination""",
+    "ledger_last_since": """
+        SELECT message_id, destination FROM {ledger} WHERE forwarded_at >= ?
+        ORDER BY message_id DESC, destination DESC LIMIT 1""",
+    "ledger_boundaries_since": """
+        SELECT message_id, destination FROM (
+            SELECT message_id, destination,
+                   row_number() OVER (ORDER BY message_id, destination) AS n
+            FROM {ledger} WHERE forwarded_at >= ?) AS numbered
+        WHERE n % ? = 0 ORDER BY message_id, destination""",
+    "ledger_page_since": """
+        SELECT message_id, destination FROM {ledger}
+        WHERE forwarded_at >= ?
+          AND message_id >= ? AND (message_id > ? OR destination > ?)
+          AND message_id <= ? AND (message_id < ? OR destination <= ?)
+        ORDER BY message_id, destination LIMIT ?""",
+    # Whether this login may create tables in the schema (PostgreSQL 15: only the owner may
+    # create in `public` unless granted).
+    "can_create_tables": "SELECT has_schema_privilege(?, 'CREATE')",
+    # Transaction records (`bridge.forwarding.transactions`), one table per forwarding database: a
+    # two-phase commit decision ('C' commit, 'A' abort) under the prepared transaction's gid;
+    # an at-least-once delivery in flight ('P', with its message ids); '$store' holds the
+    # random id that this database's gids carry.
+    "create_transactions_table": """
+        CREATE TABLE IF NOT EXISTS {transactions} (
+            gid varchar(200) NOT NULL PRIMARY KEY,
+            outcome char(1) NOT NULL,
+            forwarder varchar(200) NOT NULL,
+            destination_database varchar(200) NOT NULL,
+            recorded_at timestamp NOT NULL,
+            message_ids text
+        )""",
+    "transaction_record": """
+        INSERT INTO {transactions} (gid, outcome, forwarder, destination_database, recorded_at,
+                                    message_ids)
+        VALUES (?, ?, ?, ?, ?, ?)""",
+    # The resolver's abort, recorded only where nothing is recorded yet. A decision another
+    # transaction is inserting (a batch still running) makes this wait for that transaction,
+    # at most the lock timeout set just before.
+    "transaction_record_unless_decided": """
+        INSERT INTO {transactions} (gid, outcome, forwarder, destination_database, recorded_at,
+                                    message_ids)
+        VALUES (?, ?, ?, ?, ?, NULL) ON CONFLICT (gid) DO NOTHING""",
+    "transaction_read": "SELECT outcome FROM {transactions} WHERE gid = ?",
+    "transaction_forget": "DELETE FROM {transactions} WHERE gid = ?",
+    "transactions_decided": """
+        SELECT gid, outcome FROM {transactions}
+        WHERE destination_database = ? AND outcome IN ('C', 'A')""",
+    # In-flight records older than a cutoff that no live batch holds (a batch locks its own
+    # by deleting it before the destination commits): their batch died.
+    "transactions_orphaned": """
+        SELECT gid, forwarder, destination_database, message_ids FROM {transactions}
+        WHERE outcome = 'P' AND recorded_at < ? FOR UPDATE SKIP LOCKED""",
+    "transactions_summary": """
+        SELECT outcome, destination_database, count(*), min(recorded_at) FROM {transactions}
+        WHERE outcome <> 'S' GROUP BY outcome, destination_database""",
+    "store_id_claim": """
+        INSERT INTO {transactions} (gid, outcome, forwarder, destination_database, recorded_at,
+                                    message_ids)
+        VALUES ('$store', 'S', '', '', ?, ?) ON CONFLICT (gid) DO NOTHING""",
+    "store_id_read": "SELECT message_ids FROM {transactions} WHERE gid = '$store'",
+    "lock_timeout": "SET LOCAL lock_timeout = '200ms'",
+    # Two-phase commit in a destination. A gid is a literal, never a parameter: the bridge's
+    # gids are made of letters, digits, ':' and '-' only (`bridge.forwarding.transactions`).
+    "prepare_transaction": "PREPARE TRANSACTION {gid}",
+    "commit_prepared": "COMMIT PREPARED {gid}",
+    "rollback_prepared": "ROLLBACK PREPARED {gid}",
+    "prepared_transactions": """
+        SELECT gid, EXTRACT(EPOCH FROM (now() - prepared)) FROM pg_prepared_xacts
+        WHERE database = current_database() AND gid LIKE ?""",
+    "max_prepared_transactions": "SELECT current_setting('max_prepared_transactions')::int",
+    "savepoint": "SAVEPOINT sfbridge_local",
+    "rollback_to_savepoint": "ROLLBACK TO SAVEPOINT sfbridge_local",
+    "release_savepoint": "RELEASE SAVEPOINT sfbridge_local",
+    "queue_count": "SELECT count(*) FROM {queue}",
+    "queue_oldest_headers": "SELECT headers FROM {queue} ORDER BY seq LIMIT 1",
+    "list_tables": """
+        SELECT table_schema, table_name FROM information_schema.tables
+        WHERE table_schema NOT IN ('pg_catalog', 'information_schema')""",
+    "table_columns": """
+        SELECT lower(column_name), data_type FROM information_schema.columns
+        WHERE table_schema = ? AND table_name = ?""",
+    "table_indexes": """
+        SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = ? AND tablename = ?""",
+}
+
+
+def _decode_timestamp(value: Any) -> datetime | None:
+    return value if value is None or isinstance(value, datetime) else datetime.fromisoformat(value)

@@ -1,0 +1,258 @@
+"""Every exception the bridge raises, and the exit codes of the `sfbridge` command.
+
+One module, imported by every layer and importing none of them, so that a caller can catch
+what a lower layer raises without reaching into it. An error that a person must act on
+carries that advice as a field (`advice`), not only in its text, so callers can tell whether
+advice was already given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from enum import IntEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from bridge.config.problems import Problem
+
+
+class ExitCode(IntEnum):
+    """What `sfbridge` exits with; the README's CLI table says which verb uses which."""
+
+    OK = 0
+    # `check` found problems, some of the work failed, a message would go to the error queue
+    # (`route`), or the daemon cannot start (its metrics port is taken, say).
+    FAILED = 1
+    USAGE = 2  # the configuration or the command line is invalid
+    UNAVAILABLE = 3  # a database the command needs cannot be reached
+    SPARK_FAILED = 4  # a Spark job failed or could not run
+
+
+# -- input that cannot be parsed ------------------------------------------------------------
+
+
+class AddressError(ValueError):
+    """An address string that cannot be parsed in the given grammar."""
+
+
+class TypeNameError(ValueError):
+    """Text that is not a .NET type name."""
+
+
+class PoisonHeaders(ValueError):
+    """The Headers column is not a JSON object of strings."""
+
+
+class ConfigError(Exception):
+    """The configuration cannot be used. `problems` holds every problem found (warnings too);
+    `str()` lists the errors, one per line."""
+
+    def __init__(self, problems: Iterable[Problem]) -> None:
+        self.problems: list[Problem] = list(problems)
+        # args = (problems,) so that the exception pickles and copies like any other.
+        super().__init__(self.problems)
+
+    @property
+    def errors(self) -> list[Problem]:
+        """The problems of severity "error"."""
+        return [problem for problem in self.problems if problem.severity == "error"]
+
+    @property
+    def warnings(self) -> list[Problem]:
+        """The problems of severity "warning"."""
+        return [problem for problem in self.problems if problem.severity == "warning"]
+
+    def __str__(self) -> str:
+        return "\n".join(str(problem) for problem in self.errors or self.problems)
+
+
+class RequestError(ValueError):
+    """A command's request names something the config does not have, or asks for something
+    that cannot be: a person's mistake, said as such (exit code USAGE)."""
+
+
+class PauseRequestError(RequestError):
+    """A pause or resume that names a forwarder or database the config does not have."""
+
+
+class SelectionError(RequestError):
+    """An `sfbridge errors` selection that cannot be read (a reason, a duration)."""
+
+
+class ErrorsRequestError(RequestError):
+    """An `sfbridge errors` request the config cannot serve (an unknown forwarder, say)."""
+
+
+# -- databases ------------------------------------------------------------------------------
+
+
+class DatabaseError(Exception):
+    """A database operation failed. The message never contains connection secrets.
+
+    `native_error` is the server's own error number where the driver reports one that means
+    something (SQL Server's, e.g. 207 invalid column name), else None. `advice`, when set,
+    says what a person should do; it is part of the text too.
+    """
+
+    native_error: int | None = None
+
+    def __init__(self, database: str, message: str, *, advice: str | None = None) -> None:
+        super().__init__(f"database '{database}': {message}" + (f"; {advice}" if advice else ""))
+        self.database = database
+        self.detail = f"{message}; {advice}" if advice else message
+        self.advice = advice
+
+
+class DatabaseUnavailable(DatabaseError):
+    """The database cannot be reached (it is down, or the network is)."""
+
+
+class ConnectionFailed(DatabaseUnavailable):
+    """Opening a connection failed. Not retried in-process: the database is probably down."""
+
+
+class ConnectionLost(DatabaseUnavailable):
+    """An open connection broke mid-session. Worth one immediate retry on a new connection."""
+
+
+class TransientDatabaseError(DatabaseError):
+    """Deadlock, serialization failure, lock timeout: retrying the transaction will likely work."""
+
+
+class QueryTimeout(DatabaseUnavailable):
+    """The database did not answer within the connection's deadline (`query_timeout`): the
+    server is silent (a partition, a frozen host) or too slow. The connection is closed; what it
+    was doing is unknown, as after a lost connection, but it is not worth an immediate retry."""
+
+
+class LockTimeout(DatabaseError):
+    """A statement waited longer than the connection's deadline for a lock someone else holds
+    on a table (an `ALTER TABLE`, a `VACUUM FULL`, a migration): the table is busy, not the
+    database. Not worth an immediate retry either: the wait was already the whole deadline."""
+
+
+class ValueNotConvertible(DatabaseError):
+    """The server could not send a value in the client's encoding (PostgreSQL: text of a
+    `SQL_ASCII` database that is not valid UTF-8, read through psqlODBC). The same rows can be
+    read as raw bytes (the dialects' `*_raw` claim statements)."""
+
+
+class TableNotFound(DatabaseError):
+    """A table the statement needs does not exist (a queue, a ledger, any table)."""
+
+
+class UndefinedObject(DatabaseError):
+    """A named object other than a table does not exist (e.g. a prepared transaction that was
+    committed or rolled back meanwhile)."""
+
+
+class NotSupported(DatabaseError):
+    """The object does not take this kind of statement (PostgreSQL: `COPY` into a view, or into
+    a table with row-level security): the same rows go in another way."""
+
+
+class DuplicateKey(DatabaseError):
+    """A unique key or primary key was violated."""
+
+
+class AlreadyExists(DatabaseError):
+    """CREATE found the table, index or schema already there (a racing creator made it)."""
+
+
+class PermissionDenied(DatabaseError):
+    """The login may not do this (e.g. create a table): a DBA's decision, not an outage."""
+
+
+class BridgeTableMissing(TableNotFound):
+    """A table the bridge owns is missing: not a destination queue, and the bridge can heal it.
+
+    `description` says which of the bridge's tables it is ("dedup ledger", "retry storage");
+    `advice`, when given, what a person should do about it.
+    """
+
+    def __init__(
+        self, error: DatabaseError, description: str, table: str, advice: str | None = None
+    ) -> None:
+        super().__init__(
+            error.database, f"the bridge's {description} {table} does not exist", advice=advice
+        )
+        self.error = error
+        self.description = description
+        self.table = table
+        # With advice, healing was tried or is not allowed: what is left is for a person.
+        self.healable = advice is None
+
+    def with_advice(self, advice: str) -> BridgeTableMissing:
+        return BridgeTableMissing(self.error, self.description, self.table, advice)
+
+
+class LedgerDenied(PermissionDenied):
+    """The login may not write the ledger: the whole database is not ready, not one message."""
+
+
+class LedgerLocked(LockTimeout):
+    """Someone holds a lock on the ledger: every message of the database waits, not one."""
+
+
+# -- the data path --------------------------------------------------------------------------
+
+
+class ItemWriteError(Exception):
+    """Writing the item at `position` failed for a reason specific to that item.
+
+    `retryable` is False when the message itself cannot be written (a value the driver
+    cannot bind): trying again would fail the same way.
+    """
+
+    def __init__(self, position: int, error: DatabaseError, *, retryable: bool = True) -> None:
+        super().__init__(str(error))
+        self.position = position
+        self.error = error
+        self.retryable = retryable
+
+
+class NotIsolated(Exception):
+    """A multi-row statement failed and the failing message cannot be told: deliver one by one."""
+
+
+class LedgerConflict(Exception):
+    """Streaming the ledger rows failed: a message was recorded before (redelivered after a
+    crash between the destination and source commits, or sent twice), or the ledger does not
+    take COPY. Roll back and write again with `expect_duplicates`."""
+
+
+class SourceFailed(Exception):
+    """A statement on the forwarding database failed while a destination was being finished:
+    the batch fails as a whole (`error` is what the source raised), not the destination."""
+
+    def __init__(self, error: DatabaseError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+class DestinationNotReady(Exception):
+    """The destination cannot take this mode now (e.g. prepared transactions are off there):
+    a state, like an outage, with what a person should do."""
+
+    def __init__(self, problem: str) -> None:
+        super().__init__(problem)
+        self.problem = problem
+
+
+# -- the daemon and Spark -------------------------------------------------------------------
+
+
+class MetricsStartError(Exception):
+    """The metrics server cannot listen where the config says (port in use, no such host)."""
+
+
+class SparkUnavailable(Exception):
+    """PySpark or Java is missing, or the settings cannot work; the message says what to do."""
+
+
+class SparkFailed(Exception):
+    """A Spark job failed or could not run; the message says what happened and what to do."""
+
+    def __init__(self, message: str, exit_code: ExitCode = ExitCode.SPARK_FAILED) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code

@@ -1,0 +1,1 @@
+"""The data path: claim -> classify -> deliver -> settle -> commit (`spine`)."""

@@ -1,0 +1,554 @@
+"""Deliver messages into destination databases, exactly once, without a distributed transaction.
+
+Every destination database has one `Delivery` with the same interface, `deliver(items) ->
+results`:
+
+- `LocalDelivery`, for queues in the forwarding database itself: the rows are written inside
+  the source transaction (in a savepoint), so one commit makes receive and send atomic and no
+  ledger is needed;
+- `RemoteDelivery`, for any other database, in one destination transaction per attempt that
+  ends as the route's transaction mode says (`Target.transaction`): `ledger` writes every
+  message's dedup-ledger row with its queue row and commits before the source transaction
+  does (if the bridge dies between the two commits the source rows come back, and
+  redelivering them only hits the ledger); `two-phase` prepares the transaction instead, to
+  be committed after the source, and `at-least-once` commits with no ledger
+  (`bridge.forwarding.transactions` holds their source side).
+
+Both isolate a failure that concerns one message (its destination table is missing, the server
+rejects a value): the attempt is undone and made again without that message, so one bad message
+never holds up the others in its batch (`isolate_failures`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
+
+from bridge.addressing import TableAddress
+from bridge.config.model import BridgeConfig, TransactionMode
+from bridge.connections import Connections, savepoint
+from bridge.dialects import Dialect
+from bridge.drivers import Connection
+from bridge.exceptions import (
+    BridgeTableMissing,
+    ConnectionLost,
+    DatabaseError,
+    DatabaseUnavailable,
+    DestinationNotReady,
+    ItemWriteError,
+    LedgerConflict,
+    LedgerDenied,
+    LockTimeout,
+    NotIsolated,
+    TableNotFound,
+    TransientDatabaseError,
+)
+from bridge.forwarding.healing import heal_ledger
+from bridge.forwarding.transactions import BatchTransactions, require_prepared_transactions
+from bridge.forwarding.writes import QueueWriter, write_messages
+from bridge.messages import Delivered, DeliveryResult, Failed, Forward, Item, Unit
+from bridge.outages import OutageTracker
+from bridge.routing import nearest_table
+from bridge.storage.ledger import (
+    cannot_create_advice,
+    ledger_problem,
+)
+from bridge.storage.pauses import Pause
+
+log = logging.getLogger(__name__)
+
+_IMMEDIATE_RETRY_WAIT = wait_exponential(multiplier=0.05, max=1.0)
+
+
+class Delivery(Protocol):
+    def deliver(
+        self, items: Sequence[Item], transactions: BatchTransactions
+    ) -> list[DeliveryResult]:
+        """A result for every item, in order. `transactions` is the source side of the batch
+        (two-phase and at-least-once record there)."""
+        ...
+
+
+def deliver_units(
+    units: Sequence[Unit],
+    delivery_for: Callable[[str, TransactionMode], Delivery],
+    transactions: BatchTransactions,
+    delivered: Callable[[str, int], None] | None = None,
+    suspect: Callable[[str], bool] | None = None,
+) -> list[DeliveryResult | None]:
+    """Deliver every unit that is to be delivered, grouped per destination database and
+    transaction mode, one group after the other; groups for a `suspect` database (one that
+    failed lately, so may make its group wait out the query timeout) go last, so that the
+    others are committed first.
+
+    Returns a result per unit, in order: None for units that are not deliveries. `delivered`
+    is told, right after each group's delivery returns, how many units it delivered (not
+    counting duplicates), for metrics.
+    """
+    groups: dict[tuple[str, TransactionMode], list[int]] = {}
+    for index, unit in enumerate(units):
+        if isinstance(unit.decision, Forward):
+            destination = unit.decision.destination
+            groups.setdefault((destination.database, destination.transaction), []).append(index)
+    results: list[DeliveryResult | None] = [None] * len(units)
+    order = sorted(groups, key=lambda group: suspect(group[0])) if suspect else list(groups)
+    for database, mode in order:
+        indexes = groups[(database, mode)]
+        items = [_item(units[index]) for index in indexes]
+        database_results = delivery_for(database, mode).deliver(items, transactions)
+        for index, result in zip(indexes, database_results, strict=True):
+            results[index] = result
+        if delivered is not None:
+            delivered(database, sum(isinstance(r, Delivered) for r in database_results))
+    return results
+
+
+def _item(unit: Unit) -> Item:
+    assert isinstance(unit.decision, Forward)
+    return Item(unit.message, unit.decision)
+
+
+# An attempt at writing some items; `one_by_one` asks for single-row statements. It leaves the
+# transaction as it found it before raising NotIsolated or ItemWriteError.
+Attempt = Callable[[Sequence[Item], bool], dict[int, DeliveryResult]]
+# What an item-specific failure settles: the items' offsets, and their result.
+ItemFailure = Callable[[Sequence[Item], ItemWriteError], tuple[list[int], Failed]]
+
+
+def isolate_failures(
+    items: Sequence[Item], attempt: Attempt, item_failure: ItemFailure
+) -> list[DeliveryResult]:
+    """Attempt the items until an attempt succeeds; items whose own failure is known are taken
+    out with their result, and a failure that cannot be pinned on an item switches to one row
+    per statement. Each round succeeds, settles at least one item or switches, so this ends.
+    Other exceptions propagate."""
+    results: dict[int, DeliveryResult] = {}
+    pending = list(range(len(items)))
+    one_by_one = False
+    while pending:
+        try:
+            done = attempt([items[i] for i in pending], one_by_one)
+        except NotIsolated:
+            if one_by_one:
+                raise AssertionError("single-row writes always name the failing item") from None
+            one_by_one = True
+            continue
+        except ItemWriteError as failure:
+            offsets, failed = item_failure([items[i] for i in pending], failure)
+            for offset in offsets:
+                results[pending[offset]] = failed
+            pending = [p for i, p in enumerate(pending) if i not in offsets]
+            continue
+        for offset, result in done.items():
+            results[pending[offset]] = result
+        break
+    return [results[i] for i in range(len(items))]
+
+
+def item_failure(
+    connection: Connection,
+    dialect: Dialect,
+    database: str,
+    items: Sequence[Item],
+    failure: ItemWriteError,
+) -> tuple[list[int], Failed]:
+    """What an item-specific failure settles. A missing destination table fails every item
+    bound for it (listing the tables for a hint through `connection`, which must be usable),
+    and so does a table someone else kept locked past the query timeout; any other failure
+    only the item that caused it."""
+    error = failure.error
+    if not isinstance(error, (TableNotFound, LockTimeout)):
+        return [failure.position], Failed(str(error), retryable=failure.retryable)
+    destination = items[failure.position].forward.destination
+    offsets = [
+        offset
+        for offset, (_, decision) in enumerate(items)
+        if decision.destination.address == destination.address
+    ]
+    if isinstance(error, LockTimeout):
+        return offsets, locked_table_failure(dialect, database, destination.address, error)
+    return offsets, missing_queue_failure(connection, dialect, database, destination.address)
+
+
+def locked_table_failure(
+    dialect: Dialect, database: str, address: TableAddress, error: DatabaseError
+) -> Failed:
+    """A Failed result for a destination table another session held locked: a state of the
+    table, like an outage of its database (`retries.during_outage: wait` spends no attempt)."""
+    return Failed(
+        f"destination queue {dialect.grammar.render(address)} in database '{database}' is "
+        f"locked by another session: {error.detail}",
+        outage=True,
+    )
+
+
+def busy_tables(
+    outages: OutageTracker, database: str, dialect: Dialect, items: Sequence[Item]
+) -> dict[int, Failed]:
+    """Items bound for a table that counts as busy (`OutageTracker.record_busy`), by offset,
+    each with its Failed result: they are not tried while the lock lasts."""
+    busy: dict[int, Failed] = {}
+    known: dict[TableAddress, str | None] = {}
+    for offset, (_, decision) in enumerate(items):
+        address = decision.destination.address
+        if address not in known:
+            known[address] = outages.busy(database, dialect.grammar.render(address))
+        error = known[address]
+        if error is not None:
+            busy[offset] = Failed(
+                f"destination queue {dialect.grammar.render(address)} in database "
+                f"'{database}' is locked by another session: {error}",
+                outage=True,
+            )
+    return busy
+
+
+def deliver_around_busy_tables(
+    outages: OutageTracker,
+    database: str,
+    dialect: Dialect,
+    items: Sequence[Item],
+    deliver: Callable[[Sequence[Item]], list[DeliveryResult]],
+) -> list[DeliveryResult]:
+    """`deliver` the items whose table is not busy; the others fail at once. Tables written
+    to are no longer busy."""
+    busy = busy_tables(outages, database, dialect, items)
+    tried = [offset for offset in range(len(items)) if offset not in busy]
+    results: list[DeliveryResult | None] = [busy.get(offset) for offset in range(len(items))]
+    if tried:
+        for offset, result in zip(tried, deliver([items[o] for o in tried]), strict=True):
+            results[offset] = result
+    for address in {
+        items[offset].forward.destination.address
+        for offset, result in enumerate(results)
+        if isinstance(result, Delivered)
+    }:
+        outages.record_free(database, dialect.grammar.render(address))
+    return [result for result in results if result is not None]
+
+
+def missing_queue_failure(
+    connection: Connection, dialect: Dialect, database: str, address: TableAddress
+) -> Failed:
+    """A Failed result for a destination table that does not exist, with a nearest-match hint."""
+    hint = ""
+    try:
+        # The address lets SQL Server list the tables of the queue's catalog.
+        listed = connection.query(dialect.sql("list_tables", queue=address))
+        suggestion = nearest_table(address.table, [row[1] for row in listed])
+        if suggestion and suggestion != address.table:
+            hint = f" (did you mean {suggestion!r}?)"
+    except DatabaseError:
+        pass
+    return Failed(
+        f"destination queue {dialect.grammar.render(address)} does not exist in database "
+        f"'{database}'{hint}; create it (run the receiving endpoint with installers enabled) "
+        "or fix the route or the destination header",
+        missing_queue=True,
+    )
+
+
+def _note_busy(
+    outages: OutageTracker,
+    database: str,
+    dialect: Dialect,
+    items: Sequence[Item],
+    failure: ItemWriteError,
+) -> None:
+    """A lock timeout on a destination table makes the table busy for a while."""
+    if isinstance(failure.error, LockTimeout):
+        address = items[failure.position].forward.destination.address
+        outages.record_busy(database, dialect.grammar.render(address), failure.error.detail)
+
+
+class LocalDelivery:
+    """Into queues of the forwarding database, inside the open source transaction."""
+
+    def __init__(
+        self,
+        connection: Connection,
+        dialect: Dialect,
+        writer: QueueWriter,
+        outages: OutageTracker,
+    ) -> None:
+        self._connection = connection
+        self._dialect = dialect
+        self._writer = writer
+        self._outages = outages
+
+    def deliver(
+        self, items: Sequence[Item], transactions: BatchTransactions
+    ) -> list[DeliveryResult]:
+        """Raises the DatabaseError family for failures of the forwarding database itself."""
+        return deliver_around_busy_tables(
+            self._outages,
+            self._connection.database,
+            self._dialect,
+            items,
+            lambda tried: isolate_failures(tried, self._attempt, self._item_failure),
+        )
+
+    def _attempt(self, items: Sequence[Item], one_by_one: bool) -> dict[int, DeliveryResult]:
+        with savepoint(self._connection, self._dialect, undo_on=(NotIsolated, ItemWriteError)):
+            return write_messages(
+                self._connection,
+                self._dialect,
+                self._writer,
+                items,
+                ledger=None,
+                one_by_one=one_by_one,
+            )
+
+    def _item_failure(
+        self, items: Sequence[Item], failure: ItemWriteError
+    ) -> tuple[list[int], Failed]:
+        self._connection.execute(self._dialect.statements["rollback_to_savepoint"])
+        settled = item_failure(
+            self._connection, self._dialect, self._connection.database, items, failure
+        )
+        _note_busy(self._outages, self._connection.database, self._dialect, items, failure)
+        return settled
+
+
+@dataclass(frozen=True)
+class Target:
+    """A destination database as remote delivery needs it.
+
+    `create_ledger`: create the ledger when it is missing (`install.at_runtime`). The ledger
+    is written only with `transaction` `ledger`.
+    """
+
+    name: str
+    dialect: Dialect
+    ledger: TableAddress
+    config: BridgeConfig
+    create_ledger: bool
+    transaction: TransactionMode = "ledger"
+
+
+class RemoteDelivery:
+    """Into one other database, in its own transaction, ended as `target.transaction` says.
+    One per worker, destination and mode; it keeps nothing of a batch between calls."""
+
+    def __init__(
+        self,
+        target: Target,
+        connections: Connections,
+        immediate_attempts: int,
+        outages: OutageTracker,
+        writer: QueueWriter,
+    ) -> None:
+        self._target = target
+        self._connections = connections
+        self._immediate_attempts = max(1, immediate_attempts)
+        self._outages = outages
+        self._writer = writer
+        self._can_prepare = False  # max_prepared_transactions seen above 0
+
+    def deliver(
+        self, items: Sequence[Item], transactions: BatchTransactions
+    ) -> list[DeliveryResult]:
+        """Every item gets a result; database errors never escape.
+
+        A database in trouble fails every item at once (an outage); a missing ledger is
+        created once and the items tried again.
+        """
+        name = self._target.name
+        trouble = self._outages.trouble(name)
+        if trouble is not None:
+            return [Failed(trouble.last_error or "unavailable", outage=True)] * len(items)
+        return deliver_around_busy_tables(
+            self._outages,
+            name,
+            self._target.dialect,
+            items,
+            lambda tried: self._deliver_to_database(tried, transactions),
+        )
+
+    def _deliver_to_database(
+        self, items: Sequence[Item], transactions: BatchTransactions
+    ) -> list[DeliveryResult]:
+        name = self._target.name
+        ledger = self._target.dialect.grammar.render(self._target.ledger)
+        if self._target.transaction == "ledger" and (busy := self._outages.busy(name, ledger)):
+            return [
+                Failed(f"the dedup ledger is locked by another session: {busy}", outage=True)
+            ] * len(items)
+        healed = False
+        while True:
+            try:
+                results = isolate_failures(
+                    items,
+                    lambda tried, one_by_one: self._attempt(tried, one_by_one, transactions),
+                    self._item_failure,
+                )
+            except BridgeTableMissing as missing:
+                try:
+                    problem = (
+                        missing.detail
+                        if healed
+                        else heal_ledger(
+                            self._connections,
+                            self._target.config,
+                            name,
+                            missing,
+                            allowed=self._target.create_ledger,
+                        )
+                    )
+                except DatabaseError as error:
+                    return self._fail_all(items, error)
+                if problem is None:
+                    healed = True
+                    continue
+                return self._not_ready(items, problem)
+            except LedgerDenied as error:
+                advice = cannot_create_advice(error.detail)
+                return self._not_ready(items, ledger_problem(self._target.config, name, advice))
+            except DestinationNotReady as not_ready:
+                return self._not_ready(items, not_ready.problem)
+            except LockTimeout as error:  # on the ledger: a queue's is an item failure
+                self._outages.record_busy(name, ledger, error.detail)
+                failure = f"the dedup ledger {ledger} is locked by another session: {error.detail}"
+                return [Failed(failure, outage=True)] * len(items)
+            except DatabaseError as error:
+                return self._fail_all(items, error)
+            self._outages.record_up(name)
+            return results
+
+    def _not_ready(self, items: Sequence[Item], problem: str) -> list[DeliveryResult]:
+        """The database is reachable but not usable by the bridge: a state, like an outage."""
+        self._outages.record_trouble(self._target.name, "not-ready", problem)
+        return [Failed(problem, outage=True)] * len(items)
+
+    def _fail_all(self, items: Sequence[Item], error: DatabaseError) -> list[DeliveryResult]:
+        outage = isinstance(error, DatabaseUnavailable)
+        if outage:
+            self._outages.record_trouble(self._target.name, "unreachable", str(error))
+        return [Failed(str(error), outage=outage)] * len(items)
+
+    def _attempt(
+        self, items: Sequence[Item], one_by_one: bool, transactions: BatchTransactions
+    ) -> dict[int, DeliveryResult]:
+        """One destination transaction, tried again at once for transient errors."""
+        retrying = Retrying(
+            stop=stop_after_attempt(self._immediate_attempts),
+            wait=_IMMEDIATE_RETRY_WAIT,
+            retry=retry_if_exception_type((TransientDatabaseError, ConnectionLost)),
+            before_sleep=self._before_immediate_retry,
+            reraise=True,
+        )
+        for attempt in retrying:
+            with attempt:
+                return self._transaction(items, one_by_one, transactions)
+        raise AssertionError("unreachable: tenacity re-raises the last error")
+
+    def _transaction(
+        self, items: Sequence[Item], one_by_one: bool, transactions: BatchTransactions
+    ) -> dict[int, DeliveryResult]:
+        target = self._target
+        connection = self._connections.get(target.name)
+        try:
+            connection.begin()
+            try:
+                results = self._write(connection, items, one_by_one, expect_duplicates=False)
+            except LedgerConflict:
+                # Some message was recorded before: again, skipping those.
+                connection.rollback()
+                connection.begin()
+                results = self._write(connection, items, one_by_one, expect_duplicates=True)
+            self._end(connection, items, results, transactions)
+        except (NotIsolated, ItemWriteError, BridgeTableMissing):
+            connection.rollback()
+            raise
+        except BaseException:
+            # Anything else (a lost connection, a bug, a value that cannot be bound) must not
+            # leave this transaction open: its ledger rows, committed later by another batch
+            # on the same connection, would turn these messages into "duplicates" never sent.
+            self._connections.discard(target.name)
+            raise
+        if not target.dialect.keep_destination_connections:
+            self._connections.discard(target.name)
+        return results
+
+    def _write(
+        self,
+        connection: Connection,
+        items: Sequence[Item],
+        one_by_one: bool,
+        *,
+        expect_duplicates: bool,
+    ) -> dict[int, DeliveryResult]:
+        target = self._target
+        return write_messages(
+            connection,
+            target.dialect,
+            self._writer,
+            items,
+            ledger=target.ledger if target.transaction == "ledger" else None,
+            one_by_one=one_by_one,
+            expect_duplicates=expect_duplicates,
+        )
+
+    def _end(
+        self,
+        connection: Connection,
+        items: Sequence[Item],
+        results: dict[int, DeliveryResult],
+        transactions: BatchTransactions,
+    ) -> None:
+        """End the destination transaction as the transaction mode says."""
+        mode = self._target.transaction
+        if mode == "ledger":
+            connection.commit()
+            return
+        written = [
+            items[p] for p, result in sorted(results.items()) if isinstance(result, Delivered)
+        ]
+        if not written:
+            connection.commit()
+        elif mode == "two-phase":
+            if not self._can_prepare:
+                require_prepared_transactions(connection, self._target.dialect, self._target.name)
+                self._can_prepare = True
+            transactions.prepare(connection, self._target.dialect, self._target.name)
+        else:
+            gid = transactions.record_in_flight(self._target.name, written)
+            try:
+                connection.commit()
+            except DatabaseUnavailable:
+                # The commit may have happened: the record must outlive this batch.
+                if gid is not None:
+                    transactions.keep_in_flight(gid, self._target.name, written)
+                raise
+
+    def _item_failure(
+        self, items: Sequence[Item], failure: ItemWriteError
+    ) -> tuple[list[int], Failed]:
+        connection = self._connections.get(self._target.name)
+        _note_busy(self._outages, self._target.name, self._target.dialect, items, failure)
+        if isinstance(failure.error, LockTimeout):
+            connection.rollback()  # before anything else: the transaction is aborted
+        try:
+            return item_failure(connection, self._target.dialect, self._target.name, items, failure)
+        finally:
+            connection.rollback()
+
+    def _before_immediate_retry(self, retry_state: object) -> None:
+        log.info("transient error on database '%s'; retrying at once", self._target.name)
+        self._connections.discard(self._target.name)
+
+
+class PausedDelivery:
+    """The delivery to a paused destination database: nothing is tried, every item waits."""
+
+    def __init__(self, database: str, pause: Pause) -> None:
+        self._error = f"database '{database}' is {pause.describe()} (sfbridge resume)"
+
+    def deliver(
+        self, items: Sequence[Item], transactions: BatchTransactions
+    ) -> list[DeliveryResult]:
+        return [Failed(self._error, paused=True)] * len(items)

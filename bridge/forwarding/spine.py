@@ -1,0 +1,359 @@
+"""The data path's spine: claim -> classify -> deliver -> settle -> commit.
+
+One call of `BatchForwarder.forward_batch` is one source transaction, and `_forward` below
+reads as these five steps, each handed the `Batch` (`bridge.forwarding.batch`):
+
+1. claim up to `batch_size` rows (`claim`: a destructive, uncommitted DELETE with row locks
+   that skip what other workers hold);
+2. classify each row (`classify`: poison, expired, rejected, deliverable to a routed
+   destination, or a published event, which `fan_out` expands into one unit per subscriber
+   copy);
+3. deliver the units, grouped per destination database (`deliver`): the forwarding database's
+   own queues inside the source transaction, other databases in their own transaction,
+   committed first with the dedup ledger (`transaction: ledger`), prepared (`two-phase`) or
+   committed without a ledger (`at-least-once`);
+4. settle every unit (`settle`): count it, or write it to retry storage or the error queue, in
+   the same source transaction;
+5. commit the source transaction. Only now are the rows gone from where they were; then commit
+   what was prepared (`transactions`).
+
+Tables of the bridge found missing on the way are created and the batch tried once more
+(`healing`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import UTC, datetime
+
+from bridge.config.model import BridgeConfig, ForwarderConfig, TransactionMode
+from bridge.connections import Connections
+from bridge.dialects import Dialect, dialect_for
+from bridge.drivers import Connection
+from bridge.exceptions import (
+    BridgeTableMissing,
+    DatabaseError,
+    SourceFailed,
+)
+from bridge.forwarding.batch import Batch, BatchReport
+from bridge.forwarding.claim import claim_batch, claim_limit
+from bridge.forwarding.classify import classify
+from bridge.forwarding.deliver import (
+    Delivery,
+    LocalDelivery,
+    PausedDelivery,
+    RemoteDelivery,
+    Target,
+    deliver_units,
+)
+from bridge.forwarding.fan_out import PublishedEvents
+from bridge.forwarding.healing import TableHealer
+from bridge.forwarding.observers import ForwardingObserver, safe_observer
+from bridge.forwarding.proxies import forwarder_router
+from bridge.forwarding.settle import Settlement
+from bridge.forwarding.subscriptions import SubscriberDirectory
+from bridge.forwarding.transactions import BatchTransactions
+from bridge.forwarding.writes import QueueWriter
+from bridge.messages import ClaimedMessage, Decision, Poison, Publish, Source, Unit
+from bridge.outages import OutageTracker
+from bridge.storage.ledger import ledger_address
+from bridge.storage.pauses import PauseBoard, PauseState, read_pauses
+from bridge.storage.tables import (
+    forwarder_tables,
+    owned_table,
+)
+
+log = logging.getLogger(__name__)
+
+
+class BatchForwarder:
+    """Forwards batches for one forwarder. One instance per worker thread; every worker
+    forwards both the queue and due retries.
+
+    A daemon shares one outage tracker (and its prober) and one queue writer across its
+    workers; standalone use gets its own, where the first attempt after the probe interval is
+    the probe.
+    """
+
+    def __init__(
+        self,
+        config: BridgeConfig,
+        forwarder: ForwarderConfig,
+        connections: Connections,
+        *,
+        slot: int = 0,
+        outages: OutageTracker | None = None,
+        writer: QueueWriter | None = None,
+        observer: ForwardingObserver | None = None,
+    ) -> None:
+        self.config = config
+        self.forwarder = forwarder
+        self.connections = connections
+        self.slot = slot
+        self.dialect: Dialect = dialect_for(config.databases[forwarder.database].dialect)
+        self.tables = forwarder_tables(config, forwarder)
+        self.router = forwarder_router(config, forwarder)
+        self.published = PublishedEvents(
+            forwarder.name,
+            self.dialect,
+            self.tables,
+            self.router,
+            SubscriberDirectory(config, forwarder.database),
+        )
+        self.healer = TableHealer(config, forwarder, connections, self.dialect)
+        self._outages = outages or OutageTracker(probe_interval(config))
+        self._pauses = PauseBoard(forwarder.slow_poll_interval)
+        self._writer = writer or QueueWriter()
+        # Rows the next claim locks, per source, from the sizes the last one saw.
+        self._claim_limits: dict[Source, int] = {}
+        self._observer = safe_observer(observer)
+        self._remote: dict[tuple[str, TransactionMode], RemoteDelivery] = {}
+        self._store: str | None = None  # the forwarding database's id in two-phase gids
+
+    def forward_batch(
+        self, source: Source = "queue", *, seq_range: tuple[int, int] | None = None
+    ) -> BatchReport:
+        """Forward one batch from the forwarding queue or from due retries.
+
+        `seq_range` (first, last) limits a queue batch to rows whose sequence column lies in
+        it: a bulk drain's share of the queue.
+
+        Raises DatabaseError only for failures of the forwarding database itself
+        (BridgeTableMissing for a table that could not be created); the source transaction
+        is then rolled back and every claimed row is back where it was.
+        """
+        self.pause_state()
+        self._observer.batch_started(self.forwarder.name)
+        started = time.monotonic()
+        batch: Batch | None = None
+        try:
+            batch = self.healer.healing(lambda: self._forward(source, seq_range))
+        finally:
+            self._observer.batch_finished(
+                self.forwarder.name,
+                source,
+                0 if batch is None else batch.report.claimed,
+                None if batch is None else batch.report.counts,
+                time.monotonic() - started,
+            )
+        self.healer.heal_after_batch(batch.missing_tables)
+        return batch.report
+
+    # -- the spine -------------------------------------------------------------------------
+
+    def _forward(self, source: Source, seq_range: tuple[int, int] | None) -> Batch:
+        batch = self._open(source)
+        try:
+            self._claim(batch, seq_range)
+            self._classify(batch)
+            self._deliver(batch)
+            self._settle(batch)
+            self._commit(batch)
+            return batch
+        except BridgeTableMissing:
+            batch.connection.rollback()
+            raise
+        except DatabaseError:
+            self.connections.discard(self.forwarder.database)
+            raise
+        except BaseException:
+            batch.connection.rollback()
+            raise
+
+    def _open(self, source: Source) -> Batch:
+        connection = self.connections.get(self.forwarder.database)
+        if source == "retry":
+            self.healer.upgrade_retry_table(connection, self.tables.retry)
+        connection.begin()
+        transactions = BatchTransactions(
+            connection,
+            self.dialect,
+            self.tables.transactions,
+            self.forwarder.name,
+            self.connections,
+            self.forwarder.database,
+            store=self._store,
+        )
+        return Batch(source, connection, _utcnow(), transactions)
+
+    def _claim(self, batch: Batch, seq_range: tuple[int, int] | None) -> None:
+        limit = self._claim_limits.get(batch.source, self.forwarder.batch_size)
+        batch.claimed = claim_batch(
+            batch.connection,
+            self.dialect,
+            self.tables,
+            self.forwarder,
+            batch.source,
+            now=batch.now,
+            policy=self.config.retries,
+            waiting_databases=self._waiting_databases(),
+            seq_range=seq_range,
+            limit=limit,
+        )
+        batch.claimed_at = time.monotonic()
+        sizes = [message.claimed_size for message in batch.claimed]
+        if batch.claimed:
+            self._claim_limits[batch.source] = claim_limit(self.forwarder, sizes)
+        full = len(batch.claimed) >= limit or sum(sizes) >= self.forwarder.batch_bytes
+        batch.report = BatchReport(claimed=len(batch.claimed), full=full)
+
+    def _classify(self, batch: Batch) -> None:
+        batch.units = [
+            unit
+            for message in batch.claimed
+            for unit in self.units_of(batch.connection, message, batch.missing_tables)
+        ]
+
+    def _deliver(self, batch: Batch) -> None:
+        if not batch.units:
+            return
+
+        def delivered(database: str, count: int) -> None:
+            if database == self.forwarder.database:
+                batch.delivered_locally += count  # committed with the source, below
+            elif count:
+                self._observer.delivered(database, count, time.monotonic() - batch.claimed_at)
+
+        try:
+            batch.results = deliver_units(
+                batch.units,
+                lambda database, mode: self._delivery(batch.connection, database, mode),
+                batch.transactions,
+                delivered,
+                self._outages.suspect,
+            )
+        except SourceFailed as failed:
+            raise failed.error from None
+
+    def _settle(self, batch: Batch) -> None:
+        if not batch.units:
+            return
+        settlement = Settlement(
+            batch.connection,
+            self.dialect,
+            self.forwarder,
+            self.tables,
+            slot=self.slot,
+            now=batch.now,
+            writer=self._writer,
+        )
+        batch.report.counts = settlement.settle(
+            batch.units, batch.results, self.config.retries, self.config.publish.no_subscribers
+        )
+
+    def _commit(self, batch: Batch) -> None:
+        batch.connection.commit()
+        self._store = batch.transactions.store
+        if batch.transactions.prepared:
+            batch.transactions.commit_prepared(self._destination_dialects())
+        if batch.delivered_locally:
+            self._observer.delivered(
+                self.forwarder.database,
+                batch.delivered_locally,
+                time.monotonic() - batch.claimed_at,
+            )
+
+    # -- what the steps use ----------------------------------------------------------------
+
+    def units_of(
+        self,
+        connection: Connection,
+        message: ClaimedMessage,
+        missing_tables: list[BridgeTableMissing],
+    ) -> list[Unit]:
+        """One unit per message, or per subscriber copy of a published event."""
+        decision = self._decide(message)
+        if isinstance(decision, Publish):
+            return self.published.units(connection, message, decision, missing_tables)
+        return [Unit(message, decision, message.headers_text or "")]
+
+    def _decide(self, message: ClaimedMessage) -> Decision:
+        try:
+            return classify(message, self.router)
+        except Exception as error:
+            # A bug must not turn one message into a queue-blocking loop: the batch would roll
+            # back and be claimed again forever. This message goes to the error queue instead.
+            log.exception("message %s could not be classified", message.row_id)
+            return Poison(f"sfbridge could not process the message: {error!r}")
+
+    def pause_state(self) -> PauseState:
+        """The forwarder's pauses (`sfbridge pause`), read again once per
+        `forwarder.slow_poll_interval`."""
+        if self._pauses.stale():
+            connection = self.connections.get(self.forwarder.database)
+            self._pauses.update(
+                self.healer.healing(
+                    lambda: read_pauses(connection, self.dialect, self.tables, self.forwarder.name)
+                )
+            )
+        return self._pauses.state
+
+    def queue_estimate(self) -> int:
+        """How many rows the forwarding queue holds, roughly (the transport's cheap peek: rows
+        other workers hold are counted too). Heals a missing queue like `forward_batch`."""
+        return self.healer.healing(self._peek)
+
+    def _peek(self) -> int:
+        connection = self.connections.get(self.forwarder.database)
+        try:
+            with owned_table("forwarding queue", self.tables.queue_canonical):
+                estimate = connection.query(self.dialect.sql("peek", queue=self.tables.queue))
+            connection.commit()
+        except BaseException:
+            connection.rollback()
+            raise
+        return int(estimate[0][0] or 0)
+
+    def _waiting_databases(self) -> list[str]:
+        """Databases whose messages stay in retry storage: paused ones, and with
+        `retries.during_outage: wait` those in trouble."""
+        waiting = list(self._pauses.state.destinations)
+        if self.config.retries.during_outage == "wait":
+            waiting += [d for d in self._outages.waiting_databases() if d not in waiting]
+        return waiting
+
+    def _destination_dialects(self) -> dict[str, Dialect]:
+        return {name: dialect_for(d.dialect) for name, d in self.config.databases.items()}
+
+    def _delivery(self, connection: Connection, database: str, mode: TransactionMode) -> Delivery:
+        pause = self._pauses.state.destinations.get(database)
+        if pause is not None:
+            return PausedDelivery(database, pause)
+        if database == self.forwarder.database:
+            return LocalDelivery(connection, self.dialect, self._writer, self._outages)
+        delivery = self._remote.get((database, mode))
+        if delivery is None:
+            target = Target(
+                name=database,
+                dialect=dialect_for(self.config.databases[database].dialect),
+                ledger=ledger_address(self.config, database),
+                config=self.config,
+                create_ledger=self.config.install.at_runtime,
+                transaction=mode,
+            )
+            delivery = RemoteDelivery(
+                target,
+                self.connections,
+                self.config.retries.immediate_attempts,
+                self._outages,
+                self._writer,
+            )
+            self._remote[(database, mode)] = delivery
+        return delivery
+
+
+def probe_interval(config: BridgeConfig) -> float:
+    """How often a database in trouble is looked at again.
+
+    Once per retry delay when outages wait (`retries.during_outage: wait`); with `count`, at
+    most every 5 s, so that a database that is back is used again soon.
+    """
+    if config.retries.during_outage == "wait":
+        return config.retries.delay
+    return min(config.retries.delay, 5.0)
+
+
+def _utcnow() -> datetime:
+    """Naive UTC: the queue tables store UTC wall-clock times without a zone."""
+    return datetime.now(UTC).replace(tzinfo=None)

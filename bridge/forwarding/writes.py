@@ -1,0 +1,433 @@
+"""Writing messages into queue tables and the dedup ledger, inside the caller's transaction.
+
+`QueueWriter` picks the statement variant each existing queue table takes (see
+`bridge.dialects.base.QueueShapes`) and streams rows with `COPY` where the driver and the table
+allow it; `write_messages` inserts a group of messages, many rows per statement where it can,
+recording each in the ledger first when there is one.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import uuid
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from bridge.addressing import TableAddress
+from bridge.dialects import Dialect
+from bridge.drivers import Connection
+from bridge.exceptions import (
+    BridgeTableMissing,
+    DatabaseError,
+    DatabaseUnavailable,
+    DuplicateKey,
+    ItemWriteError,
+    LedgerConflict,
+    LedgerDenied,
+    LedgerLocked,
+    LockTimeout,
+    NotIsolated,
+    NotSupported,
+    PermissionDenied,
+    TableNotFound,
+    TransientDatabaseError,
+)
+from bridge.messages import Delivered, DeliveryResult, Duplicate, Item
+from bridge.storage.ledger import LEDGER_DESCRIPTION, ledger_key
+from bridge.storage.tables import owned_table
+
+log = logging.getLogger(__name__)
+
+
+class QueueWriter:
+    """Writes into queue tables the bridge did not create (`send`, `send_many`, `dead_letter`),
+    in the variant each table's shape takes.
+
+    A table's shape is looked up once per database and table and remembered; a write that
+    fails because the shape changed looks again and tries once more in the same transaction,
+    as the transport does. Shared by a daemon's workers; thread-safe.
+    """
+
+    def __init__(self) -> None:
+        self._overrides: dict[tuple[str, str, str], Mapping[str, str]] = {}
+        # Tables that refused COPY (a view, row-level security): written with statements.
+        self._refuse_copy: set[tuple[str, str, str]] = set()
+        self._lock = threading.Lock()
+
+    def copies(
+        self, connection: Connection, dialect: Dialect, name: str, **table: TableAddress
+    ) -> bool:
+        """Whether the rows of the multi-row statement `name` (`send_many`, ...) go into the
+        table (given as the statements' one placeholder, `queue=...` or `ledger=...`) with the
+        dialect's `<name>_copy` statement through `copy_rows`: the driver streams rows, the
+        table took COPY before (or was never tried), and its columns have the types the COPY
+        sends, read now, inside the caller's transaction (binary values are not cast, and a
+        table can be created again with other types at any time). Raises the DatabaseError
+        family (TableNotFound for a missing table)."""
+        copy_name = _copy_name(name)
+        if not connection.copies_rows or copy_name not in dialect.statements:
+            return False
+        with self._lock:
+            if self._key(connection, dialect, *table.values()) in self._refuse_copy:
+                return False
+        found = connection.column_types(dialect.sql(f"{copy_name}_columns", None, **table))
+        return tuple(found) == dialect.copy_types[copy_name]
+
+    def copy_rows(
+        self,
+        connection: Connection,
+        dialect: Dialect,
+        name: str,
+        rows: Sequence[Sequence[Any]],
+        **table: TableAddress,
+    ) -> None:
+        """Stream `rows` into the table with the `COPY` form of `name` (where `copies` says
+        so). A table that refuses COPY is remembered and raises NotSupported this once: the
+        caller rolls back and writes the rows again, now with statements."""
+        copy_name = _copy_name(name)
+        try:
+            connection.copy_rows(
+                dialect.sql(copy_name, None, **table), dialect.copy_types[copy_name], rows
+            )
+        except NotSupported as error:
+            (address,) = table.values()
+            with self._lock:
+                self._refuse_copy.add(self._key(connection, dialect, address))
+            log.warning(
+                "%s in database '%s' does not take COPY (%s); writing it with INSERT from now on",
+                dialect.grammar.render(address),
+                connection.database,
+                error.detail,
+            )
+            raise
+
+    @staticmethod
+    def _key(connection: Connection, dialect: Dialect, table: TableAddress) -> tuple[str, str, str]:
+        return (dialect.name, connection.database, dialect.grammar.qualified_name(table))
+
+    def sql(
+        self,
+        connection: Connection,
+        dialect: Dialect,
+        name: str,
+        queue: TableAddress,
+        rows: int | None = None,
+    ) -> str:
+        """The statement `name` for `queue` in the variant that table takes (queries `connection`
+        the first time a table is seen where the dialect has variants)."""
+        return dialect.sql_with(
+            self._overrides_for(connection, dialect, queue), name, rows, queue=queue
+        )
+
+    def write_rows(
+        self,
+        connection: Connection,
+        dialect: Dialect,
+        name: str,
+        queue: TableAddress,
+        rows: Sequence[Sequence[Any]],
+    ) -> None:
+        """Write `rows` into `queue` with the multi-row statement `name`: streamed with COPY
+        where `copies` says so, else in as few statements as the dialect and the driver allow
+        (`Dialect.rows_statements`). Raises the DatabaseError family."""
+        if self.copies(connection, dialect, name, queue=queue):
+            self.copy_rows(connection, dialect, name, rows, queue=queue)
+            return
+        for attempt in (1, 2):
+            overrides = self._overrides_for(connection, dialect, queue)
+            statements = dialect.rows_statements(
+                name, rows, arrays=connection.binds_arrays, overrides=overrides, queue=queue
+            )
+            try:
+                for sql, parameters in statements:
+                    connection.execute(sql, parameters)
+                return
+            except DatabaseError as error:
+                shapes = dialect.queue_shapes
+                if attempt == 2 or shapes is None or not shapes.is_stale(error):
+                    raise
+                self._forget(connection, dialect, queue)
+
+    def _overrides_for(
+        self, connection: Connection, dialect: Dialect, queue: TableAddress
+    ) -> Mapping[str, str]:
+        """The statement variants `queue`'s table takes (learnt once per table)."""
+        shapes = dialect.queue_shapes
+        if shapes is None:
+            return {}
+        key = self._key(connection, dialect, queue)
+        with self._lock:
+            overrides = self._overrides.get(key)
+        if overrides is None:
+            statement, parameters = shapes.lookup(queue)
+            found = shapes.variants(connection.query(statement, parameters))
+            if found is not None:
+                with self._lock:
+                    self._overrides[key] = found
+            overrides = found or {}
+        return overrides
+
+    def _forget(self, connection: Connection, dialect: Dialect, queue: TableAddress) -> None:
+        key = self._key(connection, dialect, queue)
+        with self._lock:
+            self._overrides.pop(key, None)
+
+    def write(
+        self,
+        connection: Connection,
+        dialect: Dialect,
+        name: str,
+        queue: TableAddress,
+        params: Sequence[Any],
+        rows: int | None = None,
+    ) -> int:
+        """Execute the statement `name` into `queue` with `params`; returns the row count.
+
+        Raises the DatabaseError family.
+        """
+        try:
+            return connection.execute(self.sql(connection, dialect, name, queue, rows), params)
+        except DatabaseError as error:
+            shapes = dialect.queue_shapes
+            if shapes is None or not shapes.is_stale(error):
+                raise
+            self._forget(connection, dialect, queue)
+        return connection.execute(self.sql(connection, dialect, name, queue, rows), params)
+
+
+def _copy_name(name: str) -> str:
+    """The COPY form of the multi-row statement `name`: `send_many` -> `send_copy`."""
+    return name.removesuffix("_many") + "_copy"
+
+
+def write_messages(
+    connection: Connection,
+    dialect: Dialect,
+    writer: QueueWriter,
+    items: Sequence[Item],
+    *,
+    ledger: TableAddress | None,
+    one_by_one: bool = False,
+    expect_duplicates: bool = False,
+) -> dict[int, DeliveryResult]:
+    """Insert every item inside the caller's open transaction; the caller commits.
+
+    With a `ledger` address each message is first recorded there; a message already recorded
+    for the same destination (now or earlier in the same batch) is a Duplicate and is not
+    inserted again. Returns results keyed by position in `items`.
+
+    Where the driver streams rows, the ledger rows are streamed with COPY, which cannot skip a
+    message recorded before: it raises LedgerConflict, and the caller rolls back and calls
+    again with `expect_duplicates`, which records them with a statement that skips those.
+    Duplicates are rare (a crash between the two commits), and COPY costs the server and the
+    bridge about half of what that statement does.
+
+    Multi-row statements are used unless `one_by_one`. Raises ItemWriteError for a failure
+    that concerns known items (a missing destination table), NotIsolated when a multi-row
+    statement failed for an unknown item (roll back and call again with `one_by_one`),
+    BridgeTableMissing for a missing ledger, and the DatabaseUnavailable /
+    TransientDatabaseError family as they are. After any of them the transaction must be
+    rolled back.
+    """
+    if one_by_one or len(items) == 1:
+        return _one_by_one(connection, dialect, writer, items, ledger)
+    return _batched(connection, dialect, writer, items, ledger, expect_duplicates)
+
+
+def _batched(
+    connection: Connection,
+    dialect: Dialect,
+    writer: QueueWriter,
+    items: Sequence[Item],
+    ledger: TableAddress | None,
+    expect_duplicates: bool,
+) -> dict[int, DeliveryResult]:
+    results: dict[int, DeliveryResult] = {}
+    to_send = list(range(len(items)))
+    if ledger is not None:
+        keys = [
+            (ledger_key(decision.message_id), decision.destination.canonical)
+            for _, decision in items
+        ]
+        distinct = list(dict.fromkeys(keys))
+        recorded = None
+        if not expect_duplicates:
+            recorded = _stream_to_ledger(connection, dialect, writer, ledger, distinct)
+        if recorded is None:
+            recorded = _record_in_ledger(connection, dialect, ledger, distinct)
+        to_send = []
+        for position, key in enumerate(keys):
+            if key in recorded:
+                recorded.discard(key)  # a second copy in the same batch is a duplicate too
+                to_send.append(position)
+            else:
+                results[position] = Duplicate()
+    by_address: dict[TableAddress, list[int]] = {}
+    for position in to_send:
+        by_address.setdefault(items[position].forward.destination.address, []).append(position)
+    for address, positions in by_address.items():
+        ids = new_ids(dialect, len(positions))
+        try:
+            rows = [
+                _row(dialect, items[p], row_id) for p, row_id in zip(positions, ids, strict=True)
+            ]
+            writer.write_rows(connection, dialect, "send_many", address, rows)
+        except (TableNotFound, LockTimeout) as error:
+            # The table's failure, not a row's: every item bound for it (`item_failure`).
+            raise ItemWriteError(positions[0], error) from None
+        except (DatabaseUnavailable, TransientDatabaseError):
+            raise
+        except (DatabaseError, ValueError, TypeError):
+            raise NotIsolated() from None
+        for position in positions:
+            results[position] = Delivered()
+    return results
+
+
+def _stream_to_ledger(
+    connection: Connection,
+    dialect: Dialect,
+    writer: QueueWriter,
+    ledger: TableAddress,
+    keys: Sequence[tuple[str, str]],
+) -> set[tuple[str, str]] | None:
+    """Record distinct (ledger key, destination) pairs, none recorded before, with COPY;
+    returns them all, or None when the ledger does not take COPY (nothing was written).
+    Raises LedgerConflict when one was recorded before (or COPY is refused)."""
+    now = datetime.now(UTC).replace(tzinfo=None)
+    try:
+        with owned_table(LEDGER_DESCRIPTION, dialect.grammar.render(ledger)):
+            if not writer.copies(connection, dialect, "ledger_record_many", ledger=ledger):
+                return None
+            writer.copy_rows(
+                connection,
+                dialect,
+                "ledger_record_many",
+                [(key, destination, now) for key, destination in keys],
+                ledger=ledger,
+            )
+    except (DuplicateKey, NotSupported):
+        raise LedgerConflict() from None
+    except PermissionDenied as error:
+        raise LedgerDenied(error.database, error.detail) from None
+    except (DatabaseUnavailable, TransientDatabaseError, BridgeTableMissing, LockTimeout):
+        raise
+    except (DatabaseError, ValueError, TypeError):
+        raise NotIsolated() from None
+    return set(keys)
+
+
+def _record_in_ledger(
+    connection: Connection,
+    dialect: Dialect,
+    ledger: TableAddress,
+    keys: Sequence[tuple[str, str]],
+) -> set[tuple[str, str]]:
+    """Record distinct (ledger key, destination) pairs; returns those that were new."""
+    recorded: set[tuple[str, str]] = set()
+    statements = dialect.rows_statements(
+        "ledger_record_many", keys, arrays=connection.binds_arrays, ledger=ledger
+    )
+    for sql, parameters in statements:
+        try:
+            with owned_table(LEDGER_DESCRIPTION, dialect.grammar.render(ledger)):
+                rows = connection.query(sql, parameters)
+        except PermissionDenied as error:
+            raise LedgerDenied(error.database, error.detail) from None
+        except (DatabaseUnavailable, TransientDatabaseError, BridgeTableMissing, LockTimeout):
+            raise
+        except (DatabaseError, ValueError, TypeError):
+            raise NotIsolated() from None
+        recorded.update((str(row[0]), str(row[1])) for row in rows)
+    return recorded
+
+
+def _one_by_one(
+    connection: Connection,
+    dialect: Dialect,
+    writer: QueueWriter,
+    items: Sequence[Item],
+    ledger: TableAddress | None,
+) -> dict[int, DeliveryResult]:
+    results: dict[int, DeliveryResult] = {}
+    for position, item in enumerate(items):
+        decision = item.forward
+        try:
+            if ledger is not None:
+                with owned_table(LEDGER_DESCRIPTION, dialect.grammar.render(ledger)):
+                    try:
+                        recorded = _record_one(connection, dialect, ledger, decision)
+                    except LockTimeout as error:
+                        raise LedgerLocked(error.database, error.detail) from None
+                if recorded == 0:
+                    results[position] = Duplicate()
+                    continue
+            address = decision.destination.address
+            row = _row(dialect, item, new_ids(dialect, 1)[0])
+            writer.write(connection, dialect, "send", address, row)
+        except (
+            DatabaseUnavailable,
+            TransientDatabaseError,
+            BridgeTableMissing,
+            LedgerDenied,
+            LedgerLocked,
+        ):
+            raise
+        except DatabaseError as error:
+            raise ItemWriteError(position, error) from None
+        except (ValueError, TypeError) as error:  # UnicodeError is a ValueError
+            problem = DatabaseError(connection.database, f"the message cannot be written: {error}")
+            raise ItemWriteError(position, problem, retryable=False) from None
+        results[position] = Delivered()
+    return results
+
+
+def _record_one(
+    connection: Connection, dialect: Dialect, ledger: TableAddress, decision: Any
+) -> int:
+    try:
+        return connection.execute(
+            dialect.sql("ledger_record", ledger=ledger),
+            (ledger_key(decision.message_id), decision.destination.canonical),
+        )
+    except PermissionDenied as error:
+        raise LedgerDenied(error.database, error.detail) from None
+
+
+def new_ids(dialect: Dialect, count: int) -> list[Any]:
+    """`count` new random (version 4) row ids, encoded for `dialect`, from one read of the
+    system's random source instead of one per id."""
+    entropy = os.urandom(16 * count)
+    return [
+        dialect.encode_id(_uuid4(int.from_bytes(entropy[16 * i : 16 * i + 16])))
+        for i in range(count)
+    ]
+
+
+_VERSION_4_CLEAR = ~((0xF000 << 64) | (0xC000 << 48))
+_VERSION_4_SET = (0x4000 << 64) | (0x8000 << 48)
+_SAFE_UNKNOWN = uuid.SafeUUID.unknown  # an enum member: looked up once, not per id
+
+
+def _uuid4(bits: int) -> uuid.UUID:
+    """`uuid.UUID(int=bits, version=4)` without its checks and keyword handling, which cost
+    more than the rest of writing a row: the version and variant bits are set as it sets
+    them, and the two slots filled as its constructor fills them."""
+    value = object.__new__(uuid.UUID)
+    object.__setattr__(value, "int", (bits & _VERSION_4_CLEAR) | _VERSION_4_SET)
+    object.__setattr__(value, "is_safe", _SAFE_UNKNOWN)
+    return value
+
+
+def _row(dialect: Dialect, item: Item, row_id: Any) -> list[Any]:
+    """The `send` parameters of one message: its new row id, its Expires, headers and body."""
+    message, decision = item
+    return [
+        row_id,
+        dialect.encode_timestamp(message.expires),
+        decision.headers_text,
+        message.body,
+    ]
