@@ -294,7 +294,10 @@ def _status(config: BridgeConfig, args: argparse.Namespace) -> int:
     status = collect_status(config)
     print(render_json(status) if args.json else render_text(status))
     unavailable = any("error" in forwarder for forwarder in status["forwarders"])
-    return ExitCode.UNAVAILABLE if unavailable else ExitCode.OK
+    if unavailable:
+        return ExitCode.UNAVAILABLE
+    # Nothing is forwarded while no daemon runs: a script or a check must not read it as fine.
+    return ExitCode.OK if status["daemons_running"] else ExitCode.FAILED
 
 
 def _send(config: BridgeConfig, args: argparse.Namespace) -> int:

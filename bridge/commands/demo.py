@@ -221,6 +221,7 @@ def run_demo(folder: str | None = None, message_count: int = 5) -> int:
         return ExitCode.FAILED
     finally:
         daemon.stop()
+        daemon.heartbeat.stopped()
 
     account.step("Result")
     orders, replies = sample.orders_received(), sample.replies_received()

@@ -1,5 +1,7 @@
-"""`sfbridge status`: per forwarder, what is queued, waiting for retry, in error, and counters;
-per destination database, whether the daemon sees it up, since when, and what waits for it."""
+"""`sfbridge status`: first, which daemons run (`bridge.storage.daemons`); per forwarder, what
+is queued, waiting for retry, in error, and counters; per destination database, whether the
+daemon sees it up, since when, and what waits for it. States written by a daemon that no
+longer runs are shown as such: they describe the past."""
 
 from __future__ import annotations
 
@@ -14,37 +16,100 @@ from bridge.drivers import Connection
 from bridge.exceptions import DatabaseError, TableNotFound
 from bridge.forwarding.in_doubt import old_prepared_transactions
 from bridge.forwarding.proxies import proxy_destination
+from bridge.storage.daemons import DaemonRecord, liveness, read_daemons
 from bridge.storage.destination_states import read_forwarder_states, read_states
 from bridge.storage.queue_depths import read_pause_state, read_queue_depths
 from bridge.storage.tables import ForwarderTables, forwarder_tables
 
-# Destination states older than this were written by a daemon that is probably not running.
+# States older than this whose writer is not in the daemons table (an sfbridge from before it)
+# were written by a daemon that is probably not running.
 STALE_STATE_SECONDS = 120.0
 
 
-def collect_status(config: BridgeConfig) -> dict[str, list[dict[str, Any]]]:
+def collect_status(config: BridgeConfig) -> dict[str, Any]:
     """`forwarders`: one dict per forwarder (a database that cannot be read gives an `error`
     entry instead); `destinations`: one dict per destination database the daemon has seen or
     that messages wait for."""
     connections = Connections(config.databases)
     try:
+        daemons = _daemons(config, connections)
+        running = {entry["daemon"] for entry in daemons if entry["state"] == "running"}
+        states = {entry["daemon"]: entry["state"] for entry in daemons}
         forwarders = [
-            _forwarder_status(config, name, connections)
+            _forwarder_status(config, name, connections, states)
             for name in (forwarder.name for forwarder in config.forwarders)
         ]
         old, _ = old_prepared_transactions(config, connections)
         return {
+            "daemons": daemons,
+            "daemons_running": len(running),
             "forwarders": forwarders,
-            "destinations": _destinations(config, connections),
+            "destinations": _destinations(config, connections, states),
             "prepared_transactions": old,
         }
     finally:
         connections.close()
 
 
-def _destinations(config: BridgeConfig, connections: Connections) -> list[dict[str, Any]]:
+def _daemons(config: BridgeConfig, connections: Connections) -> list[dict[str, Any]]:
+    """Every daemon any forwarding database knows, with its newest heartbeat among them."""
+    newest: dict[str, DaemonRecord] = {}
+    seen_in: dict[str, list[str]] = {}
+    done: set[str] = set()
+    for forwarder in config.forwarders:
+        if forwarder.database in done:
+            continue
+        done.add(forwarder.database)
+        dialect = dialect_for(config.databases[forwarder.database].dialect)
+        table = forwarder_tables(config, forwarder).daemons
+        try:
+            connection = connections.get(forwarder.database)
+            connection.begin()
+            try:
+                records = read_daemons(connection, dialect, table)
+            except TableNotFound:  # no daemon has run here yet (or an sfbridge before it)
+                records = []
+            finally:
+                connection.rollback()
+        except DatabaseError:
+            connections.discard(forwarder.database)
+            continue
+        for record in records:
+            seen_in.setdefault(record.daemon, []).append(forwarder.database)
+            known = newest.get(record.daemon)
+            if known is None or (record.state, record.heartbeat_at) > (
+                known.state,
+                known.heartbeat_at,
+            ):
+                newest[record.daemon] = record
+    now = datetime.now(UTC).replace(tzinfo=None)
+    entries = []
+    for record in sorted(newest.values(), key=lambda r: (r.started_at, r.daemon)):
+        entries.append(
+            {
+                "daemon": record.daemon,
+                "host": record.host,
+                "pid": record.pid,
+                "state": liveness(record, now),
+                "started": _iso(record.started_at),
+                "last_heartbeat": _iso(record.heartbeat_at),
+                "seconds_since_heartbeat": round(
+                    max((now - record.heartbeat_at).total_seconds(), 0.0), 1
+                ),
+                "heartbeat_seconds": record.heartbeat_seconds,
+                "stopped": _iso(record.stopped_at),
+                "forwarding_databases": seen_in[record.daemon],
+            }
+        )
+    return entries
+
+
+def _destinations(
+    config: BridgeConfig, connections: Connections, daemons: dict[str, str]
+) -> list[dict[str, Any]]:
     """Merge what every forwarding database holds: the newest state row per destination, and
-    the number of messages waiting for it in each retry storage."""
+    the number of messages waiting for it in each retry storage. `daemons`: each known
+    daemon's liveness, to tell a state of the past from a current one."""
     states: dict[str, dict[str, Any]] = {}
     waiting: dict[str, int] = {}
     next_attempt: dict[str, Any] = {}
@@ -88,14 +153,16 @@ def _destinations(config: BridgeConfig, connections: Connections) -> list[dict[s
         else:
             row = state
             age = (now - row["updated_at"]).total_seconds()
+            reporter = daemons.get(row["reported_by"])
             entry.update(
                 state=row["state"],
                 since=_iso(row["since"]),
                 last_error=row["last_error"],
                 next_probe_at=_iso(row["next_probe_at"]),
                 seen_seconds_ago=round(max(age, 0.0), 1),
-                stale=age > STALE_STATE_SECONDS,
+                stale=_stale(reporter, age),
                 reported_by=row["reported_by"],
+                reporter_state=reporter,
             )
         if name in next_attempt:
             entry["next_attempt_at"] = _iso(next_attempt[name])
@@ -103,7 +170,17 @@ def _destinations(config: BridgeConfig, connections: Connections) -> list[dict[s
     return result
 
 
-def _forwarder_status(config: BridgeConfig, name: str, connections: Connections) -> dict[str, Any]:
+def _stale(reporter: str | None, age: float) -> bool:
+    """Whether a state row no longer describes now: its daemon is known and not running, or
+    (a daemon the daemons table does not know) it was not refreshed for long."""
+    if reporter is not None:
+        return reporter != "running"
+    return age > STALE_STATE_SECONDS
+
+
+def _forwarder_status(
+    config: BridgeConfig, name: str, connections: Connections, daemons: dict[str, str]
+) -> dict[str, Any]:
     forwarder = config.forwarder(name)
     database = config.databases[forwarder.database]
     dialect = dialect_for(database.dialect)
@@ -120,7 +197,7 @@ def _forwarder_status(config: BridgeConfig, name: str, connections: Connections)
     try:
         connection = connections.get(forwarder.database)
         # First, and apart: it is what tells why the rest may not be readable (a locked queue).
-        status["failing"] = _failing(connection, dialect, tables, forwarder.name)
+        status["failing"] = _failing(connection, dialect, tables, forwarder.name, daemons)
     except DatabaseError:
         connections.discard(forwarder.database)
         status["failing"] = []
@@ -174,10 +251,14 @@ def _forwarder_status(config: BridgeConfig, name: str, connections: Connections)
 
 
 def _failing(
-    connection: Connection, dialect: Dialect, tables: ForwarderTables, forwarder: str
+    connection: Connection,
+    dialect: Dialect,
+    tables: ForwarderTables,
+    forwarder: str,
+    daemons: dict[str, str],
 ) -> list[dict[str, Any]]:
     """What daemons running now say about the forwarder's batches failing (the forwarder
-    states table; rows of daemons not heard from for `STALE_STATE_SECONDS` are left out)."""
+    states table; rows of daemons that are not running are left out)."""
     connection.begin()
     try:
         rows = read_forwarder_states(connection, dialect, tables.forwarder_states)
@@ -189,7 +270,8 @@ def _failing(
     failing = []
     for row in rows:
         age = (now - row["updated_at"]).total_seconds()
-        if row["forwarder"] != forwarder or row["state"] != "failing" or age > STALE_STATE_SECONDS:
+        stale = _stale(daemons.get(row["reported_by"]), age)
+        if row["forwarder"] != forwarder or row["state"] != "failing" or stale:
             continue
         failing.append(
             {
@@ -207,13 +289,15 @@ def _iso(moment: datetime | None) -> str | None:
     return moment.replace(tzinfo=UTC).isoformat(timespec="seconds") if moment else None
 
 
-def render_json(status: dict[str, list[dict[str, Any]]]) -> str:
+def render_json(status: dict[str, Any]) -> str:
     return json.dumps(status, indent=2)
 
 
-def render_text(status: dict[str, list[dict[str, Any]]]) -> str:
-    """A short table per forwarder, then one line or two per destination, for people."""
-    lines = _render_forwarders(status["forwarders"])
+def render_text(status: dict[str, Any]) -> str:
+    """Whether a daemon runs, a short table per forwarder, then one line or two per
+    destination, for people."""
+    lines = _render_daemons(status["daemons"])
+    lines.extend(_render_forwarders(status["forwarders"]))
     if status["destinations"]:
         lines.append("destination databases (as the daemon last saw them):")
     for destination in status["destinations"]:
@@ -227,6 +311,38 @@ def render_text(status: dict[str, list[dict[str, Any]]]) -> str:
     return "\n".join(lines)
 
 
+def _render_daemons(daemons: list[dict[str, Any]]) -> list[str]:
+    running = [entry for entry in daemons if entry["state"] == "running"]
+    if running:
+        lines = [f"daemons: {len(running)} running"]
+    elif daemons:
+        lines = [
+            "daemons: NONE RUNNING - nothing is forwarded; what follows is as last seen "
+            "(start it: systemctl start sfbridge, or sfbridge run)"
+        ]
+    else:
+        lines = [
+            "daemons: NONE RUNNING - no daemon has recorded itself in the forwarding "
+            "database(s) (start it: systemctl start sfbridge, or sfbridge run)"
+        ]
+    for entry in daemons:
+        name, ago = entry["daemon"], _human(entry["seconds_since_heartbeat"])
+        if entry["state"] == "running":
+            lines.append(f"  {name:<24} running since {entry['started']}, last heartbeat {ago} ago")
+        elif entry["state"] == "stopped":
+            lines.append(
+                f"  {name:<24} stopped at {entry['stopped']} (a clean stop; started "
+                f"{entry['started']})"
+            )
+        else:
+            lines.append(
+                f"  {name:<24} MISSING: no heartbeat for {ago} (every "
+                f"{entry['heartbeat_seconds']:g} s expected): killed, or its host or network "
+                "is down; started " + str(entry["started"])
+            )
+    return lines
+
+
 def _render_destination(entry: dict[str, Any]) -> list[str]:
     name, state = entry["database"], entry["state"]
     waiting = f"{entry['waiting']} waiting"
@@ -234,10 +350,13 @@ def _render_destination(entry: dict[str, Any]) -> list[str]:
         return [f"  {name:<12} {waiting}; no daemon has reported on it"]
     since = entry["since"]
     seen = f"seen {_human(entry['seen_seconds_ago'])} ago by {entry['reported_by']}"
-    if entry["stale"]:
+    if entry.get("reporter_state") in ("stopped", "missing"):
+        seen += f", which is {entry['reporter_state']}: not current"
+    elif entry["stale"]:
         seen += " - stale: is the daemon running?"
     if state == "up":
-        return [f"  {name:<12} up since {since}; {waiting} ({seen})"]
+        was = "was up" if entry["stale"] else "up"
+        return [f"  {name:<12} {was} since {since}; {waiting} ({seen})"]
     label = "DOWN" if state == "unreachable" else "NOT READY"
     return [
         f"  {name:<12} {label} since {since}; {waiting}; next probe {entry['next_probe_at']} "

@@ -168,6 +168,13 @@ class PublishConfig:
 
 
 @dataclass(frozen=True)
+class DaemonConfig:
+    """`heartbeat`: how often a running daemon records that it is alive (seconds)."""
+
+    heartbeat: float = 5.0
+
+
+@dataclass(frozen=True)
 class LoggingConfig:
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
@@ -194,6 +201,7 @@ class BridgeConfig:
     delivery: DeliveryConfig = field(default_factory=DeliveryConfig)
     install: InstallConfig = field(default_factory=InstallConfig)
     ledger: LedgerConfig = field(default_factory=LedgerConfig)
+    daemon: DaemonConfig = field(default_factory=DaemonConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     sentry: SentryConfig = field(default_factory=SentryConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)

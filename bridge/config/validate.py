@@ -15,6 +15,7 @@ from typing import Any
 from bridge.config.cross_checks import check_across_keys
 from bridge.config.model import (
     BridgeConfig,
+    DaemonConfig,
     DatabaseConfig,
     DeliveryConfig,
     ForwarderConfig,
@@ -70,6 +71,7 @@ def _build(document: Document, source_path: str | None) -> BridgeConfig:
         delivery=DeliveryConfig(**mappings["delivery"]),
         install=InstallConfig(**mappings["install"]),
         ledger=LedgerConfig(**mappings["ledger"]),
+        daemon=DaemonConfig(**mappings["daemon"]),
         logging=LoggingConfig(**mappings["logging"]),
         sentry=SentryConfig(**mappings["sentry"]),
         metrics=MetricsConfig(**mappings["metrics"]),

@@ -5,10 +5,11 @@ interval, like the NServiceBus transport's own receive loop. Every worker also f
 retries, one retry batch in turn with one queue batch while both have work, so a backlog
 that built up during an outage drains at full speed without holding up new messages.
 Scheduled jobs probe destination databases in trouble (one probe per database per interval,
-so no worker waits on a dead database), publish their states for `status`, and clean up
-ledgers. SIGTERM / SIGINT let every worker finish the batch it holds (each batch is one
-source transaction, so stopping between batches loses nothing) and exit 0. SIGHUP reloads
-the configuration, keeping the old one if the new one is invalid.
+so no worker waits on a dead database), publish their states and this daemon's heartbeat for
+`status`, and clean up ledgers. SIGTERM / SIGINT let every worker finish the batch it holds
+(each batch is one source transaction, so stopping between batches loses nothing), record the
+daemon stopped and exit 0. SIGHUP reloads the configuration, keeping the old one if the new one
+is invalid.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from bridge.config.model import BridgeConfig, ForwarderConfig
 from bridge.connections import Connections
 from bridge.daemon.forwarder_health import ForwarderHealth
+from bridge.daemon.heartbeat import Heartbeat
 from bridge.daemon.metrics import SAMPLE_INTERVAL, BridgeMetrics
 from bridge.daemon.observability import report_exception
 from bridge.daemon.state_publisher import StatePublisher
@@ -240,6 +242,8 @@ class Daemon:
         # Whether each forwarder's batches succeed; kept across reloads, like the metrics.
         self.health = ForwarderHealth()
         self._outages: OutageTracker | None = None
+        # This process in every forwarding database's daemons table, for `status`.
+        self.heartbeat = Heartbeat(config)
         # Worker threads still inside a database call when the daemon stopped (see `stop`).
         self.abandoned: list[str] = []
 
@@ -300,6 +304,7 @@ class Daemon:
                 notify("WATCHDOG=1")
         notify("STOPPING=1")
         self.stop()
+        self.heartbeat.stopped()
         log.info("stopped; forwarded since start: %s", _format_counts(self.totals()))
         return ExitCode.OK
 
@@ -393,6 +398,16 @@ class Daemon:
         self._scheduler.add_job(
             publisher.publish, "interval", seconds=2, max_instances=1, coalesce=True
         )
+        for database in self.heartbeat.forwarding_databases():
+            self._scheduler.add_job(
+                self.heartbeat.beat,
+                "interval",
+                args=[database],
+                seconds=self.config.daemon.heartbeat,
+                max_instances=1,
+                coalesce=True,
+                next_run_time=datetime.now(UTC),
+            )
         self._scheduler.add_job(
             self._log_progress, "interval", seconds=60, max_instances=1, coalesce=True
         )
@@ -480,6 +495,7 @@ class Daemon:
         self.stop()
         self._earlier_totals = self.totals()
         self.config = new_config
+        self.heartbeat.use_config(new_config)
         self.start()
         notify("READY=1")
 

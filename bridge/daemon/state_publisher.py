@@ -5,8 +5,6 @@ forwarder health's states into every forwarding database, on change and every
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -18,16 +16,12 @@ from bridge.dialects import dialect_for
 from bridge.drivers import Connection
 from bridge.exceptions import DatabaseError, TableNotFound
 from bridge.outages import OutageTracker
+from bridge.storage.daemons import this_daemon
 from bridge.storage.tables import create_tables, forwarder_table_steps, forwarder_tables
 
 log = logging.getLogger(__name__)
 
 HEARTBEAT_SECONDS = 30.0
-
-
-def reporter_name() -> str:
-    """Who wrote a state row: host and process id."""
-    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 class StatePublisher:
@@ -41,7 +35,7 @@ class StatePublisher:
         self._health = health
         self._published_version: tuple[int, int] = (-1, -1)
         self._published_at = 0.0
-        self._reporter = reporter_name()
+        self._reporter = this_daemon()  # who wrote a state row: host and process id
 
     def publish(self, *, force: bool = False) -> None:
         """Write the states if they changed (or the heartbeat is due). Never raises."""

@@ -189,6 +189,10 @@ STATEMENT_NAMES = frozenset(
         "forwarder_states_read",
         "destination_state_save",
         "destination_states_read",
+        "create_daemons_table",
+        "daemon_save",
+        "daemons_read",
+        "daemons_forget",
         "create_pauses_table",
         "pause_set",
         "pause_clear",
@@ -212,6 +216,7 @@ EVENT_TYPES_TABLE = "sfbridge_event_types"
 DESTINATION_STATES_TABLE = "sfbridge_destination_states"
 FORWARDER_STATES_TABLE = "sfbridge_forwarder_states"
 PAUSES_TABLE = "sfbridge_pauses"
+DAEMONS_TABLE = "sfbridge_daemons"
 # What the bridge's global transaction ids are made of (never quoted by a driver: see
 # `Dialect.with_gid`).
 GID_PATTERN = re.compile(r"[A-Za-z0-9:-]{1,200}")

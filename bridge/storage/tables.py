@@ -2,11 +2,11 @@
 
 The bridge owns, in each forwarding database, the forwarding queue (its input queue, as an
 endpoint owns its own), the error queue, retry storage, counters, event types, destination and
-forwarder states, and where the dialect keeps them the transaction records of
-`bridge.forwarding.transactions`; in each destination database reached with `transaction: ledger`,
-the dedup ledger (see `bridge.storage.ledger`). `sfbridge install` creates them all up front. The
-daemon creates one it finds missing while it works (unless `install.at_runtime` is false), so a
-database that is dropped and recreated heals.
+forwarder states, the daemons working on it, and where the dialect keeps them the transaction
+records of `bridge.forwarding.transactions`; in each destination database reached with
+`transaction: ledger`, the dedup ledger (see `bridge.storage.ledger`). `sfbridge install`
+creates them all up front. The daemon creates one it finds missing while it works (unless
+`install.at_runtime` is false), so a database that is dropped and recreated heals.
 Destination queues are never created by the bridge: they belong to the receiving endpoints.
 """
 
@@ -22,6 +22,7 @@ from bridge.config.model import BridgeConfig, ForwarderConfig
 from bridge.dialects import Dialect, dialect_for
 from bridge.dialects.base import (
     COUNTERS_TABLE,
+    DAEMONS_TABLE,
     DESTINATION_STATES_TABLE,
     EVENT_TYPES_TABLE,
     FORWARDER_STATES_TABLE,
@@ -50,6 +51,7 @@ class ForwarderTables:
     event_types: TableAddress
     destination_states: TableAddress
     forwarder_states: TableAddress
+    daemons: TableAddress
     pauses: TableAddress
     queue_canonical: str
     # The queue as `NServiceBus.FailedQ` names it: with its catalog, where addresses have
@@ -74,6 +76,7 @@ def forwarder_tables(config: BridgeConfig, forwarder: ForwarderConfig) -> Forwar
         event_types=dialect.bridge_table(EVENT_TYPES_TABLE, database.schema),
         destination_states=dialect.bridge_table(DESTINATION_STATES_TABLE, database.schema),
         forwarder_states=dialect.bridge_table(FORWARDER_STATES_TABLE, database.schema),
+        daemons=dialect.bridge_table(DAEMONS_TABLE, database.schema),
         pauses=dialect.bridge_table(PAUSES_TABLE, database.schema),
         queue_canonical=grammar.render(queue),
         failed_queue=grammar.render(
@@ -135,6 +138,7 @@ def forwarder_table_steps(config: BridgeConfig, forwarder: ForwarderConfig) -> l
         "create_forwarder_states_table",
         "forwarder_states",
     )
+    step("daemons", tables.daemons, "create_daemons_table", "daemons")
     step("pauses", tables.pauses, "create_pauses_table", "pauses")
     if dialect.records_transactions:
         step("transactions table", tables.transactions, "create_transactions_table", "transactions")

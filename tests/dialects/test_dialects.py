@@ -38,6 +38,7 @@ TABLE_PLACEHOLDERS = {
     "event_types",
     "destination_states",
     "forwarder_states",
+    "daemons",
     "pauses",
     "transactions",
     "table",

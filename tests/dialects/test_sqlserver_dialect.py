@@ -48,6 +48,7 @@ TABLE_PLACEHOLDERS = {
     "event_types",
     "destination_states",
     "forwarder_states",
+    "daemons",
     "pauses",
     "table",
 }
@@ -501,6 +502,10 @@ PARAMETERS: dict[str, int] = {
     "destination_states_read": 0,
     "forwarder_state_save": 7,
     "forwarder_states_read": 0,
+    # daemon, host, pid, started, heartbeat at, heartbeat interval, state, stopped at
+    "daemon_save": 8,
+    "daemons_read": 0,
+    "daemons_forget": 4,  # forgotten before, host, this daemon, missing before
     "table_probe": 0,
     "receive_range": 4,  # first, last, limit, byte budget
     "subscribers_by_endpoint": 2,  # endpoint, queue address

@@ -91,6 +91,7 @@ def _runs() -> list[tuple[str, Run]]:
         ("create_event_types_table", Run()),
         ("create_destination_states_table", Run()),
         ("create_forwarder_states_table", Run()),
+        ("create_daemons_table", Run()),
         ("create_pauses_table", Run()),
         ("retry_add_destination_database", Run()),
         ("send", Run(send, check=lambda count: count == 1)),
@@ -175,6 +176,17 @@ def _runs() -> list[tuple[str, Run]]:
         (
             "forwarder_states_read",
             Run(query=True, check=lambda rows: [(r[2], r[4]) for r in rows] == [("ok", 0)]),
+        ),
+        ("daemon_save", Run(("host:1", "host", 1, NOW, NOW, 5.0, "running", None))),
+        ("daemon_save", Run(("host:1", "host", 1, NOW, later, 5.0, "stopped", later))),
+        ("daemon_save", Run(("host:2", "host", 2, later, later, 5.0, "running", None))),
+        (
+            "daemons_read",
+            Run(query=True, check=lambda rows: [r[6] for r in rows] == ["stopped", "running"]),
+        ),
+        (
+            "daemons_forget",
+            Run((NOW, "host", "host:2", NOW), check=lambda count: count == 1),
         ),
         ("pause_set", Run(("sender", "", NOW, "upgrade"))),
         ("pause_set", Run(("sender", "", later, "still"))),

@@ -79,7 +79,7 @@ def installed(tmp_path: Path, databases: tuple[str, str]) -> dict[str, Any]:
 
 def status(setup: dict[str, Any]) -> dict[str, Any]:
     result = sfbridge("-c", str(setup["config"]), "status", "--json", env=setup["env"])
-    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.returncode in (0, 1), result.stdout + result.stderr  # 1: no daemon running
     return json.loads(result.stdout)["forwarders"][0]
 
 

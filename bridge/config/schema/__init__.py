@@ -35,10 +35,11 @@ from bridge.config.schema.forwarding import (
     SUBSCRIPTION_TABLES,
     SUBSCRIPTIONS,
 )
-from bridge.config.schema.operations import LOGGING, METRICS, SENTRY
+from bridge.config.schema.operations import DAEMON, LOGGING, METRICS, SENTRY
 
 __all__ = [
     "CATALOG_DIALECTS",
+    "DAEMON",
     "DATABASES",
     "DELIVERY",
     "DIALECTS",
@@ -76,6 +77,7 @@ SCHEMA: Final[tuple[Section, ...]] = (
     DELIVERY,
     INSTALL,
     LEDGER,
+    DAEMON,
     LOGGING,
     SENTRY,
     METRICS,

@@ -126,7 +126,8 @@ INSTALL = Section(
     model=InstallConfig,
     description=(
         "Creating the bridge's own tables (forwarding and error queues, retry storage, counters, "
-        "event types and destination states in forwarding databases; the dedup ledger in "
+        "event types, destination and forwarder states and daemons in forwarding databases; the "
+        "dedup ledger in "
         "destination databases). `sfbridge install` creates them all; `install --print-sql` "
         "prints the DDL for a DBA."
     ),

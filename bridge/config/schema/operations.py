@@ -1,12 +1,39 @@
-"""The schema's sections about running the daemon: `logging`, `sentry` and `metrics`."""
+"""The schema's sections about running the daemon: `daemon`, `logging`, `sentry` and `metrics`."""
 
 from __future__ import annotations
 
 from bridge.config.keys import Key, Section
 from bridge.config.model import (
+    DaemonConfig,
     LoggingConfig,
     MetricsConfig,
     SentryConfig,
+)
+
+DAEMON = Section(
+    name="daemon",
+    shape="mapping",
+    model=DaemonConfig,
+    description=(
+        "The running daemon itself. Each daemon records itself in every forwarding database "
+        "(`sfbridge_daemons`): host, process id, when it started, its last heartbeat, and "
+        "`stopped` when it stops cleanly; `sfbridge status` reads it."
+    ),
+    keys=(
+        Key(
+            "heartbeat",
+            "duration",
+            "How often a running daemon records that it is alive. `status` calls a daemon "
+            "`missing` (killed, or its host or database gone) after three heartbeats without "
+            "one, so 5s tells a killed daemon within about 15 s for one small write per "
+            "forwarding database every 5 s; a warning outside 1s..60s.",
+            example="5s",
+            default=5.0,
+            minimum=0,
+            exclusive_minimum=True,
+            warn_outside=(1.0, 60.0),
+        ),
+    ),
 )
 
 LOGGING = Section(

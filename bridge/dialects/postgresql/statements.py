@@ -255,6 +255,35 @@ STATEMENTS: dict[str, str] = {
     "forwarder_states_read": """
         SELECT forwarder, reported_by, state, since, failures, last_error, updated_at
         FROM {forwarder_states} ORDER BY forwarder, reported_by""",
+    # Which daemons run on this forwarding database (`bridge.storage.daemons`): one row per
+    # daemon process, its heartbeat, and whether it stopped cleanly.
+    "create_daemons_table": """
+        CREATE TABLE IF NOT EXISTS {daemons} (
+            daemon varchar(200) NOT NULL PRIMARY KEY,
+            host varchar(200) NOT NULL,
+            pid bigint NOT NULL,
+            started_at timestamp NOT NULL,
+            heartbeat_at timestamp NOT NULL,
+            heartbeat_seconds double precision NOT NULL,
+            state varchar(20) NOT NULL,
+            stopped_at timestamp
+        )""",
+    "daemon_save": """
+        INSERT INTO {daemons} AS d (daemon, host, pid, started_at, heartbeat_at,
+                                    heartbeat_seconds, state, stopped_at)
+        VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (daemon) DO UPDATE SET
+            host = EXCLUDED.host, pid = EXCLUDED.pid, started_at = EXCLUDED.started_at,
+            heartbeat_at = EXCLUDED.heartbeat_at, heartbeat_seconds = EXCLUDED.heartbeat_seconds,
+            state = EXCLUDED.state, stopped_at = EXCLUDED.stopped_at""",
+    "daemons_read": """
+        SELECT daemon, host, pid, started_at, heartbeat_at, heartbeat_seconds, state, stopped_at
+        FROM {daemons} ORDER BY started_at, daemon""",
+    # A daemon starting forgets daemons not heard from for long, and its own host's earlier
+    # runs that ended (cleanly, or so long ago they are missing): nothing left to tell.
+    "daemons_forget": """
+        DELETE FROM {daemons}
+        WHERE heartbeat_at < ?
+           OR (host = ? AND daemon <> ? AND (state = 'stopped' OR heartbeat_at < ?))""",
     # Pauses: destination_database '' pauses the whole forwarder. Pausing again keeps the time
     # the pause began and takes the new reason.
     "create_pauses_table": """

@@ -131,6 +131,18 @@ _FORWARDER_STATES_DDL = """
         PRIMARY KEY (forwarder, reported_by)
     )"""
 
+_DAEMONS_DDL = """
+    CREATE TABLE {daemons} (
+        daemon nvarchar(200) NOT NULL PRIMARY KEY,
+        host nvarchar(200) NOT NULL,
+        pid bigint NOT NULL,
+        started_at datetime2 NOT NULL,
+        heartbeat_at datetime2 NOT NULL,
+        heartbeat_seconds float NOT NULL,
+        state nvarchar(20) NOT NULL,
+        stopped_at datetime2 NULL
+    )"""
+
 _PAUSES_DDL = """
     CREATE TABLE {pauses} (
         forwarder nvarchar(200) NOT NULL,
@@ -371,6 +383,32 @@ STATEMENTS: dict[str, str] = {
     "forwarder_states_read": """
         SELECT forwarder, reported_by, state, since, failures, last_error, updated_at
         FROM {forwarder_states} ORDER BY forwarder, reported_by""",
+    # Which daemons run on this forwarding database (`bridge.storage.daemons`): one row per
+    # daemon process, its heartbeat, and whether it stopped cleanly.
+    "create_daemons_table": _create_if_missing("daemons", _DAEMONS_DDL),
+    "daemon_save": """
+        DECLARE @daemon nvarchar(200) = ?, @host nvarchar(200) = ?, @pid bigint = ?,
+                @started_at datetime2 = ?, @heartbeat_at datetime2 = ?,
+                @heartbeat_seconds float = ?, @state nvarchar(20) = ?,
+                @stopped_at datetime2 = ?;
+        UPDATE {daemons} WITH (UPDLOCK, HOLDLOCK)
+        SET host = @host, pid = @pid, started_at = @started_at, heartbeat_at = @heartbeat_at,
+            heartbeat_seconds = @heartbeat_seconds, state = @state, stopped_at = @stopped_at
+        WHERE daemon = @daemon;
+        IF @@ROWCOUNT = 0
+            INSERT INTO {daemons} (daemon, host, pid, started_at, heartbeat_at,
+                                   heartbeat_seconds, state, stopped_at)
+            VALUES (@daemon, @host, @pid, @started_at, @heartbeat_at, @heartbeat_seconds,
+                    @state, @stopped_at)""",
+    "daemons_read": """
+        SELECT daemon, host, pid, started_at, heartbeat_at, heartbeat_seconds, state, stopped_at
+        FROM {daemons} ORDER BY started_at, daemon""",
+    # A daemon starting forgets daemons not heard from for long, and its own host's earlier
+    # runs that ended (cleanly, or so long ago they are missing): nothing left to tell.
+    "daemons_forget": """
+        DELETE FROM {daemons}
+        WHERE heartbeat_at < ?
+           OR (host = ? AND daemon <> ? AND (state = 'stopped' OR heartbeat_at < ?))""",
     # Pauses: destination_database '' pauses the whole forwarder. Pausing again keeps the time
     # the pause began and takes the new reason.
     "create_pauses_table": _create_if_missing("pauses", _PAUSES_DDL),

@@ -1,0 +1,112 @@
+"""The daemon's side of `bridge.storage.daemons`: recording in every forwarding database that
+this daemon runs, every `daemon.heartbeat`, and that it stopped, when it stops cleanly.
+
+Each forwarding database gets a heartbeat job of its own, so one that does not answer (a
+write waits up to its connect and query timeouts) delays only its own row, never another
+database's: there, this daemon would otherwise look missing while it runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+from datetime import UTC, datetime
+
+from bridge.config.model import BridgeConfig
+from bridge.connections import Connections
+from bridge.dialects import dialect_for
+from bridge.exceptions import DatabaseError, TableNotFound
+from bridge.storage.daemons import DaemonRecord, forget_daemons, save_daemon, this_daemon
+from bridge.storage.tables import create_tables, forwarder_table_steps, forwarder_tables
+
+log = logging.getLogger(__name__)
+
+
+class Heartbeat:
+    """One per daemon process; kept across reloads (the process, and its start, stay)."""
+
+    def __init__(self, config: BridgeConfig) -> None:
+        self.config = config
+        self._started_at = _utcnow()
+        # Per database: its connection and a lock that keeps a heartbeat in flight and the
+        # `stopped` record from overlapping (a late `running` after `stopped` would undo it).
+        self._connections: dict[str, Connections] = {}
+        self._locks: dict[str, threading.Lock] = {}
+        self._guard = threading.Lock()
+        self._stopping = False
+        self._introduced: set[str] = set()  # databases where earlier daemons were forgotten
+
+    def forwarding_databases(self) -> list[str]:
+        return list(dict.fromkeys(forwarder.database for forwarder in self.config.forwarders))
+
+    def use_config(self, config: BridgeConfig) -> None:
+        """A reload: a forwarding database the new configuration drops learns that this
+        daemon stopped working on it."""
+        for database in set(self.forwarding_databases()) - {f.database for f in config.forwarders}:
+            self._record(database, "stopped")
+        self.config = config
+
+    def beat(self, database: str) -> None:
+        """Record in `database` that this daemon runs (the scheduled job). Never raises."""
+        self._record(database, "running")
+
+    def stopped(self) -> None:
+        """Record in every forwarding database that this daemon stopped; then close."""
+        self._stopping = True
+        for database in self.forwarding_databases():
+            self._record(database, "stopped")
+            with self._lock_of(database):
+                self._connections.pop(database).close()
+
+    def _lock_of(self, database: str) -> threading.Lock:
+        with self._guard:
+            return self._locks.setdefault(database, threading.Lock())
+
+    def _record(self, database: str, state: str) -> None:
+        with self._lock_of(database):
+            if state == "running" and self._stopping:
+                return
+            connections = self._connections.setdefault(database, Connections(self.config.databases))
+            try:
+                self._write(connections, database, state)
+            except DatabaseError as error:
+                connections.discard(database)
+                log.debug("heartbeat not written to '%s': %s", database, error)
+
+    def _write(self, connections: Connections, database: str, state: str) -> None:
+        forwarder = next(f for f in self.config.forwarders if f.database == database)
+        now = _utcnow()
+        record = DaemonRecord(
+            daemon=this_daemon(),
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            started_at=self._started_at,
+            heartbeat_at=now,
+            heartbeat_seconds=self.config.daemon.heartbeat,
+            state="stopped" if state == "stopped" else "running",
+            stopped_at=now if state == "stopped" else None,
+        )
+        dialect = dialect_for(self.config.databases[database].dialect)
+        table = forwarder_tables(self.config, forwarder).daemons
+        connection = connections.get(database)
+        for attempt in (1, 2):
+            try:
+                connection.begin()
+                if database not in self._introduced:
+                    forget_daemons(connection, dialect, table, record)
+                save_daemon(connection, dialect, table, record)
+                connection.commit()
+                self._introduced.add(database)
+                return
+            except TableNotFound:
+                connection.rollback()
+                if attempt == 2 or not self.config.install.at_runtime:
+                    raise
+                steps = forwarder_table_steps(self.config, forwarder)
+                create_tables(connection, dialect, steps, only_missing=True)
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC).replace(tzinfo=None)
