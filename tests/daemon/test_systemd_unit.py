@@ -39,13 +39,11 @@ def _commented_settings() -> set[str]:
     }
 
 
-def _verifiable_copy(directory: Path, *, uncomment_hardening: bool = False) -> Path:
+def _verifiable_copy(directory: Path) -> Path:
     """The unit with ExecStart pointing at an executable that exists on this machine."""
     text = UNIT.read_text(encoding="utf-8")
     assert f"ExecStart={INSTALLED_SCRIPT} " in text
     text = text.replace(f"ExecStart={INSTALLED_SCRIPT} ", f"ExecStart={sys.executable} ")
-    if uncomment_hardening:
-        text = re.sub(r"^#([A-Z][A-Za-z]+=)", r"\1", text, flags=re.M)
     copy = directory / "sfbridge.service"
     copy.write_text(text, encoding="utf-8")
     return copy
@@ -68,14 +66,6 @@ def test_the_unit_passes_systemd_analyze_verify_without_any_warning(tmp_path: Pa
     result = _verify(_verifiable_copy(tmp_path))
     assert result.returncode == 0, result.stderr
     # verify prints warnings (unknown keys, bad values) on stderr and still exits 0.
-    assert result.stderr == ""
-
-
-def test_the_unit_with_the_hardening_block_enabled_passes_verify_too(tmp_path: Path) -> None:
-    copy = _verifiable_copy(tmp_path, uncomment_hardening=True)
-    assert "\nProtectSystem=strict\n" in copy.read_text(encoding="utf-8")
-    result = _verify(copy)
-    assert result.returncode == 0, result.stderr
     assert result.stderr == ""
 
 
@@ -129,32 +119,63 @@ def test_secrets_come_from_an_optional_environment_file() -> None:
     assert _service_settings()["EnvironmentFile"] == ["-/etc/sfbridge/sfbridge.env"]
 
 
-def test_the_state_directory_is_var_lib_sfbridge() -> None:
-    assert _service_settings()["StateDirectory"] == ["sfbridge"]
-
-
-def test_the_hardening_block_is_present_but_commented_out() -> None:
+def test_hardening_is_on_by_default_each_setting_with_what_it_allows() -> None:
+    settings = _service_settings()
     expected = {
-        "NoNewPrivileges",
-        "ProtectSystem",
-        "ProtectHome",
-        "PrivateTmp",
-        "PrivateDevices",
-        "ProtectKernelTunables",
-        "ProtectKernelModules",
-        "ProtectKernelLogs",
-        "RestrictAddressFamilies",
-        "LockPersonality",
-        "MemoryDenyWriteExecute",
-        "SystemCallFilter",
-        "ReadWritePaths",
+        "NoNewPrivileges": "yes",
+        "ProtectSystem": "strict",
+        "ProtectHome": "yes",
+        "PrivateTmp": "yes",
+        "PrivateDevices": "yes",
+        "ProtectKernelTunables": "yes",
+        "ProtectKernelModules": "yes",
+        "ProtectKernelLogs": "yes",
+        "ProtectControlGroups": "yes",
+        "RestrictAddressFamilies": "AF_UNIX AF_INET AF_INET6",
+        "RestrictNamespaces": "yes",
+        "LockPersonality": "yes",
+        "MemoryDenyWriteExecute": "yes",
+        "SystemCallArchitectures": "native",
+        "SystemCallFilter": "@system-service",
+        "CapabilityBoundingSet": "",
+        "UMask": "0077",
     }
-    assert expected <= _commented_settings()
-    assert not expected & set(_service_settings())
+    assert {key: settings.get(key) for key in expected} == {
+        key: [value] for key, value in expected.items()
+    }
+    assert not _commented_settings(), "hardening is on: no setting is left commented out"
+    # Every setting of the block has a comment right above it (or above its group).
     text = UNIT.read_text(encoding="utf-8")
-    assert "#RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6\n" in text
-    assert "#SystemCallFilter=@system-service\n" in text
-    assert "#ReadWritePaths=/var/lib/sfbridge\n" in text
+    block = text[text.index("NoNewPrivileges=") - 200 : text.index("[Install]")]
+    for paragraph in block.split("\n\n")[1:]:
+        if paragraph.strip():
+            assert paragraph.lstrip().startswith("#"), paragraph
+
+
+def test_the_state_directory_stays_writable_and_private_to_the_service_user() -> None:
+    settings = _service_settings()
+    assert settings["StateDirectory"] == ["sfbridge"]
+    assert settings["StateDirectoryMode"] == ["0750"]
+    assert settings["WorkingDirectory"] == ["/var/lib/sfbridge"]
+
+
+def test_systemd_analyze_security_rates_the_unit_ok_or_better(tmp_path: Path) -> None:
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.skip("systemd-analyze is not installed; cannot rate the unit")
+    result = subprocess.run(
+        [analyze, "security", "--offline=yes", str(_verifiable_copy(tmp_path))],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    match = re.search(r"Overall exposure level for \S+: (\d+\.\d) (\w+)", result.stdout)
+    assert match, result.stdout + result.stderr
+    # 1.5 OK on systemd 252 (9.2 UNSAFE before); the issue asks for MEDIUM at most (< 7.0).
+    assert float(match.group(1)) <= 4.9 and match.group(2) in {"PERFECT", "SAFE", "OK"}, (
+        match.group(0)
+    )
 
 
 def test_the_environment_example_names_the_documented_secrets() -> None:
