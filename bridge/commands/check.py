@@ -23,6 +23,7 @@ from bridge.forwarding.proxies import proxy_destination
 from bridge.forwarding.subscriptions import SubscriberDirectory
 from bridge.messages import Forward, NoSubscribers, Publish
 from bridge.routing import Router
+from bridge.storage.grants import missing_create_right
 from bridge.storage.ledger import ledger_address, ledger_databases
 from bridge.storage.tables import forwarder_tables
 
@@ -245,22 +246,18 @@ def _missing_owned_table(
             f"{rendered} is missing and install.at_runtime is false: run 'sfbridge install' "
             "(or have a DBA run 'sfbridge install --print-sql')",
         )
-    schema = address.schema or ""
     try:
-        rows = connection.query(dialect.sql("can_create_tables", queue=address), (schema,))
-        connection.commit()
-        may_create = bool(rows and rows[0][0])
+        # What the daemon and `install` would run: the schema first where it is missing.
+        lacking = missing_create_right(connection, dialect, address.schema)
     except DatabaseError as error:
         connection.rollback()
         return Finding(False, subject, f"{rendered} is missing ({error.detail})")
-    if not may_create:
+    if lacking is not None:
         return Finding(
             False,
             subject,
-            f"{rendered} is missing and the bridge's login may not create tables in schema "
-            f"{schema!r}: have a DBA create it with the DDL from 'sfbridge install "
-            "--print-sql', or grant the login CREATE; until then its messages wait in retry "
-            "storage",
+            f"{rendered} is missing and {lacking.advice()}; until then its messages wait in "
+            "retry storage",
         )
     return Finding(
         True,

@@ -10,8 +10,10 @@ from collections.abc import Sequence
 
 from bridge.config.model import BridgeConfig
 from bridge.connections import connect
-from bridge.dialects import dialect_for
-from bridge.exceptions import TableNotFound
+from bridge.dialects import Dialect, dialect_for
+from bridge.drivers import Connection
+from bridge.exceptions import PermissionDenied, TableNotFound
+from bridge.storage.grants import lacking_right
 from bridge.storage.ledger import ledger_databases, ledger_steps
 from bridge.storage.tables import (
     TableStep,
@@ -69,7 +71,10 @@ def run_install(config: BridgeConfig) -> list[TableStep]:
         connection = connect(config.databases[database], create=True)
         try:
             dialect = dialect_for(config.databases[database].dialect)
-            create_tables(connection, dialect, database_steps, only_missing=False)
+            try:
+                create_tables(connection, dialect, database_steps, only_missing=False)
+            except PermissionDenied as error:
+                raise _with_grant(connection, dialect, database_steps, error) from None
             for forwarder in config.forwarders:
                 if forwarder.database == database:
                     retry = forwarder_tables(config, forwarder).retry
@@ -81,6 +86,18 @@ def run_install(config: BridgeConfig) -> list[TableStep]:
             connection.rollback()
             connection.close()
     return steps
+
+
+def _with_grant(
+    connection: Connection, dialect: Dialect, steps: list[TableStep], error: PermissionDenied
+) -> PermissionDenied:
+    """`error` with the exact GRANT the login lacks (for the first schema that needs one)."""
+    lacking = lacking_right(
+        connection, dialect, [step.table.schema for step in steps if step.table]
+    )
+    if lacking is None:
+        return error
+    return PermissionDenied(error.database, error.detail, advice=lacking.advice())
 
 
 def _retry_upgrades(config: BridgeConfig) -> list[str]:

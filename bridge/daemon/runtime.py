@@ -48,11 +48,13 @@ from bridge.forwarding.observers import ForwardingObserver, safe_observer
 from bridge.forwarding.spine import BatchForwarder, BatchReport, probe_interval
 from bridge.forwarding.writes import QueueWriter
 from bridge.outages import OutageTracker
+from bridge.storage.grants import lacking_right
 from bridge.storage.ledger import (
     RUNTIME_DDL_OFF_ADVICE,
     cannot_create_advice,
     cleanup_ledgers,
     ensure_ledger,
+    ledger_address,
     ledger_problem,
 )
 from bridge.storage.tables import forwarder_tables
@@ -207,8 +209,8 @@ def probe_databases(config: BridgeConfig, tracker: OutageTracker) -> None:
                     database, "not-ready", ledger_problem(config, database, RUNTIME_DDL_OFF_ADVICE)
                 )
             except PermissionDenied as error:
+                advice = _grant_advice(config, connections, database, error)
                 connections.discard(database)
-                advice = cannot_create_advice(error.detail)
                 tracker.record_trouble(
                     database, "not-ready", ledger_problem(config, database, advice)
                 )
@@ -217,6 +219,19 @@ def probe_databases(config: BridgeConfig, tracker: OutageTracker) -> None:
                 tracker.record_trouble(database, "unreachable", str(error))
     finally:
         connections.close()
+
+
+def _grant_advice(
+    config: BridgeConfig, connections: Connections, database: str, error: PermissionDenied
+) -> str:
+    """What to do about a ledger the login may not create: the exact GRANT it lacks."""
+    dialect = dialect_for(config.databases[database].dialect)
+    schema = ledger_address(config, database).schema
+    try:
+        lacking = lacking_right(connections.get(database), dialect, [schema])
+    except DatabaseError:
+        lacking = None
+    return cannot_create_advice(error.detail, lacking)
 
 
 class Daemon:

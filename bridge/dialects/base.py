@@ -181,6 +181,9 @@ STATEMENT_NAMES = frozenset(
         "receive_range",
         "queue_seq_bounds",
         "can_create_tables",
+        "can_create_schemas",
+        "schema_exists",
+        "current_login",
         "retry_add_destination_database",
         "retry_waiting",
         "create_destination_states_table",
@@ -339,6 +342,11 @@ class Dialect:
     # How the text the `*_raw` claims return is encoded (see RAW_CLAIM_STATEMENT_NAMES).
     raw_text_encoding: str = "utf-8"
     connection_catalog: Callable[[str], str | None] | None = None
+    # The exact statements a DBA runs to give the bridge's login a right it lacks
+    # (`bridge.storage.grants`): `create_tables` in an existing schema, `create_schemas` in the
+    # database; `{login}`, `{schema}` and `{database}` are filled with quoted names. Empty where
+    # rights are not granted in SQL (SQLite: file permissions).
+    grants: Mapping[str, str] = field(default_factory=dict)
     # Rendered statements by (overrides, name, rows, tables): the same text is the same
     # object, which pyodbc needs to reuse a prepared statement. Least recently used first;
     # bounded, since row counts and queues (named by messages) vary without end.

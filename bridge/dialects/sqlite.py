@@ -382,6 +382,10 @@ STATEMENTS: dict[str, str] = {
         ORDER BY message_id, destination LIMIT ?""",
     # Whoever may write the file may create tables; the schema parameter is unused.
     "can_create_tables": "SELECT coalesce(?1, '') = coalesce(?1, '')",
+    # No schemas, no grants: whoever may write the file may create tables in it.
+    "can_create_schemas": "SELECT 1",
+    "schema_exists": "SELECT coalesce(?1, '') = coalesce(?1, '')",
+    "current_login": "SELECT '', 'main'",
     "savepoint": "SAVEPOINT sfbridge_local",
     "rollback_to_savepoint": "ROLLBACK TO SAVEPOINT sfbridge_local",
     "release_savepoint": "RELEASE SAVEPOINT sfbridge_local",

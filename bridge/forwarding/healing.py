@@ -16,7 +16,7 @@ from typing import TypeVar
 from bridge.addressing import TableAddress
 from bridge.config.model import BridgeConfig, ForwarderConfig
 from bridge.connections import Connections
-from bridge.dialects import Dialect
+from bridge.dialects import Dialect, dialect_for
 from bridge.drivers import Connection
 from bridge.exceptions import (
     BridgeTableMissing,
@@ -25,7 +25,13 @@ from bridge.exceptions import (
     PermissionDenied,
     TableNotFound,
 )
-from bridge.storage.ledger import RUNTIME_DDL_OFF_ADVICE, cannot_create_advice, ensure_ledger
+from bridge.storage.grants import lacking_right
+from bridge.storage.ledger import (
+    RUNTIME_DDL_OFF_ADVICE,
+    cannot_create_advice,
+    ensure_ledger,
+    ledger_address,
+)
 from bridge.storage.tables import create_tables, forwarder_table_steps, upgrade_retry_table
 
 log = logging.getLogger(__name__)
@@ -86,7 +92,10 @@ class TableHealer:
         try:
             created = create_tables(connection, self._dialect, steps, only_missing=True)
         except PermissionDenied as error:
-            raise missing.with_advice(cannot_create_advice(error.detail)) from None
+            lacking = lacking_right(
+                connection, self._dialect, [s.table.schema for s in steps if s.table]
+            )
+            raise missing.with_advice(cannot_create_advice(error.detail, lacking)) from None
         for step in created:
             if step.table is None:
                 continue  # a schema: created only if absent, and only with a table
@@ -151,8 +160,14 @@ def heal_ledger(
         ensure_ledger(connection, config, database, create=True)
         return None
     except PermissionDenied as error:
+        dialect = dialect_for(config.databases[database].dialect)
+        schema = ledger_address(config, database).schema
+        try:
+            lacking = lacking_right(connections.get(database), dialect, [schema])
+        except DatabaseError:
+            lacking = None
         connections.discard(database)
-        return missing.with_advice(cannot_create_advice(error.detail)).detail
+        return missing.with_advice(cannot_create_advice(error.detail, lacking)).detail
     except DatabaseUnavailable:
         connections.discard(database)
         raise

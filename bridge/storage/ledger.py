@@ -20,6 +20,7 @@ from bridge.dialects.base import LEDGER_TABLE
 from bridge.drivers import Connection
 from bridge.exceptions import DatabaseError, DatabaseUnavailable, TableNotFound
 from bridge.outages import OutageTracker
+from bridge.storage.grants import MissingRight
 from bridge.storage.tables import (
     TableStep,
     create_tables,
@@ -77,8 +78,11 @@ def ledger_steps(config: BridgeConfig, database: str) -> list[TableStep]:
     ]
 
 
-def cannot_create_advice(error_detail: str) -> str:
-    """What to tell people when the bridge's login may not create (or use) a table it owns."""
+def cannot_create_advice(error_detail: str, lacking: MissingRight | None = None) -> str:
+    """What to tell people when the bridge's login may not create (or use) a table it owns:
+    the exact GRANT when `lacking` says which right is missing."""
+    if lacking is not None:
+        return f"{lacking.advice()} ({error_detail})"
     return (
         f"the bridge's login may not create or use it ({error_detail}): have a DBA create it "
         "with the DDL from 'sfbridge install --print-sql' and grant the login SELECT, INSERT "

@@ -230,13 +230,20 @@ def create_tables(
     With `only_missing`, steps whose table the database already lists are left out, and
     schema steps run only when some table is to be created: a login without the right to
     create tables gets "permission denied" even from `CREATE TABLE IF NOT EXISTS` for an
-    existing table. Returns the steps that ran. Raises PermissionDenied when the login may
-    not create them, and the DatabaseError family.
+    existing table. A schema that exists is never created again, in either mode: PostgreSQL
+    asks for CREATE on the database even for `CREATE SCHEMA IF NOT EXISTS` of an existing
+    schema (`bridge.storage.grants` says what each step needs). Returns the steps that ran.
+    Raises PermissionDenied when the login may not create them, and the DatabaseError family.
     """
     for attempt in range(CREATE_ATTEMPTS):
         try:
             connection.begin()
             chosen = _missing_steps(connection, dialect, steps) if only_missing else list(steps)
+            chosen = [
+                step
+                for step in chosen
+                if step.table is not None or not _schema_exists(connection, dialect, step.schema)
+            ]
             for step in chosen:
                 for statement in step.statements:
                     connection.execute(statement)
@@ -250,6 +257,11 @@ def create_tables(
             connection.rollback()
             raise
     raise AssertionError("unreachable")
+
+
+def _schema_exists(connection: Connection, dialect: Dialect, schema: str | None) -> bool:
+    rows = connection.query(dialect.sql("schema_exists"), (schema or "",))
+    return bool(rows and rows[0][0])
 
 
 def _missing_steps(

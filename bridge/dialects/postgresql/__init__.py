@@ -113,4 +113,8 @@ DIALECT = Dialect(
         "send_copy": ("uuid", "timestamp", "text", "bytea"),
         "ledger_record_copy": ("varchar", "varchar", "timestamp"),
     },
+    grants={
+        "create_tables": "GRANT CREATE ON SCHEMA {schema} TO {login}",
+        "create_schemas": "GRANT CREATE ON DATABASE {database} TO {login}",
+    },
 )

@@ -356,6 +356,10 @@ STATEMENTS: dict[str, str] = {
     # Whether this login may create tables in the schema (PostgreSQL 15: only the owner may
     # create in `public` unless granted).
     "can_create_tables": "SELECT has_schema_privilege(?, 'CREATE')",
+    # CREATE SCHEMA, even IF NOT EXISTS for a schema that exists, needs CREATE on the database.
+    "can_create_schemas": "SELECT has_database_privilege(current_database(), 'CREATE')",
+    "schema_exists": "SELECT count(*) FROM pg_namespace WHERE nspname = ?",
+    "current_login": "SELECT current_user, current_database()",
     # Transaction records (`bridge.forwarding.transactions`), one table per forwarding database: a
     # two-phase commit decision ('C' commit, 'A' abort) under the prepared transaction's gid;
     # an at-least-once delivery in flight ('P', with its message ids); '$store' holds the

@@ -223,4 +223,11 @@ DIALECT = Dialect(
         "SQL Server prepares a transaction only under a distributed transaction coordinator "
         "(MSDTC), never from T-SQL, and the bridge does not use one"
     ),
+    grants={
+        "create_tables": (
+            "GRANT CREATE TABLE TO {login}; GRANT ALTER ON SCHEMA::{schema} TO {login}"
+        ),
+        # A schema the login creates is its own; its tables still need CREATE TABLE.
+        "create_schemas": "GRANT CREATE SCHEMA, CREATE TABLE TO {login}",
+    },
 )

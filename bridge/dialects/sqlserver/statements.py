@@ -508,6 +508,9 @@ STATEMENTS: dict[str, str] = {
     "can_create_tables": """
         SELECT CASE WHEN HAS_PERMS_BY_NAME(NULL, NULL, 'CREATE TABLE') = 1
                      AND HAS_PERMS_BY_NAME(?, 'SCHEMA', 'ALTER') = 1 THEN 1 ELSE 0 END""",
+    "can_create_schemas": "SELECT HAS_PERMS_BY_NAME(DB_NAME(), 'DATABASE', 'CREATE SCHEMA')",
+    "schema_exists": "SELECT COUNT(*) FROM sys.schemas WHERE name = ?",
+    "current_login": "SELECT USER_NAME(), DB_NAME()",
     "savepoint": "SAVE TRANSACTION sfbridge_local",
     "rollback_to_savepoint": "ROLLBACK TRANSACTION sfbridge_local",
     "release_savepoint": "",

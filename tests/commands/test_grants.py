@@ -1,0 +1,163 @@
+"""`check`, the daemon and `install` agree about what the bridge's login may create, for the
+grant combinations a DBA uses on PostgreSQL 15+ (where PUBLIC may no longer create in schema
+public): a real non-superuser role on the receiver database, whose dedup ledger is missing."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from support import DaemonProcess, pg_connect, wait_until, write_config
+from support.pairs import PgPair
+
+pytestmark = pytest.mark.integration
+
+LEDGER = "sfbridge_ledger"
+
+
+@dataclass(frozen=True)
+class Grants:
+    """What the DBA granted (`sql` run as a superuser: `{role}`, `{database}`), which schema
+    the bridge's tables go to on the receiver, and what must then happen."""
+
+    sql: tuple[str, ...]
+    schema: str | None
+    may_create: bool
+    grant: str | None = None  # the GRANT check and install must name, when not `may_create`
+
+
+COMBINATIONS = {
+    "database owner": Grants(('ALTER DATABASE "{database}" OWNER TO {role}',), None, True),
+    "CREATE ON DATABASE only": Grants(
+        ('GRANT CREATE ON DATABASE "{database}" TO {role}',),
+        None,
+        False,
+        'GRANT CREATE ON SCHEMA "public" TO "{role}";',
+    ),
+    "CREATE ON SCHEMA public only": Grants(
+        ("GRANT CREATE ON SCHEMA public TO {role}",), None, True
+    ),
+    "no CREATE at all": Grants((), None, False, 'GRANT CREATE ON SCHEMA "public" TO "{role}";'),
+    # A schema of the bridge's own that does not exist yet: creating it takes the database right.
+    "CREATE ON DATABASE, own schema": Grants(
+        ('GRANT CREATE ON DATABASE "{database}" TO {role}',), "sfbridge_own", True
+    ),
+    "CREATE ON SCHEMA public, own schema": Grants(
+        ("GRANT CREATE ON SCHEMA public TO {role}",),
+        "sfbridge_own",
+        False,
+        'GRANT CREATE ON DATABASE "{database}" TO "{role}";',
+    ),
+}
+
+
+@pytest.fixture
+def role(postgres: Any, pg_pair: PgPair) -> Iterator[str]:
+    """A login role without rights of its own; removed with whatever it owns or was granted."""
+    name = f"sfb_grants_{uuid.uuid4().hex[:8]}"
+    with postgres.admin() as admin:
+        admin.execute(f"CREATE ROLE {name} LOGIN")
+    yield name
+    with postgres.admin() as admin:
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = ?", name
+        )
+    with pg_connect(pg_pair.receiver) as connection:
+        connection.execute(f"REASSIGN OWNED BY {name} TO postgres")
+        connection.execute(f"DROP OWNED BY {name}")
+        connection.commit()
+    with postgres.admin() as admin:
+        admin.execute(f"DROP ROLE {name}")
+
+
+def drop_ledger(pair: PgPair, schema: str | None) -> None:
+    with pg_connect(pair.receiver) as connection:
+        connection.execute(f'DROP TABLE IF EXISTS "{schema or "public"}".{LEDGER}')
+        if schema:
+            connection.execute(f'DROP SCHEMA IF EXISTS "{schema}"')
+        connection.commit()
+
+
+def receiver_state(pair: PgPair) -> dict[str, Any]:
+    result = pair.cli("status", "--json")
+    for entry in json.loads(result.stdout)["destinations"]:
+        if entry["database"] == "receiver":
+            return entry  # type: ignore[no-any-return]
+    return {}
+
+
+@pytest.mark.parametrize("combination", list(COMBINATIONS))
+def test_check_the_daemon_and_install_agree_on_what_the_login_may_create(
+    combination: str,
+    pg_pair: PgPair,
+    role: str,
+    postgres: Any,
+    tmp_path: Path,
+    start_daemon: Callable[..., DaemonProcess],
+) -> None:
+    grants = COMBINATIONS[combination]
+    database = pg_pair.receiver.split("Database=")[1].rstrip(";")
+    drop_ledger(pg_pair, None)
+    with postgres.admin() as admin:
+        for statement in grants.sql:
+            if "ON SCHEMA" not in statement:
+                admin.execute(statement.format(role=role, database=database))
+    with pg_connect(pg_pair.receiver) as connection:
+        # What the receiving endpoint's DBA grants in any case: sending into its queue.
+        connection.execute(f"GRANT SELECT, INSERT ON {pg_pair.queue} TO {role}")
+        connection.execute(f"GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO {role}")
+        for statement in grants.sql:
+            if "ON SCHEMA" in statement:
+                connection.execute(statement.format(role=role, database=database))
+        connection.commit()
+    raw = yaml.safe_load(pg_pair.config.read_text())
+    receiver = raw["databases"]["receiver"]
+    receiver["connection"] = pg_pair.receiver.replace("Uid=postgres", f"Uid={role}")
+    assert receiver["connection"] != pg_pair.receiver
+    if grants.schema:
+        receiver["schema"] = grants.schema
+    write_config(pg_pair.config, raw)
+    grant = (grants.grant or "").format(role=role, database=database)
+
+    # check's verdict on the missing ledger...
+    check = pg_pair.cli("check")
+    [line] = [ln for ln in check.stdout.splitlines() if "database 'receiver' dedup ledger" in ln]
+    if grants.may_create:
+        assert line.startswith("ok") and "the daemon creates it" in line, check.stdout
+    else:
+        assert line.startswith("PROBLEM") and f"have a DBA run {grant}" in line, check.stdout
+        assert check.returncode == 1
+
+    # ...is what the daemon finds...
+    daemon = start_daemon(pg_pair.config)
+    pg_pair.send(1)  # the daemon learns whether a destination is ready by delivering to it
+    if grants.may_create:
+        wait_until(lambda: pg_pair.delivered() == 1, 30, "delivery")
+    wait_until(
+        lambda: receiver_state(pg_pair).get("state") in ("up", "not-ready"),
+        30,
+        "the daemon to tell whether the receiver is ready",
+    )
+    state = receiver_state(pg_pair)
+    assert daemon.stop() == 0, daemon.output()
+    if grants.may_create:
+        assert state["state"] == "up", state
+    else:
+        assert pg_pair.delivered() == 0
+        assert state["state"] == "not-ready", state
+        assert grant in state["last_error"], state
+
+    # ...and what install does.
+    drop_ledger(pg_pair, grants.schema)
+    install = pg_pair.cli("install")
+    if grants.may_create:
+        assert install.returncode == 0, install.stdout + install.stderr
+    else:
+        assert install.returncode == 3, install.stdout + install.stderr
+        assert "permission denied" in install.stderr and f"have a DBA run {grant}" in install.stderr
