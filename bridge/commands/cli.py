@@ -301,7 +301,7 @@ def _status(config: BridgeConfig, args: argparse.Namespace) -> int:
 
 
 def _send(config: BridgeConfig, args: argparse.Namespace) -> int:
-    from bridge.commands.send import send_test_messages
+    from bridge.commands.send import dotted_name_warning, send_test_messages
 
     names = [forwarder.name for forwarder in config.forwarders]
     name = args.forwarder or names[0]
@@ -334,6 +334,10 @@ def _send(config: BridgeConfig, args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return ExitCode.USAGE
+    if args.destination is not None:
+        warning = dotted_name_warning(config, forwarder, args.destination)
+        if warning:
+            print(f"sfbridge send: warning: {warning}", file=sys.stderr)
     ids = send_test_messages(
         config,
         forwarder,

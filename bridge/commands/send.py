@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from bridge.config.model import BridgeConfig, ForwarderConfig
 from bridge.connections import connect
 from bridge.dialects import dialect_for
+from bridge.exceptions import AddressError
 from bridge.forwarding.writes import QueueWriter
 from bridge.headers import DESTINATION_HEADER, Headers, serialize_headers, wire_date
 from bridge.storage.tables import forwarder_tables
@@ -37,6 +38,30 @@ def test_message_headers(
         headers[DESTINATION_HEADER] = destination
     headers.update(extra)
     return headers
+
+
+def dotted_name_warning(
+    config: BridgeConfig, forwarder: ForwarderConfig, address: str
+) -> str | None:
+    """A warning when `address` has an unquoted dot that makes its first part a schema (in
+    PostgreSQL `Samples.Receiver` is table `Receiver` in schema `Samples`), which is seldom what
+    someone typing an endpoint's name means; None otherwise (or when it cannot be parsed: the
+    daemon says why)."""
+    grammar = dialect_for(config.databases[forwarder.database].dialect).grammar
+    text = address.strip()
+    try:
+        parsed = grammar.parse(text)
+    except AddressError:
+        return None
+    if parsed.schema is None or text.startswith(('"', "[")):
+        return None
+    quoted = grammar.quote_identifier(text)
+    return (
+        f"{address!r} names table {grammar.quote_identifier(parsed.table)} in schema "
+        f"{grammar.quote_identifier(parsed.schema)} (an unquoted dot separates schema and "
+        f"table); for the table {text} in the default schema, quote it: sfbridge send "
+        f"'{quoted}'"
+    )
 
 
 def send_test_messages(

@@ -155,6 +155,11 @@ class PsycopgConnection:
         self._statements: OrderedDict[str, str] = OrderedDict()
         self._deadline = deadline
         parameters = libpq_parameters(connection_string)
+        if "client_encoding" not in connection_string.lower():
+            # Text as UTF-8 whatever the database's encoding: the server converts from a real
+            # encoding, and passes SQL_ASCII's bytes through, which psycopg would otherwise
+            # hand over undecoded (bytes where every caller expects str).
+            parameters = {"client_encoding": "UTF8", **parameters}
         if deadline is not None:
             parameters = {**keepalive_parameters(deadline), **parameters}
         try:

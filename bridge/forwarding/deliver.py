@@ -22,7 +22,7 @@ never holds up the others in its batch (`isolate_failures`).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -58,6 +58,7 @@ from bridge.storage.ledger import (
     ledger_problem,
 )
 from bridge.storage.pauses import Pause
+from bridge.storage.tables import bridge_queue_names
 
 log = logging.getLogger(__name__)
 
@@ -155,11 +156,12 @@ def item_failure(
     database: str,
     items: Sequence[Item],
     failure: ItemWriteError,
+    not_suggested: Collection[str] = frozenset(),
 ) -> tuple[list[int], Failed]:
     """What an item-specific failure settles. A missing destination table fails every item
-    bound for it (listing the tables for a hint through `connection`, which must be usable),
-    and so does a table someone else kept locked past the query timeout; any other failure
-    only the item that caused it."""
+    bound for it (listing the tables for a hint through `connection`, which must be usable,
+    never hinting at the bridge's own queues, `not_suggested`), and so does a table someone
+    else kept locked past the query timeout; any other failure only the item that caused it."""
     error = failure.error
     if not isinstance(error, (TableNotFound, LockTimeout)):
         return [failure.position], Failed(str(error), retryable=failure.retryable)
@@ -171,7 +173,9 @@ def item_failure(
     ]
     if isinstance(error, LockTimeout):
         return offsets, locked_table_failure(dialect, database, destination.address, error)
-    return offsets, missing_queue_failure(connection, dialect, database, destination.address)
+    return offsets, missing_queue_failure(
+        connection, dialect, database, destination.address, not_suggested
+    )
 
 
 def locked_table_failure(
@@ -232,14 +236,27 @@ def deliver_around_busy_tables(
 
 
 def missing_queue_failure(
-    connection: Connection, dialect: Dialect, database: str, address: TableAddress
+    connection: Connection,
+    dialect: Dialect,
+    database: str,
+    address: TableAddress,
+    not_suggested: Collection[str] = frozenset(),
 ) -> Failed:
-    """A Failed result for a destination table that does not exist, with a nearest-match hint."""
+    """A Failed result for a destination table that does not exist, with a nearest-match hint
+    among the endpoints' tables: never one of the bridge's own (its `sfbridge_*` tables, and
+    `not_suggested`: the casefolded names of its queues there, a proxy queue among them, which
+    a message meant for an endpoint must never be sent to)."""
     hint = ""
     try:
         # The address lets SQL Server list the tables of the queue's catalog.
         listed = connection.query(dialect.sql("list_tables", queue=address))
-        suggestion = nearest_table(address.table, [row[1] for row in listed])
+        candidates = [
+            str(row[1])
+            for row in listed
+            if str(row[1]).casefold() not in not_suggested
+            and not str(row[1]).casefold().startswith("sfbridge_")
+        ]
+        suggestion = nearest_table(address.table, candidates)
         if suggestion and suggestion != address.table:
             hint = f" (did you mean {suggestion!r}?)"
     except DatabaseError:
@@ -274,11 +291,13 @@ class LocalDelivery:
         dialect: Dialect,
         writer: QueueWriter,
         outages: OutageTracker,
+        not_suggested: Collection[str] = frozenset(),
     ) -> None:
         self._connection = connection
         self._dialect = dialect
         self._writer = writer
         self._outages = outages
+        self._not_suggested = not_suggested  # see `missing_queue_failure`
 
     def deliver(
         self, items: Sequence[Item], transactions: BatchTransactions
@@ -308,7 +327,12 @@ class LocalDelivery:
     ) -> tuple[list[int], Failed]:
         self._connection.execute(self._dialect.statements["rollback_to_savepoint"])
         settled = item_failure(
-            self._connection, self._dialect, self._connection.database, items, failure
+            self._connection,
+            self._dialect,
+            self._connection.database,
+            items,
+            failure,
+            self._not_suggested,
         )
         _note_busy(self._outages, self._connection.database, self._dialect, items, failure)
         return settled
@@ -533,7 +557,14 @@ class RemoteDelivery:
         if isinstance(failure.error, LockTimeout):
             connection.rollback()  # before anything else: the transaction is aborted
         try:
-            return item_failure(connection, self._target.dialect, self._target.name, items, failure)
+            return item_failure(
+                connection,
+                self._target.dialect,
+                self._target.name,
+                items,
+                failure,
+                bridge_queue_names(self._target.config, self._target.name),
+            )
         finally:
             connection.rollback()
 

@@ -60,6 +60,7 @@ from bridge.outages import OutageTracker
 from bridge.storage.ledger import ledger_address
 from bridge.storage.pauses import PauseBoard, PauseState, read_pauses
 from bridge.storage.tables import (
+    bridge_queue_names,
     forwarder_tables,
     owned_table,
 )
@@ -321,7 +322,13 @@ class BatchForwarder:
         if pause is not None:
             return PausedDelivery(database, pause)
         if database == self.forwarder.database:
-            return LocalDelivery(connection, self.dialect, self._writer, self._outages)
+            return LocalDelivery(
+                connection,
+                self.dialect,
+                self._writer,
+                self._outages,
+                bridge_queue_names(self.config, database),
+            )
         delivery = self._remote.get((database, mode))
         if delivery is None:
             target = Target(

@@ -86,6 +86,17 @@ def forwarder_tables(config: BridgeConfig, forwarder: ForwarderConfig) -> Forwar
     )
 
 
+def bridge_queue_names(config: BridgeConfig, database: str) -> frozenset[str]:
+    """The casefolded table names of the queues the bridge owns in `database`: every
+    forwarder's queue there (proxy queues too) and its error queue."""
+    names: set[str] = set()
+    for forwarder in config.forwarders:
+        if forwarder.database == database:
+            tables = forwarder_tables(config, forwarder)
+            names.update((tables.queue.table.casefold(), tables.error_queue.table.casefold()))
+    return frozenset(names)
+
+
 @dataclass(frozen=True)
 class TableStep:
     """Creating one table (or schema) in one database: idempotent statements, run in order.
