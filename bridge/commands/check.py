@@ -37,6 +37,7 @@ class Finding:
     subject: str
     detail: str
     warning: bool = False
+    missing_table: bool = False  # a table the bridge owns (and `install` creates) is missing
 
     def __str__(self) -> str:
         label = "PROBLEM" if not self.ok else "WARNING" if self.warning else "ok     "
@@ -110,6 +111,17 @@ def run_checks(config: BridgeConfig) -> list[Finding]:
             )
     finally:
         connections.close()
+    missing = sum(1 for finding in findings if finding.missing_table)
+    if missing:
+        findings.append(
+            Finding(
+                True,
+                "bridge tables",
+                f"{missing} missing: 'sfbridge install' creates them all now (a DBA can run "
+                "the DDL of 'sfbridge install --print-sql' instead)",
+                warning=True,
+            )
+        )
     return findings
 
 
@@ -245,25 +257,33 @@ def _missing_owned_table(
             subject,
             f"{rendered} is missing and install.at_runtime is false: run 'sfbridge install' "
             "(or have a DBA run 'sfbridge install --print-sql')",
+            missing_table=True,
         )
     try:
         # What the daemon and `install` would run: the schema first where it is missing.
         lacking = missing_create_right(connection, dialect, address.schema)
     except DatabaseError as error:
         connection.rollback()
-        return Finding(False, subject, f"{rendered} is missing ({error.detail})")
+        return Finding(
+            False,
+            subject,
+            f"{rendered} is missing ({error.detail}); run 'sfbridge install'",
+            missing_table=True,
+        )
     if lacking is not None:
         return Finding(
             False,
             subject,
             f"{rendered} is missing and {lacking.advice()}; until then its messages wait in "
             "retry storage",
+            missing_table=True,
         )
     return Finding(
         True,
         subject,
         f"{rendered} is missing; the daemon creates it when it first needs it "
         "(or run 'sfbridge install' now)",
+        missing_table=True,
     )
 
 
@@ -418,7 +438,12 @@ def _check_subscription_table(
     missing = sorted({"queueaddress", "endpoint", "topic"} - set(columns))
     if not columns:
         yield Finding(
-            False, subject, f"{rendered} does not exist (NServiceBus creates it on installation)"
+            False,
+            subject,
+            f"{rendered} does not exist, so published events wait in retry storage (their "
+            "subscribers cannot be known): the subscribing endpoints create it when they run "
+            "with installers enabled, or fix this entry of subscription_tables (the table, "
+            "default SubscriptionRouting, is looked for in the database's default schema)",
         )
     elif missing:
         yield Finding(False, subject, f"{rendered} lacks column(s) {', '.join(missing)}")

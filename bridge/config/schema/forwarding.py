@@ -47,8 +47,10 @@ FORWARDERS = Section(
         Key(
             "queue",
             "address",
-            "Queue to drain: a table name or an address in the database's dialect.",
-            example="sfbridge.forward",
+            "Queue to drain: a table name or an address in the database's dialect. In "
+            "PostgreSQL an unquoted dot separates schema and table: quote a dotted table name "
+            "(`'\"sfbridge.forward\"'` in YAML).",
+            example='"sfbridge.forward"',
         ),
         Key(
             "error_queue",
