@@ -26,6 +26,12 @@ __all__ = ["INVALID", "ValueConverter"]
 INVALID: Final = object()
 # A password given literally in an ODBC connection string (not via ${VAR}).
 _LITERAL_PASSWORD = re.compile(r"(?:^|;)\s*(?:pwd|password)\s*=\s*(?P<value>[^;]*)", re.I)
+# The same in a libpq URL: postgresql://user:PASSWORD@host/db, or ?password=PASSWORD.
+_URL_PASSWORD = re.compile(
+    r"^\s*postgres(?:ql)?://(?:[^:@/?#]*:(?P<value>[^@/?#]*)@"
+    r"|[^?#]*\?(?:[^#]*&)?password=(?P<query>[^&#]*))",
+    re.I,
+)
 
 
 def _type_hint(value: object) -> str:
@@ -83,10 +89,18 @@ class ValueConverter:
             )
             return INVALID
         try:
-            parse_listen(value)
+            host, port = parse_listen(value)
         except ValueError as error:
             self.log.error(path, str(error))
             return INVALID
+        if host in ("0.0.0.0", "::"):
+            self.log.warning(
+                path,
+                f"serves /metrics on every network interface: whoever reaches this host on "
+                f"port {port} reads the names of forwarders, databases and queues and the "
+                "message counts (never connection strings or message data). Listen on "
+                f"127.0.0.1:{port} or a management network's address, or firewall the port",
+            )
         return value.strip()
 
     def _convert_topic(self, value: object, path: str) -> object:
@@ -128,8 +142,12 @@ class ValueConverter:
         return text
 
     def _check_literal_password(self, raw: str, path: str) -> None:
-        for match in _LITERAL_PASSWORD.finditer(raw):
-            if match.group("value").strip() and "${" not in match.group("value"):
+        url = _URL_PASSWORD.match(raw)
+        found = [match.group("value") for match in _LITERAL_PASSWORD.finditer(raw)]
+        if url:
+            found.append(url.group("value") or url.group("query") or "")
+        for value in found:
+            if value.strip() and "${" not in value:
                 self.log.warning(
                     path,
                     "contains a password in plain text; put it in the environment and write "

@@ -732,6 +732,36 @@ def test_a_literal_password_in_a_connection_string_draws_a_warning_without_the_p
     ]
 
 
+@pytest.mark.parametrize(
+    "connection",
+    [
+        f"postgresql://bridge:{PASSWORD}@db:5432/sender",
+        f"postgres://bridge:{PASSWORD}@db/sender?sslmode=require",
+        f"postgresql://bridge@db/sender?sslmode=require&password={PASSWORD}",
+    ],
+)
+def test_a_literal_password_in_a_postgresql_url_draws_the_same_warning(connection: str) -> None:
+    raw = with_(minimal(), "databases.sender.connection", connection)
+    assert warnings(raw) == [
+        "databases.sender.connection: warning: contains a password in plain text; put it in "
+        "the environment and write ${VARIABLE} instead"
+    ]
+
+
+@pytest.mark.parametrize(
+    "connection",
+    [
+        "postgresql://bridge:${SENDER_PWD}@db:5432/sender",
+        "postgresql://bridge@db:5432/sender",
+        "postgresql://db:5432/sender?sslmode=require",
+        "postgresql://bridge@db/sender?password=${SENDER_PWD}",
+    ],
+)
+def test_a_postgresql_url_without_a_literal_password_draws_no_warning(connection: str) -> None:
+    raw = with_(minimal(), "databases.sender.connection", connection)
+    assert warnings(raw) == []
+
+
 def test_a_password_from_the_environment_draws_no_warning() -> None:
     raw = with_(minimal(), "databases.sender.connection", "Uid=sa;PWD=${SENDER_PWD};Server=db")
     config, problems = run(raw, {**ENV, "SENDER_PWD": PASSWORD})
@@ -2021,3 +2051,16 @@ def test_a_proxy_destination_takes_a_transaction_mode_and_is_checked_like_a_rout
         }
     )
     assert the_error(raw).startswith("forwarders[1].destination.transaction: two-phase needs")
+
+
+@pytest.mark.parametrize("listen", ["0.0.0.0:9464", "[::]:9464"])
+def test_metrics_on_every_interface_draw_a_warning_about_exposure(listen: str) -> None:
+    raw = with_(minimal(), "metrics", {"listen": listen})
+    [warning] = warnings(raw)
+    assert warning.startswith("metrics.listen: warning: serves /metrics on every network")
+    assert "Listen on 127.0.0.1:9464 or a management network's address" in warning
+
+
+@pytest.mark.parametrize("listen", ["127.0.0.1:9464", "[::1]:9464", "10.1.2.3:9464"])
+def test_metrics_on_one_address_draw_no_warning(listen: str) -> None:
+    assert warnings(with_(minimal(), "metrics", {"listen": listen})) == []

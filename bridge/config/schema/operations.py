@@ -95,7 +95,8 @@ METRICS = Section(
             "listen",
             "Address and port the daemon serves `/metrics` on. Keep it on loopback or a "
             "management network: the page names forwarders, databases and queues (never "
-            "connection strings). Changing it takes a restart, not a reload.",
+            "connection strings); a wildcard (`0.0.0.0`, `[::]`) draws a warning saying so. "
+            "Changing it takes a restart, not a reload.",
             example="127.0.0.1:9464",
             default=None,
         ),
