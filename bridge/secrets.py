@@ -1,15 +1,44 @@
-"""Masking of credentials in text that may reach a log line, an error message or a terminal.
+"""Masking of credentials in text that may reach a log line, an error message or a terminal;
+and files the bridge creates, which only its user may read.
 
 Connection strings and Sentry DSNs carry passwords and keys. Anything the bridge shows a human
 about them goes through `mask_secrets` first, so a typo in a config file never ends up pasting a
 production password into a bug report.
+
+The files the bridge creates hold messages (SQLite databases, Spark reports with headers and
+errors) or a configuration: they are created 0600 (`open_private`, `create_private`) whatever
+the umask, as the systemd unit's `UMask=0077` does for the daemon.
 """
 
 from __future__ import annotations
 
+import os
 import re
+from typing import TextIO
 
-__all__ = ["MASK", "mask_secrets"]
+__all__ = ["MASK", "PRIVATE_FILE_MODE", "create_private", "mask_secrets", "open_private"]
+
+PRIVATE_FILE_MODE = 0o600
+
+
+def open_private(path: str | os.PathLike[str]) -> TextIO:
+    """`path` opened for writing text (UTF-8), created or emptied, readable and writable by
+    this user only: also a file that was already there gets mode 0600."""
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE_MODE)
+    try:
+        os.fchmod(descriptor, PRIVATE_FILE_MODE)
+        return os.fdopen(descriptor, "w", encoding="utf-8")
+    except BaseException:
+        os.close(descriptor)
+        raise
+
+
+def create_private(path: str | os.PathLike[str]) -> None:
+    """Create `path` empty with mode 0600 unless it exists (left as it is)."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE_MODE))
+    except FileExistsError:
+        pass
 
 MASK = "***"
 

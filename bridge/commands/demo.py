@@ -36,6 +36,7 @@ from bridge.daemon.runtime import Daemon
 from bridge.dialects import dialect_for
 from bridge.exceptions import ExitCode
 from bridge.headers import MESSAGE_ID_HEADER, serialize_headers
+from bridge.secrets import open_private
 from bridge.storage.tables import forwarder_tables
 
 SENDER_QUEUE = "Samples.StoreAndForward.Sender"
@@ -147,16 +148,17 @@ def run_demo(folder: str | None = None, message_count: int = 5) -> int:
         leftover.unlink()
     config = demo_config(base)
     config_path = base / "sfbridge.yaml"
-    config_path.write_text(
-        CONFIG_TEMPLATE.format(
-            config=config_path,
-            sender=base / "sender.db",
-            receiver=base / "receiver.db",
-            forwarding=FORWARDING_QUEUE,
-            sender_queue=SENDER_QUEUE,
-            delay=int(RETRY_DELAY),
+    with open_private(config_path) as handle:
+        handle.write(
+            CONFIG_TEMPLATE.format(
+                config=config_path,
+                sender=base / "sender.db",
+                receiver=base / "receiver.db",
+                forwarding=FORWARDING_QUEUE,
+                sender_queue=SENDER_QUEUE,
+                delay=int(RETRY_DELAY),
+            )
         )
-    )
     account = Account()
     print(f"sfbridge demo: the store-and-forward sample between two SQLite databases in {base}")
 

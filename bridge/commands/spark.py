@@ -14,6 +14,7 @@ from typing import Any
 from bridge.config.durations import parse_duration
 from bridge.config.model import BridgeConfig
 from bridge.exceptions import ExitCode
+from bridge.secrets import open_private
 
 log = logging.getLogger(__name__)
 
@@ -175,7 +176,7 @@ def _reconcile(
     result = reconcile(spark, config, shipped, since)
     print(render_text(result))
     if path:
-        with open(path, "w", encoding="utf-8") as handle:
+        with open_private(path) as handle:  # message ids: for the bridge's user only
             json.dump(result, handle, indent=2, default=str)
         print(f"wrote {os.path.abspath(path)}")
     return ExitCode.OK if not result["discrepancies"] else ExitCode.FAILED

@@ -21,6 +21,7 @@ from bridge.exceptions import (
     PermissionDenied,
     TableNotFound,
 )
+from bridge.secrets import create_private
 
 BUSY_TIMEOUT_SECONDS = 5.0  # when the caller gives no deadline
 
@@ -73,6 +74,10 @@ class SqliteConnection:
         mode = "rwc" if create else "rw"
         uri = f"{Path(path).absolute().as_uri()}?mode={mode}"
         try:
+            if create:
+                # SQLite would create it with the umask's mode (0644: anyone reads the messages);
+                # its -wal and -shm files take the database file's mode.
+                create_private(path)
             self._connection = sqlite3.connect(
                 uri,
                 uri=True,
@@ -83,7 +88,7 @@ class SqliteConnection:
             self._connection.execute("PRAGMA journal_mode=WAL")
             # FULL: a committed forward survives power loss, not only a process crash.
             self._connection.execute("PRAGMA synchronous=FULL")
-        except sqlite3.Error as error:
+        except (sqlite3.Error, OSError) as error:
             raise ConnectionFailed(database, f"cannot open SQLite file {path}: {error}") from None
 
     def begin(self) -> None:

@@ -26,6 +26,7 @@ from bridge.headers import (
     parse_headers,
     parse_wire_date,
 )
+from bridge.secrets import open_private
 from bridge.spark import html
 from bridge.spark.partitions import TableRange, plan_queue, plan_retry, read_ranges
 from bridge.spark.shipped import ShippedConfig
@@ -220,9 +221,10 @@ def render_html(report: dict[str, Any]) -> str:
 def write_report(report: dict[str, Any], path: str) -> list[str]:
     """`path`.json and `path`.html (a `.json` or `.html` suffix on `path` is dropped)."""
     base = path.removesuffix(".json").removesuffix(".html")
-    with open(base + ".json", "w", encoding="utf-8") as handle:
+    # Headers and errors of failed messages: for the bridge's user only.
+    with open_private(base + ".json") as handle:
         json.dump(report, handle, indent=2, default=str)
-    with open(base + ".html", "w", encoding="utf-8") as handle:
+    with open_private(base + ".html") as handle:
         handle.write(render_html(report))
     return [base + ".json", base + ".html"]
 
