@@ -38,7 +38,7 @@ def test_alert_rules_are_valid_prometheus_rules() -> None:
         text=True,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 10 rules found" in result.stdout
+    assert "SUCCESS: 11 rules found" in result.stdout
 
 
 def test_each_alert_fires_when_it_should_and_not_before() -> None:
@@ -69,7 +69,11 @@ def test_every_alert_has_a_severity_and_says_what_to_do() -> None:
         for case in test["alert_rule_test"]
         if case["exp_alerts"]
     }
-    assert {"SfbridgeDestinationDown", "SfbridgeErrorQueueGrowing"} <= fired
+    assert {
+        "SfbridgeDestinationDown",
+        "SfbridgeErrorQueueGrowing",
+        "SfbridgeBatchFailures",
+    } <= fired
 
 
 def test_the_dashboard_is_grafana_json_with_a_query_in_every_panel() -> None:
