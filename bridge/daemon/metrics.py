@@ -192,6 +192,9 @@ class BridgeMetrics:
     def set_workers(self, counts: Mapping[str, int]) -> None:
         for name, count in counts.items():
             self.workers.labels(name).set(count)
+            # At 0 from the start: a series that first appears at 1 hides that failure from
+            # increase(), and so from the SfbridgeBatchFailures alert.
+            self.batch_failures.labels(name)
 
     # -- serving ---------------------------------------------------------------------------
 
