@@ -73,7 +73,8 @@ def test_check_warns_when_the_driver_registry_turns_its_log_on(
     assert "set CommLog=0 in [PostgreSQL Unicode] there" in output
 
     _, code, output = _run([sys.executable, "-m", "bridge", "-c", str(config), "check"], quiet)
-    assert code == 0 and "WARNING" not in output and "[left" not in output, output
+    # (The bridge's tables are not installed: check's one warning is about those.)
+    assert code == 0 and "WARNING  ODBC" not in output and "[left" not in output, output
 
 
 def test_with_psycopg_the_odbc_registry_is_not_loaded_and_check_says_nothing_of_it(
@@ -91,4 +92,4 @@ def test_with_psycopg_the_odbc_registry_is_not_loaded_and_check_says_nothing_of_
     noisy = _odbc_folder(tmp_path, "1")
     _, code, output = _run([sys.executable, "-m", "bridge", "-c", str(config), "check"], noisy)
     assert code == 0, output
-    assert "WARNING" not in output and "[left" not in output, output
+    assert "WARNING  ODBC" not in output and "[left" not in output, output
