@@ -80,6 +80,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_errors_command(commands)
 
+    retries = commands.add_parser(
+        "retries",
+        help="list the messages waiting in retry storage, make them due now, or fail them to "
+        "the error queue",
+    )
+    from bridge.commands.retries import add_arguments as add_retries_arguments
+
+    add_retries_arguments(retries)
+
     route = commands.add_parser(
         "route",
         help="where a message with this destination (or event type) would go, or why it would "
@@ -383,6 +392,16 @@ def _errors(config: BridgeConfig, args: argparse.Namespace) -> int:
         return ExitCode.USAGE
 
 
+def _retries(config: BridgeConfig, args: argparse.Namespace) -> int:
+    from bridge.commands.retries import ErrorsRequestError, run_retries
+
+    try:
+        return run_retries(config, args)
+    except ErrorsRequestError as error:
+        print(f"sfbridge retries {args.retries_command}: {error}", file=sys.stderr)
+        return ExitCode.USAGE
+
+
 def _route(config: BridgeConfig, args: argparse.Namespace) -> int:
     from bridge.commands.route import run_route
 
@@ -399,5 +418,6 @@ COMMANDS = {
     "pause": _pause_or_resume,
     "resume": _pause_or_resume,
     "errors": _errors,
+    "retries": _retries,
     "route": _route,
 }

@@ -38,8 +38,9 @@ from bridge.headers import (
     parse_wire_date,
 )
 
-# The reasons the bridge writes into `$.sfbridge.failure-reason` (see bridge.forwarding.classify and
-# bridge.forwarding.settle), and the one the tools give a row whose headers cannot be read.
+# The reasons the bridge writes into `$.sfbridge.failure-reason` (see bridge.forwarding.classify,
+# bridge.forwarding.settle and, for `sfbridge retries fail`, bridge.storage.retries), and the one
+# the tools give a row whose headers cannot be read.
 BRIDGE_REASONS = (
     "no-routing-header",
     "unroutable",
@@ -49,6 +50,7 @@ BRIDGE_REASONS = (
     "no-subscribers",
     "bad-event-type",
     "unreadable-row",
+    "failed-by-operator",
 )
 POISON = "poison"
 REASONS = (*BRIDGE_REASONS, POISON)
