@@ -121,7 +121,9 @@ def _add_errors_command(commands: argparse._SubParsersAction[argparse.ArgumentPa
     verbs = errors.add_subparsers(dest="errors_command", required=True, metavar="VERB")
     listing = verbs.add_parser("list", help="one line per failed message")
     show = verbs.add_parser("show", help="one message's headers and a preview of its body")
-    show.add_argument("id", help="the message's Id, as 'errors list' shows it")
+    show.add_argument(
+        "id", help="the message's Id or its NServiceBus.MessageId, as 'errors list' shows them"
+    )
     replay = verbs.add_parser(
         "replay",
         help="move failed messages back into their forwarding queue (NServiceBus.FailedQ), "
@@ -154,7 +156,8 @@ def _add_errors_command(commands: argparse._SubParsersAction[argparse.ArgumentPa
             action="append",
             default=[],
             metavar="ID",
-            help="only this message (repeat for more); an id not found changes nothing",
+            help="only this message, by its Id or its NServiceBus.MessageId (repeat for more); "
+            "an id not found changes nothing",
         )
     listing.add_argument("--json", action="store_true", help="machine-readable output")
     replay.add_argument(

@@ -56,7 +56,16 @@ from bridge.secrets import mask_secrets
 
 # The exception message in `errors list`, cut to this many characters.
 EXCEPTION_WIDTH = 80
-_HEADINGS = ("ID", "FAILED AT (UTC)", "REASON", "DESTINATION", "ATTEMPTS", "FORWARDER", "EXCEPTION")
+_HEADINGS = (
+    "ID",
+    "MESSAGE ID",
+    "FAILED AT (UTC)",
+    "REASON",
+    "DESTINATION",
+    "ATTEMPTS",
+    "FORWARDER",
+    "EXCEPTION",
+)
 
 
 @dataclass
@@ -77,7 +86,7 @@ def run_errors(config: BridgeConfig, args: argparse.Namespace) -> int:
     problems: list[DatabaseError] = []
     try:
         if verb == "show":
-            code = _show(config, row_id_text(args.id), connections, problems)
+            code = _show(config, args.id, connections, problems)
         else:
             selection = selection_from(config, args, datetime.now(UTC))
             found = _read(config, selection, connections, problems)
@@ -185,6 +194,7 @@ def _row(message: FailedMessage) -> tuple[str, ...]:
     failed_at = message.failed_at
     return (
         message.row_id,
+        message.message_id or "-",
         failed_at.strftime("%Y-%m-%d %H:%M:%S") if failed_at else "-",
         message.reason or "-",
         message.destination or "-",
@@ -231,8 +241,11 @@ def _masked(text: str | None) -> str | None:
 
 
 def _show(
-    config: BridgeConfig, row_id: str, connections: Connections, problems: list[DatabaseError]
+    config: BridgeConfig, given: str, connections: Connections, problems: list[DatabaseError]
 ) -> int:
+    """Every message whose row Id or `NServiceBus.MessageId` is `given` (a MessageId may name
+    several: the copies of one published event, or a message that failed twice)."""
+    row_id = row_id_text(given)
     searched = []
     shown = 0
     for queue in error_queues(config):
@@ -241,7 +254,8 @@ def _show(
         try:
             connection = connections.get(queue.database)
             messages = read_failed_messages(connection, dialect, queue) or []
-            for message in [m for m in messages if m.row_id == row_id]:
+            chosen = [m for m in messages if row_id in m.known_as]
+            for message in chosen:
                 full = read_full_message(connection, dialect, queue, message.seq)
                 if full is not None:
                     _print_message(queue, full.message, full.headers_text, full.body)
@@ -252,8 +266,8 @@ def _show(
     if shown == 0:
         unread = " (and some error queues could not be read)" if problems else ""
         raise ErrorsRequestError(
-            f"no message with id {row_id} in {', '.join(searched)}{unread}; "
-            "'sfbridge errors list' shows the ids"
+            f"no message with id {given} in {', '.join(searched)}{unread} (by its Id or its "
+            "NServiceBus.MessageId); 'sfbridge errors list' shows both"
         )
     return ExitCode.OK
 
@@ -270,6 +284,7 @@ def _print_message(
     else:
         print(f"  not replayed by the bridge: {message.not_replayable}")
     failed_at = message.failed_at
+    print(f"  message id: {message.message_id or '-'}")
     print(f"  reason: {message.reason or '-'}")
     print(f"  failed at: {failed_at.strftime('%Y-%m-%d %H:%M:%S') + ' UTC' if failed_at else '-'}")
     if message.headers is None:

@@ -122,6 +122,15 @@ class FailedMessage:
         return self.header(MESSAGE_ID_HEADER)
 
     @property
+    def known_as(self) -> frozenset[str]:
+        """What names the message on the command line: its row Id and its
+        `NServiceBus.MessageId`, each as `row_id_text` reads it (UUIDs in canonical form)."""
+        names = {self.row_id}
+        if self.message_id is not None:
+            names.add(row_id_text(self.message_id))
+        return frozenset(names)
+
+    @property
     def replayable(self) -> bool:
         return self.forwarder is not None
 
@@ -231,7 +240,7 @@ class Selection:
     `destination` is a glob (`*`, `?`, `[abc]`, case-sensitive as routes are) matched against
     the destination queue's table name, the whole destination header, or an event's type;
     `since` an aware UTC time compared with `NServiceBus.TimeOfFailure`; `ids` canonical row
-    Ids (see `row_id_text`).
+    Ids (see `row_id_text`) or `NServiceBus.MessageId`s, either of which selects a message.
     """
 
     forwarder: str | None = None
@@ -243,7 +252,7 @@ class Selection:
     def selects(self, message: FailedMessage, grammar: AddressGrammar | None = None) -> bool:
         """Whether `message` is selected; `grammar` (the forwarding database's) reads the
         destination address for the table-name match."""
-        if self.ids and message.row_id not in self.ids:
+        if self.ids and not message.known_as & self.ids:
             return False
         if self.forwarder is not None and message.forwarder != self.forwarder:
             return False
@@ -308,8 +317,9 @@ def parse_since(text: str, now: datetime) -> datetime:
 
 
 def missing_ids(ids: Sequence[str], messages: Sequence[FailedMessage]) -> list[str]:
-    """The `ids` that name no message in `messages`, in the order given."""
-    found = {message.row_id for message in messages}
+    """The `ids` (row Ids or `NServiceBus.MessageId`s) that name no message in `messages`, in
+    the order given."""
+    found = {known for message in messages for known in message.known_as}
     return [row_id for row_id in dict.fromkeys(ids) if row_id not in found]
 
 
