@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from bridge import __version__
 from bridge.config import BridgeConfig, load_config, parse_duration
 from bridge.exceptions import ConfigError, DatabaseError, ExitCode
+from bridge.secrets import inert
 
 log = logging.getLogger("sfbridge")
 
@@ -212,7 +213,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DatabaseError as error:
         if args.verbose:
             log.exception("database error")
-        print(f"sfbridge: {error}", file=sys.stderr)
+        print(inert(f"sfbridge: {error}"), file=sys.stderr)
         return ExitCode.UNAVAILABLE
     except KeyboardInterrupt:
         return 130
@@ -358,7 +359,7 @@ def _send(config: BridgeConfig, args: argparse.Namespace) -> int:
         where = f"the proxy's destination in database '{forwarder.destination.database}'"
     else:
         where = args.destination
-    print(f"sent {len(ids)} message(s) to {where} through forwarder '{name}'")
+    print(inert(f"sent {len(ids)} message(s) to {where} through forwarder '{name}'"))
     if len(ids) <= 10:
         for message_id in ids:
             print(f"  {message_id}")
@@ -391,7 +392,7 @@ def _errors(config: BridgeConfig, args: argparse.Namespace) -> int:
     try:
         return run_errors(config, args)
     except ErrorsRequestError as error:
-        print(f"sfbridge errors {args.errors_command}: {error}", file=sys.stderr)
+        print(inert(f"sfbridge errors {args.errors_command}: {error}"), file=sys.stderr)
         return ExitCode.USAGE
 
 
@@ -401,7 +402,7 @@ def _retries(config: BridgeConfig, args: argparse.Namespace) -> int:
     try:
         return run_retries(config, args)
     except ErrorsRequestError as error:
-        print(f"sfbridge retries {args.retries_command}: {error}", file=sys.stderr)
+        print(inert(f"sfbridge retries {args.retries_command}: {error}"), file=sys.stderr)
         return ExitCode.USAGE
 
 

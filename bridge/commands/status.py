@@ -14,6 +14,7 @@ from bridge.drivers import Connection
 from bridge.exceptions import DatabaseError, TableNotFound
 from bridge.forwarding.in_doubt import old_prepared_transactions
 from bridge.forwarding.proxies import proxy_destination
+from bridge.secrets import inert
 from bridge.storage.destination_states import read_forwarder_states, read_states
 from bridge.storage.queue_depths import read_pause_state, read_queue_depths
 from bridge.storage.tables import ForwarderTables, forwarder_tables
@@ -212,7 +213,9 @@ def render_json(status: dict[str, list[dict[str, Any]]]) -> str:
 
 
 def render_text(status: dict[str, list[dict[str, Any]]]) -> str:
-    """A short table per forwarder, then one line or two per destination, for people."""
+    """A short table per forwarder, then one line or two per destination, for people. Each
+    line's control characters are escaped (`bridge.secrets.inert`): destinations, errors and
+    event types come from messages and databases."""
     lines = _render_forwarders(status["forwarders"])
     if status["destinations"]:
         lines.append("destination databases (as the daemon last saw them):")
@@ -224,7 +227,7 @@ def render_text(status: dict[str, list[dict[str, Any]]]) -> str:
             f"{_human(float(entry['age_seconds']))}: {entry['gid']} (a running daemon settles "
             "it; see 'sfbridge check')"
         )
-    return "\n".join(lines)
+    return "\n".join(inert(line) for line in lines)
 
 
 def _render_destination(entry: dict[str, Any]) -> list[str]:
