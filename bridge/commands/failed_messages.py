@@ -19,8 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from bridge.addressing import AddressGrammar, TableAddress
-from bridge.config.catalogs import same_catalog
+from bridge.addressing import AddressGrammar
 from bridge.config.durations import parse_duration
 from bridge.exceptions import AddressError, PoisonHeaders, SelectionError
 from bridge.headers import (
@@ -37,6 +36,7 @@ from bridge.headers import (
     parse_headers,
     parse_wire_date,
 )
+from bridge.storage.error_counts import QueueOwners
 
 # The reasons the bridge writes into `$.sfbridge.failure-reason` (see bridge.forwarding.classify,
 # bridge.forwarding.settle and, for `sfbridge retries fail`, bridge.storage.retries), and the one
@@ -177,57 +177,6 @@ def _is_uuid(text: str) -> bool:
     except ValueError:
         return False
     return True
-
-
-class QueueOwners:
-    """Which forwarder drains a queue in one database, by the queue's address.
-
-    Given the database's name, address grammar and default schema, each forwarder's resolved
-    queue address, and the database's own catalog where addresses have catalogs (SQL Server).
-    Addresses compare as the transports compare them: table and schema exactly; catalogs
-    (a missing one being the database's own) without case, when both are known.
-    """
-
-    def __init__(
-        self,
-        database: str,
-        grammar: AddressGrammar,
-        default_schema: str | None,
-        queues: Mapping[str, TableAddress],
-        default_catalog: str | None = None,
-    ) -> None:
-        self.database = database
-        self._grammar = grammar
-        self._default_schema = default_schema
-        self._queues = dict(queues)
-        self._default_catalog = default_catalog
-
-    def owner_of(self, failed_queue: str | None) -> tuple[str | None, str | None]:
-        """(forwarder, None) for a queue a forwarder drains, else (None, why not)."""
-        if failed_queue is None or not failed_queue.strip():
-            return None, (
-                f"it has no '{FAILED_QUEUE_HEADER}' header, so the queue it failed in is unknown"
-            )
-        try:
-            address = self._grammar.resolve(
-                self._grammar.parse(failed_queue), self._default_schema, None
-            )
-        except AddressError as error:
-            return (
-                None,
-                f"its '{FAILED_QUEUE_HEADER}' {failed_queue!r} is not a queue address ({error})",
-            )
-        seen = address.catalog or self._default_catalog
-        for name, queue in self._queues.items():
-            own = queue.catalog or self._default_catalog
-            if (queue.table, queue.schema) == (address.table, address.schema) and (
-                own is None or seen is None or same_catalog(own, seen)
-            ):
-                return name, None
-        return None, (
-            f"it failed in {failed_queue}, which no forwarder in database '{self.database}' "
-            "drains (an endpoint's failed message: retry it from ServicePulse)"
-        )
 
 
 # -- selecting -------------------------------------------------------------------------------

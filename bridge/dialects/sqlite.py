@@ -319,7 +319,8 @@ STATEMENTS: dict[str, str] = {
     # are not JSON count under NULL.
     "error_queue_failed_queues": """
         SELECT CASE WHEN json_valid(Headers)
-                    THEN json_extract(Headers, '$."NServiceBus.FailedQ"') END, count(*)
+                    THEN json_extract(Headers, '$."NServiceBus.FailedQ"') END AS failed_queue,
+               count(*) AS messages
         FROM {queue} GROUP BY 1""",
     # The retry tools (see the PostgreSQL dialect); SQLite has one writer at a time, so a row
     # a batch has taken is already gone when these run.

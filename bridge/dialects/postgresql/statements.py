@@ -285,14 +285,16 @@ STATEMENTS: dict[str, str] = {
     "error_queue_delete_many": "DELETE FROM {queue} WHERE seq IN ({rows})",
     "error_queue_delete_row": "?",
     # Error-queue counts per queue a message failed in (`NServiceBus.FailedQ`), one grouped
-    # read per error queue: the header's JSON-escaped value, found by pattern rather than
+    # read per error queue: the header's value as JSON writes it (escapes and all, hence the
+    # column's name; `bridge.storage.error_counts` decodes it), found by pattern rather than
     # parsed, so that a row whose headers are not JSON counts (under NULL) instead of failing
     # the read. The pattern writes `"` as `\x22` and has no `?`: a quote or a question mark
     # in a literal would puzzle readers of the SQL (drivers looking for parameters).
     "error_queue_failed_queues": r"""
         SELECT substring(headers
-                         FROM '\x22NServiceBus\.FailedQ\x22\s*:\s*\x22(([^\x22\\]|\\.)*)\x22'),
-               count(*)
+                         FROM '\x22NServiceBus\.FailedQ\x22\s*:\s*\x22(([^\x22\\]|\\.)*)\x22')
+               AS failed_queue_json,
+               count(*) AS messages
         FROM {queue} GROUP BY 1""",
     # The retry tools (`sfbridge retries`): read a page after a sequence value; make chosen
     # rows due at once (their first failure's time: earlier than any daemon's clock reads, so

@@ -426,7 +426,7 @@ STATEMENTS: dict[str, str] = {
     # Error-queue counts per `NServiceBus.FailedQ` (see the PostgreSQL dialect); headers that
     # are not JSON count under NULL. Rows batches hold are read past, as by `queue_count`.
     "error_queue_failed_queues": """
-        SELECT failed_queue, COUNT_BIG(*) FROM (
+        SELECT failed_queue, COUNT_BIG(*) AS messages FROM (
             SELECT CASE WHEN ISJSON(Headers) = 1
                         THEN JSON_VALUE(Headers, '$."NServiceBus.FailedQ"') END AS failed_queue
             FROM {queue} WITH (READPAST)) AS failed
