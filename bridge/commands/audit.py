@@ -13,12 +13,11 @@ import logging
 import socket
 from datetime import UTC, datetime
 
-from bridge.config.model import BridgeConfig
+from bridge.config.model import BridgeConfig, ForwarderConfig
 from bridge.connections import Connections
 from bridge.dialects import dialect_for
 from bridge.exceptions import BridgeTableMissing, DatabaseError
-from bridge.secrets import for_terminal
-from bridge.storage.audit import AuditEntry, record_entry
+from bridge.storage.audit import AuditEntry, read_entries, record_entry
 from bridge.storage.tables import create_tables, forwarder_table_steps, forwarder_tables
 
 log = logging.getLogger("sfbridge.audit")
@@ -34,7 +33,7 @@ def operator_name() -> str:
 
 def record_command(
     config: BridgeConfig,
-    connections: Connections,
+    connections: Connections | None,
     database: str,
     command: str,
     target: str,
@@ -56,13 +55,31 @@ def record_command(
         entry.operator,
         entry.host,
         command,
-        for_terminal(target),
+        target,
         database,
         affected,
     )
     forwarder = next((f for f in config.forwarders if f.database == database), None)
     if forwarder is None:
         return
+    if connections is None:
+        own = Connections(config.databases)
+        try:
+            _record(config, own, forwarder, database, entry)
+        finally:
+            own.close()
+    else:
+        _record(config, connections, forwarder, database, entry)
+
+
+def _record(
+    config: BridgeConfig,
+    connections: Connections,
+    forwarder: ForwarderConfig,
+    database: str,
+    entry: AuditEntry,
+) -> None:
+    command = entry.command
     dialect = dialect_for(config.databases[database].dialect)
     table = forwarder_tables(config, forwarder).audit
     try:
@@ -88,3 +105,35 @@ def record_command(
             database,
             error,
         )
+
+
+def recent_commands(
+    config: BridgeConfig, connections: Connections, limit: int
+) -> list[dict[str, object]]:
+    """The latest `limit` operator commands over every forwarding database, newest first (a
+    database that cannot be read, or has no audit log yet, adds none)."""
+    entries: list[tuple[AuditEntry, str]] = []
+    for database in dict.fromkeys(f.database for f in config.forwarders):
+        forwarder = next(f for f in config.forwarders if f.database == database)
+        dialect = dialect_for(config.databases[database].dialect)
+        try:
+            rows = read_entries(
+                connections.get(database), dialect, forwarder_tables(config, forwarder).audit, limit
+            )
+        except DatabaseError:  # TableNotFound included: no command recorded there yet
+            connections.discard(database)
+            continue
+        entries += [(entry, database) for entry in rows]
+    entries.sort(key=lambda pair: pair[0].recorded_at, reverse=True)
+    return [
+        {
+            "at": entry.recorded_at.replace(tzinfo=UTC).isoformat(timespec="seconds"),
+            "operator": entry.operator,
+            "host": entry.host,
+            "command": entry.command,
+            "target": entry.target,
+            "affected": entry.affected,
+            "database": database,
+        }
+        for entry, database in entries[:limit]
+    ]

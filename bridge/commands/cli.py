@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
@@ -48,6 +49,11 @@ def build_parser() -> argparse.ArgumentParser:
         "status", help="queued, waiting for retry, in error, per forwarder"
     )
     status.add_argument("--json", action="store_true", help="machine-readable output")
+    status.add_argument(
+        "--audit",
+        action="store_true",
+        help="only the audit log: the last 50 operator commands (who, when, what, how many)",
+    )
 
     send = commands.add_parser("send", help="put test messages into a forwarding queue")
     send.add_argument(
@@ -304,6 +310,24 @@ def _check(config: BridgeConfig, args: argparse.Namespace) -> int:
 def _status(config: BridgeConfig, args: argparse.Namespace) -> int:
     from bridge.commands.status import collect_status, render_json, render_text
 
+    if args.audit:
+        from bridge.commands.audit import recent_commands
+        from bridge.commands.status import render_audit
+        from bridge.connections import Connections
+
+        connections = Connections(config.databases)
+        try:
+            audit = recent_commands(config, connections, 50)
+        finally:
+            connections.close()
+        if args.json:
+            print(json.dumps({"audit": audit}, indent=2))
+        else:
+            print(
+                "\n".join(inert(line) for line in render_audit(audit))
+                or "no operator commands recorded"
+            )
+        return ExitCode.OK
     status = collect_status(config)
     print(render_json(status) if args.json else render_text(status))
     unavailable = any("error" in forwarder for forwarder in status["forwarders"])

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
+from bridge.commands.audit import record_command
 from bridge.commands.error_queues import (
     ErrorQueue,
     error_queues,
@@ -101,9 +102,14 @@ def run_errors(config: BridgeConfig, args: argparse.Namespace) -> int:
                 _print_list(found, as_json=args.json)
                 code = ExitCode.OK
             elif verb == "replay":
-                code = _replay(config, found, connections, problems, dry_run=args.dry_run)
+                code = _replay(
+                    config, found, connections, problems, dry_run=args.dry_run,
+                    filters=_filters_text(args),
+                )  # fmt: skip
             else:
-                code = _purge(found, connections, problems, yes=args.yes)
+                code = _purge(
+                    config, found, connections, problems, yes=args.yes, filters=_filters_text(args)
+                )
     finally:
         connections.close()
     for problem in problems:
@@ -111,6 +117,17 @@ def run_errors(config: BridgeConfig, args: argparse.Namespace) -> int:
     if any(isinstance(problem, DatabaseUnavailable) for problem in problems):
         return ExitCode.UNAVAILABLE
     return ExitCode.FAILED if problems and code == ExitCode.OK else code
+
+
+def _filters_text(args: argparse.Namespace) -> str:
+    """The filters as given on the command line, for the audit log."""
+    parts = [
+        f"--{name} {value}"
+        for name in ("forwarder", "reason", "destination", "since")
+        if (value := getattr(args, name)) is not None
+    ]
+    parts += [f"--id {each}" for each in args.id]
+    return " ".join(parts) or "(all)"
 
 
 def selection_from(config: BridgeConfig, args: argparse.Namespace, now: datetime) -> Selection:
@@ -317,6 +334,7 @@ def _replay(
     problems: list[DatabaseError],
     *,
     dry_run: bool,
+    filters: str,
 ) -> int:
     moved = skipped = gone = 0
     for each in found:
@@ -359,6 +377,10 @@ def _replay(
             continue
         moved += len(result.moved)
         gone += len(result.gone)
+        record_command(
+            config, connections, each.queue.database, "errors replay",
+            f"{each.queue.name} {filters}", len(result.moved),
+        )  # fmt: skip
         for message in result.gone:
             _say(f"gone    {message.row_id}: no longer in {each.queue.name} (taken meanwhile)")
     total = sum(len(each.messages) for each in found)
@@ -418,7 +440,13 @@ def _still_unroutable(config: BridgeConfig, messages: Sequence[FailedMessage]) -
 
 
 def _purge(
-    found: list[Found], connections: Connections, problems: list[DatabaseError], *, yes: bool
+    config: BridgeConfig,
+    found: list[Found],
+    connections: Connections,
+    problems: list[DatabaseError],
+    *,
+    yes: bool,
+    filters: str,
 ) -> int:
     chosen = [each for each in found if each.messages]
     if not chosen:
@@ -454,6 +482,10 @@ def _purge(
             problems.append(error)
             continue
         _say(f"deleted {deleted} message(s) from error queue {name}")
+        record_command(
+            config, connections, each.queue.database, "errors purge",
+            f"{each.queue.name} {filters}", deleted,
+        )  # fmt: skip
     return ExitCode.OK
 
 

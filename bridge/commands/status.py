@@ -7,6 +7,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
+from bridge.commands.audit import recent_commands
 from bridge.config.model import BridgeConfig
 from bridge.connections import Connections
 from bridge.dialects import Dialect, dialect_for
@@ -24,7 +25,13 @@ from bridge.storage.tables import ForwarderTables, forwarder_tables
 STALE_STATE_SECONDS = 120.0
 
 
-def collect_status(config: BridgeConfig) -> dict[str, list[dict[str, Any]]]:
+# Operator commands (the audit log) in `status`; `status --audit` shows more.
+RECENT_COMMANDS = 5
+
+
+def collect_status(
+    config: BridgeConfig, audit_entries: int = RECENT_COMMANDS
+) -> dict[str, list[dict[str, Any]]]:
     """`forwarders`: one dict per forwarder (a database that cannot be read gives an `error`
     entry instead); `destinations`: one dict per destination database the daemon has seen or
     that messages wait for."""
@@ -45,6 +52,7 @@ def collect_status(config: BridgeConfig) -> dict[str, list[dict[str, Any]]]:
             "error_queues": error_queues,
             "destinations": _destinations(config, connections),
             "prepared_transactions": old,
+            "audit": recent_commands(config, connections, audit_entries),
         }
     finally:
         connections.close()
@@ -258,6 +266,10 @@ def render_text(status: dict[str, list[dict[str, Any]]]) -> str:
         lines.append("destination databases (as the daemon last saw them):")
     for destination in status["destinations"]:
         lines.extend(_render_destination(destination))
+    audit = status.get("audit", [])
+    if audit:
+        lines.append("recent operator commands (audit log; 'sfbridge status --audit' for more):")
+    lines.extend(render_audit(audit))
     for entry in status.get("prepared_transactions", []):
         lines.append(
             f"PREPARED TRANSACTION left in database '{entry['database']}' for "
@@ -265,6 +277,15 @@ def render_text(status: dict[str, list[dict[str, Any]]]) -> str:
             "it; see 'sfbridge check')"
         )
     return "\n".join(inert(line) for line in lines)
+
+
+def render_audit(entries: list[dict[str, Any]]) -> list[str]:
+    """One line per recorded operator command, newest first."""
+    return [
+        f"  {entry['at']}  {entry['operator']}@{entry['host']}  {entry['command']} "
+        f"{entry['target']}: {entry['affected']} affected (database '{entry['database']}')"
+        for entry in entries
+    ]
 
 
 def _render_error_queues(entries: list[dict[str, Any]]) -> list[str]:
