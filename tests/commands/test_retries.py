@@ -157,3 +157,22 @@ def test_a_fail_killed_after_its_first_chunk_loses_and_duplicates_nothing(
         waiting, failed = places()
         assert not waiting and failed == Counter({message_id: 1 for message_id in ids})
         assert daemon.process.poll() is None
+
+
+def test_fail_beside_a_daemon_retrying_the_same_rows_gives_each_message_one_owner(
+    pg_pair_factory: Callable[..., PgPair], tmp_path: Path
+) -> None:
+    # Due every second: the daemon claims, fails and stores the rows again all the while.
+    pair = pg_pair_factory(create_queue=False, retries={"delay": "1s"})
+    with pair.daemon(tmp_path / "daemon.log") as daemon:
+        ids = _park(pair, daemon, 500)
+        for _ in range(3):  # until no row was in a batch's hands at every pass
+            result = pair.cli("retries", "fail")
+            assert result.returncode == 0, result.stderr
+            if pg_count(pair.sender, RETRY_TABLE) == 0:
+                break
+        waiting = pg_count(pair.sender, RETRY_TABLE)
+        failed = Counter(row["headers"]["NServiceBus.MessageId"] for row in _error_rows(pair))
+        assert waiting == 0, result.stdout
+        assert failed == Counter({message_id: 1 for message_id in ids})
+        assert daemon.process.poll() is None
