@@ -40,6 +40,7 @@ TABLE_PLACEHOLDERS = {
     "forwarder_states",
     "daemons",
     "pauses",
+    "audit",
     "transactions",
     "table",
 }

@@ -50,6 +50,7 @@ TABLE_PLACEHOLDERS = {
     "forwarder_states",
     "daemons",
     "pauses",
+    "audit",
     "table",
 }
 PLACEHOLDER_SUFFIXES = ("", "_literal", "_catalog")
@@ -612,6 +613,7 @@ QUEUE_TABLE_HINTS = {
     ("queue_page", "queue"): ["READPAST"],
     ("error_queue_page", "queue"): ["READPAST"],
     ("error_queue_row", "queue"): ["READPAST"],
+    ("error_queue_failed_queues", "queue"): ["READPAST"],
 }
 _REFERENCE = re.compile(
     r"\b(?:FROM|JOIN|DELETE)\s+\[dbo\]\.\[(queue|retry)\]"
