@@ -91,7 +91,9 @@ def test_retries_and_error_counts_on_sqlite(tmp_path: Path) -> None:
     by_reason = Counter(headers["$.sfbridge.failure-reason"] for headers in rows)
     assert by_reason == Counter({"failed-by-operator": 3, "unroutable": 1})
 
-    status = json.loads(_cli(config, "status", "--json").stdout)
+    shown = sfbridge("-c", str(config), "status", "--json")
+    assert shown.returncode == 1, shown.stderr  # no daemon runs here: status says so
+    status = json.loads(shown.stdout)
     assert {f["forwarder"]: f["in_error"] for f in status["forwarders"]} == {
         "orders": 3,
         "billing": 1,
