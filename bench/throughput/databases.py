@@ -49,11 +49,13 @@ def pg_connect(connection_string: str, *, autocommit: bool) -> pyodbc.Connection
     return pyodbc.connect(connection_string + PG_OPTIONS, autocommit=autocommit)
 
 
-def new_messages(count: int) -> list[tuple[str, str]]:
-    """`count` (message id, serialized headers) pairs as `sfbridge send` writes them."""
+def new_messages(count: int, queues: Sequence[str] = (RECEIVER,)) -> list[tuple[str, str]]:
+    """`count` (message id, serialized headers) pairs as `sfbridge send` writes them, sent to
+    each of `queues` in turn."""
     messages = []
-    for _ in range(count):
-        headers = test_message_headers(RECEIVER, "Bench.Message", {}, now=datetime.now(UTC))
+    for number in range(count):
+        queue = queues[number % len(queues)]
+        headers = test_message_headers(queue, "Bench.Message", {}, now=datetime.now(UTC))
         messages.append((str(headers[MESSAGE_ID]), serialize_headers(headers)))
     return messages
 

@@ -196,6 +196,10 @@ class Scenario:
                 problems.append(f"{left} rows left in {table}")
         return "ok" if not problems else "FAILED: " + ", ".join(problems)
 
+    def arrived(self) -> int:
+        """Messages in the destination queue(s) now."""
+        return self.destination.count(RECEIVER)
+
     def run_row(self, row: RowRuns, messages: int, body: bytes) -> None:
         """One run of one row, appended to `row` (or `row.not_run` set)."""
         spec = row.spec
@@ -229,7 +233,7 @@ class Scenario:
                 else {**self.environment, "PYTHONPATH": spec.code},
                 self.workdir / f"{spec.key}.log",
                 messages,
-                lambda: self.destination.count(RECEIVER),
+                self.arrived,
                 lambda text: self.progress(f"{spec.key}: {text}"),
                 poll_seconds=poll,
                 cwd=spec.code,

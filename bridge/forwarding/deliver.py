@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Protocol
 
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
@@ -48,6 +49,7 @@ from bridge.exceptions import (
     TransientDatabaseError,
 )
 from bridge.forwarding.healing import heal_ledger
+from bridge.forwarding.side_by_side import SideBySide
 from bridge.forwarding.transactions import BatchTransactions, require_prepared_transactions
 from bridge.forwarding.writes import QueueWriter, write_messages
 from bridge.messages import Delivered, DeliveryResult, Failed, Forward, Item, Unit
@@ -65,6 +67,11 @@ _IMMEDIATE_RETRY_WAIT = wait_exponential(multiplier=0.05, max=1.0)
 
 
 class Delivery(Protocol):
+    # True when `deliver` touches nothing but its own database through its own connection
+    # (no record in the source transaction), so that it may run beside the deliveries to
+    # other databases (`deliver_units`).
+    independent: bool
+
     def deliver(
         self, items: Sequence[Item], transactions: BatchTransactions
     ) -> list[DeliveryResult]:
@@ -73,38 +80,69 @@ class Delivery(Protocol):
         ...
 
 
+Group = tuple[str, TransactionMode]  # a destination database and a transaction mode
+
+
 def deliver_units(
     units: Sequence[Unit],
     delivery_for: Callable[[str, TransactionMode], Delivery],
     transactions: BatchTransactions,
     delivered: Callable[[str, int], None] | None = None,
     suspect: Callable[[str], bool] | None = None,
+    side_by_side: SideBySide | None = None,
 ) -> list[DeliveryResult | None]:
     """Deliver every unit that is to be delivered, grouped per destination database and
-    transaction mode, one group after the other; groups for a `suspect` database (one that
-    failed lately, so may make its group wait out the query timeout) go last, so that the
-    others are committed first.
+    transaction mode.
+
+    With `side_by_side`, databases whose deliveries are all `independent` (remote, with the
+    ledger) are delivered at the same time, each in its own transaction as before, beside the
+    others, which run one after the other on the calling thread: groups for a `suspect`
+    database (one that failed lately, so may make its group wait out the query timeout) go
+    last there, so that the others are committed first. Without it everything runs so.
 
     Returns a result per unit, in order: None for units that are not deliveries. `delivered`
-    is told, right after each group's delivery returns, how many units it delivered (not
-    counting duplicates), for metrics.
+    is told, once the groups have returned, how many units each delivered (not counting
+    duplicates), for metrics.
     """
-    groups: dict[tuple[str, TransactionMode], list[int]] = {}
+    groups: dict[Group, list[int]] = {}
     for index, unit in enumerate(units):
         if isinstance(unit.decision, Forward):
             destination = unit.decision.destination
             groups.setdefault((destination.database, destination.transaction), []).append(index)
-    results: list[DeliveryResult | None] = [None] * len(units)
     order = sorted(groups, key=lambda group: suspect(group[0])) if suspect else list(groups)
-    for database, mode in order:
-        indexes = groups[(database, mode)]
-        items = [_item(units[index]) for index in indexes]
-        database_results = delivery_for(database, mode).deliver(items, transactions)
-        for index, result in zip(indexes, database_results, strict=True):
+    deliveries = {group: delivery_for(*group) for group in order}
+
+    def deliver_group(group: Group) -> tuple[Group, list[DeliveryResult]]:
+        items = [_item(units[index]) for index in groups[group]]
+        return group, deliveries[group].deliver(items, transactions)
+
+    def deliver_groups(chunk: list[Group]) -> list[tuple[Group, list[DeliveryResult]]]:
+        return [deliver_group(group) for group in chunk]
+
+    chunks = _chunks(order, deliveries) if side_by_side is not None else [list(order)]
+    calls = [partial(deliver_groups, chunk) for chunk in chunks]
+    runs = side_by_side.run(calls) if side_by_side is not None else [call() for call in calls]
+    done = dict(pair for run in runs for pair in run)
+    results: list[DeliveryResult | None] = [None] * len(units)
+    for group in order:
+        for index, result in zip(groups[group], done[group], strict=True):
             results[index] = result
         if delivered is not None:
-            delivered(database, sum(isinstance(r, Delivered) for r in database_results))
+            delivered(group[0], sum(isinstance(r, Delivered) for r in done[group]))
     return results
+
+
+def _chunks(order: Sequence[Group], deliveries: dict[Group, Delivery]) -> list[list[Group]]:
+    """The groups in chunks that may run beside each other: first those that must run one
+    after the other (not independent, and any group of a database that has one, since a
+    database's groups share its connection), then one chunk per other database."""
+    shared = {database for database, mode in order if not deliveries[(database, mode)].independent}
+    together = [group for group in order if group[0] in shared]
+    apart: dict[str, list[Group]] = {}
+    for group in order:
+        if group[0] not in shared:
+            apart.setdefault(group[0], []).append(group)
+    return [chunk for chunk in (together, *apart.values()) if chunk]
 
 
 def _item(unit: Unit) -> Item:
@@ -268,6 +306,8 @@ def _note_busy(
 class LocalDelivery:
     """Into queues of the forwarding database, inside the open source transaction."""
 
+    independent = False  # it writes through the source connection
+
     def __init__(
         self,
         connection: Connection,
@@ -348,6 +388,8 @@ class RemoteDelivery:
         self._outages = outages
         self._writer = writer
         self._can_prepare = False  # max_prepared_transactions seen above 0
+        # Two-phase and at-least-once record in the source transaction; the ledger does not.
+        self.independent = target.transaction == "ledger"
 
     def deliver(
         self, items: Sequence[Item], transactions: BatchTransactions
@@ -544,6 +586,8 @@ class RemoteDelivery:
 
 class PausedDelivery:
     """The delivery to a paused destination database: nothing is tried, every item waits."""
+
+    independent = False  # nothing to wait for
 
     def __init__(self, database: str, pause: Pause) -> None:
         self._error = f"database '{database}' is {pause.describe()} (sfbridge resume)"
