@@ -45,16 +45,19 @@ from bridge.exceptions import (
     LedgerDenied,
     LockTimeout,
     NotIsolated,
-    TableNotFound,
     TransientDatabaseError,
 )
 from bridge.forwarding.healing import heal_ledger
 from bridge.forwarding.side_by_side import SideBySide
+from bridge.forwarding.table_failures import (
+    deliver_around_busy_tables,
+    item_failure,
+    note_busy,
+)
 from bridge.forwarding.transactions import BatchTransactions, require_prepared_transactions
 from bridge.forwarding.writes import QueueWriter, write_messages
 from bridge.messages import Delivered, DeliveryResult, Failed, Forward, Item, Unit
 from bridge.outages import OutageTracker
-from bridge.routing import nearest_table
 from bridge.storage.ledger import (
     cannot_create_advice,
     ledger_problem,
@@ -187,122 +190,6 @@ def isolate_failures(
     return [results[i] for i in range(len(items))]
 
 
-def item_failure(
-    connection: Connection,
-    dialect: Dialect,
-    database: str,
-    items: Sequence[Item],
-    failure: ItemWriteError,
-) -> tuple[list[int], Failed]:
-    """What an item-specific failure settles. A missing destination table fails every item
-    bound for it (listing the tables for a hint through `connection`, which must be usable),
-    and so does a table someone else kept locked past the query timeout; any other failure
-    only the item that caused it."""
-    error = failure.error
-    if not isinstance(error, (TableNotFound, LockTimeout)):
-        return [failure.position], Failed(str(error), retryable=failure.retryable)
-    destination = items[failure.position].forward.destination
-    offsets = [
-        offset
-        for offset, (_, decision) in enumerate(items)
-        if decision.destination.address == destination.address
-    ]
-    if isinstance(error, LockTimeout):
-        return offsets, locked_table_failure(dialect, database, destination.address, error)
-    return offsets, missing_queue_failure(connection, dialect, database, destination.address)
-
-
-def locked_table_failure(
-    dialect: Dialect, database: str, address: TableAddress, error: DatabaseError
-) -> Failed:
-    """A Failed result for a destination table another session held locked: a state of the
-    table, like an outage of its database (`retries.during_outage: wait` spends no attempt)."""
-    return Failed(
-        f"destination queue {dialect.grammar.render(address)} in database '{database}' is "
-        f"locked by another session: {error.detail}",
-        outage=True,
-    )
-
-
-def busy_tables(
-    outages: OutageTracker, database: str, dialect: Dialect, items: Sequence[Item]
-) -> dict[int, Failed]:
-    """Items bound for a table that counts as busy (`OutageTracker.record_busy`), by offset,
-    each with its Failed result: they are not tried while the lock lasts."""
-    busy: dict[int, Failed] = {}
-    known: dict[TableAddress, str | None] = {}
-    for offset, (_, decision) in enumerate(items):
-        address = decision.destination.address
-        if address not in known:
-            known[address] = outages.busy(database, dialect.grammar.render(address))
-        error = known[address]
-        if error is not None:
-            busy[offset] = Failed(
-                f"destination queue {dialect.grammar.render(address)} in database "
-                f"'{database}' is locked by another session: {error}",
-                outage=True,
-            )
-    return busy
-
-
-def deliver_around_busy_tables(
-    outages: OutageTracker,
-    database: str,
-    dialect: Dialect,
-    items: Sequence[Item],
-    deliver: Callable[[Sequence[Item]], list[DeliveryResult]],
-) -> list[DeliveryResult]:
-    """`deliver` the items whose table is not busy; the others fail at once. Tables written
-    to are no longer busy."""
-    busy = busy_tables(outages, database, dialect, items)
-    tried = [offset for offset in range(len(items)) if offset not in busy]
-    results: list[DeliveryResult | None] = [busy.get(offset) for offset in range(len(items))]
-    if tried:
-        for offset, result in zip(tried, deliver([items[o] for o in tried]), strict=True):
-            results[offset] = result
-    for address in {
-        items[offset].forward.destination.address
-        for offset, result in enumerate(results)
-        if isinstance(result, Delivered)
-    }:
-        outages.record_free(database, dialect.grammar.render(address))
-    return [result for result in results if result is not None]
-
-
-def missing_queue_failure(
-    connection: Connection, dialect: Dialect, database: str, address: TableAddress
-) -> Failed:
-    """A Failed result for a destination table that does not exist, with a nearest-match hint."""
-    hint = ""
-    try:
-        # The address lets SQL Server list the tables of the queue's catalog.
-        listed = connection.query(dialect.sql("list_tables", queue=address))
-        suggestion = nearest_table(address.table, [row[1] for row in listed])
-        if suggestion and suggestion != address.table:
-            hint = f" (did you mean {suggestion!r}?)"
-    except DatabaseError:
-        pass
-    return Failed(
-        f"destination queue {dialect.grammar.render(address)} does not exist in database "
-        f"'{database}'{hint}; create it (run the receiving endpoint with installers enabled) "
-        "or fix the route or the destination header",
-        missing_queue=True,
-    )
-
-
-def _note_busy(
-    outages: OutageTracker,
-    database: str,
-    dialect: Dialect,
-    items: Sequence[Item],
-    failure: ItemWriteError,
-) -> None:
-    """A lock timeout on a destination table makes the table busy for a while."""
-    if isinstance(failure.error, LockTimeout):
-        address = items[failure.position].forward.destination.address
-        outages.record_busy(database, dialect.grammar.render(address), failure.error.detail)
-
-
 class LocalDelivery:
     """Into queues of the forwarding database, inside the open source transaction."""
 
@@ -350,7 +237,7 @@ class LocalDelivery:
         settled = item_failure(
             self._connection, self._dialect, self._connection.database, items, failure
         )
-        _note_busy(self._outages, self._connection.database, self._dialect, items, failure)
+        note_busy(self._outages, self._connection.database, self._dialect, items, failure)
         return settled
 
 
@@ -571,7 +458,7 @@ class RemoteDelivery:
         self, items: Sequence[Item], failure: ItemWriteError
     ) -> tuple[list[int], Failed]:
         connection = self._connections.get(self._target.name)
-        _note_busy(self._outages, self._target.name, self._target.dialect, items, failure)
+        note_busy(self._outages, self._target.name, self._target.dialect, items, failure)
         if isinstance(failure.error, LockTimeout):
             connection.rollback()  # before anything else: the transaction is aborted
         try:
