@@ -83,6 +83,7 @@ class BenchDatabase(Protocol):
     def fill(self, table: str, messages: Sequence[tuple[str, str]], body: bytes) -> None: ...
     def send_one(self, table: str, headers: str, body: bytes) -> None: ...
     def count(self, table: str) -> int: ...
+    def has_rows(self, table: str) -> bool: ...
     def message_ids(self, table: str) -> list[str]: ...
     def move_all(self, source: str, target: str) -> int: ...
     def relay(self) -> Relay: ...
@@ -139,6 +140,12 @@ class PgDatabase:
 
     def count(self, table: str) -> int:
         return int(self.connection.execute(f"SELECT count(*) FROM {_pg(table)}").fetchval())
+
+    def has_rows(self, table: str) -> bool:
+        """One probe of the queue's head in its sequence index (rows deleted but not yet
+        committed still count)."""
+        cursor = self.connection.execute(f"SELECT seq FROM {_pg(table)} ORDER BY seq LIMIT 1")
+        return cursor.fetchone() is not None
 
     def message_ids(self, table: str) -> list[str]:
         rows = self.connection.execute(f"SELECT headers FROM {_pg(table)}").fetchall()
@@ -231,6 +238,10 @@ class SqliteDatabase:
 
     def count(self, table: str) -> int:
         return int(self.connection.execute(f"SELECT count(*) FROM {_sq(table)}").fetchone()[0])
+
+    def has_rows(self, table: str) -> bool:
+        cursor = self.connection.execute(f"SELECT 1 FROM {_sq(table)} ORDER BY RowVersion LIMIT 1")
+        return cursor.fetchone() is not None
 
     def message_ids(self, table: str) -> list[str]:
         rows = self.connection.execute(f"SELECT Headers FROM {_sq(table)}").fetchall()
