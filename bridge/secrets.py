@@ -1,15 +1,20 @@
-"""Masking of credentials in text that may reach a log line, an error message or a terminal.
+"""Making text safe to show: credentials masked, control characters made inert.
 
 Connection strings and Sentry DSNs carry passwords and keys. Anything the bridge shows a human
 about them goes through `mask_secrets` first, so a typo in a config file never ends up pasting a
 production password into a bug report.
+
+Messages carry text their senders wrote. Anything the CLI prints from a message (headers, a
+body's text, an Id, an error that quotes either) goes through `inert` (or `for_terminal`,
+which masks as well), so that nothing a sender writes can move the cursor, clear the screen,
+retitle the terminal, start a line of its own or reorder what is shown.
 """
 
 from __future__ import annotations
 
 import re
 
-__all__ = ["MASK", "mask_secrets"]
+__all__ = ["MASK", "for_terminal", "inert", "mask_secrets"]
 
 MASK = "***"
 
@@ -32,6 +37,34 @@ _URL_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinf
 # A URL user name that is really a key (Sentry DSN public keys are 32 hex digits); ordinary user
 # names such as `postgres` stay visible because they help diagnose connection problems.
 _KEY_LIKE_USER = re.compile(r"[0-9a-fA-F]{16,}|[A-Za-z0-9_-]{24,}")
+
+
+# What a terminal acts on rather than shows: C0 controls (line breaks and tabs included: a
+# line break would let a sender start a line that reads as the tool's own), DEL, C1 controls
+# (ECMA-48 reads U+009B as CSI), Unicode's line and paragraph separators, and the bidirectional
+# formatting characters, which reorder what follows them on the line.
+_CONTROL = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u2028\u2029\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]"
+)
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group(0))
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def inert(text: str) -> str:
+    """`text` with every control character a terminal would act on written as an escape
+    (ESC as `\\x1b`, a carriage return as `\\x0d`, a right-to-left override as `\\u202e`):
+    one line, shown as it is, whatever it holds.
+    Printable text, non-ASCII letters included, is left alone. Never raises."""
+    return _CONTROL.sub(_escape, text)
+
+
+def for_terminal(text: str) -> str:
+    """`text` with credentials masked and control characters escaped (`mask_secrets`, then
+    `inert`): what any message data printed on a terminal goes through."""
+    return inert(mask_secrets(text))
 
 
 def mask_secrets(text: str) -> str:

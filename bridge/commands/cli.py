@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
@@ -12,6 +13,7 @@ from collections.abc import Sequence
 from bridge import __version__
 from bridge.config import BridgeConfig, load_config, parse_duration
 from bridge.exceptions import ConfigError, DatabaseError, ExitCode
+from bridge.secrets import inert
 
 log = logging.getLogger("sfbridge")
 
@@ -47,6 +49,11 @@ def build_parser() -> argparse.ArgumentParser:
         "status", help="queued, waiting for retry, in error, per forwarder"
     )
     status.add_argument("--json", action="store_true", help="machine-readable output")
+    status.add_argument(
+        "--audit",
+        action="store_true",
+        help="only the audit log: the last 50 operator commands (who, when, what, how many)",
+    )
 
     send = commands.add_parser("send", help="put test messages into a forwarding queue")
     send.add_argument(
@@ -80,6 +87,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_errors_command(commands)
 
+    retries = commands.add_parser(
+        "retries",
+        help="list the messages waiting in retry storage, make them due now, or fail them to "
+        "the error queue",
+    )
+    from bridge.commands.retries import add_arguments as add_retries_arguments
+
+    add_retries_arguments(retries)
+
     route = commands.add_parser(
         "route",
         help="where a message with this destination (or event type) would go, or why it would "
@@ -112,7 +128,9 @@ def _add_errors_command(commands: argparse._SubParsersAction[argparse.ArgumentPa
     verbs = errors.add_subparsers(dest="errors_command", required=True, metavar="VERB")
     listing = verbs.add_parser("list", help="one line per failed message")
     show = verbs.add_parser("show", help="one message's headers and a preview of its body")
-    show.add_argument("id", help="the message's Id, as 'errors list' shows it")
+    show.add_argument(
+        "id", help="the message's Id or its NServiceBus.MessageId, as 'errors list' shows them"
+    )
     replay = verbs.add_parser(
         "replay",
         help="move failed messages back into their forwarding queue (NServiceBus.FailedQ), "
@@ -145,7 +163,8 @@ def _add_errors_command(commands: argparse._SubParsersAction[argparse.ArgumentPa
             action="append",
             default=[],
             metavar="ID",
-            help="only this message (repeat for more); an id not found changes nothing",
+            help="only this message, by its Id or its NServiceBus.MessageId (repeat for more); "
+            "an id not found changes nothing",
         )
     listing.add_argument("--json", action="store_true", help="machine-readable output")
     replay.add_argument(
@@ -200,7 +219,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DatabaseError as error:
         if args.verbose:
             log.exception("database error")
-        print(f"sfbridge: {error}", file=sys.stderr)
+        print(inert(f"sfbridge: {error}"), file=sys.stderr)
         return ExitCode.UNAVAILABLE
     except KeyboardInterrupt:
         return 130
@@ -291,6 +310,24 @@ def _check(config: BridgeConfig, args: argparse.Namespace) -> int:
 def _status(config: BridgeConfig, args: argparse.Namespace) -> int:
     from bridge.commands.status import collect_status, render_json, render_text
 
+    if args.audit:
+        from bridge.commands.audit import recent_commands
+        from bridge.commands.status import render_audit
+        from bridge.connections import Connections
+
+        connections = Connections(config.databases)
+        try:
+            audit = recent_commands(config, connections, 50)
+        finally:
+            connections.close()
+        if args.json:
+            print(json.dumps({"audit": audit}, indent=2))
+        else:
+            print(
+                "\n".join(inert(line) for line in render_audit(audit))
+                or "no operator commands recorded"
+            )
+        return ExitCode.OK
     status = collect_status(config)
     print(render_json(status) if args.json else render_text(status))
     unavailable = any("error" in forwarder for forwarder in status["forwarders"])
@@ -346,7 +383,7 @@ def _send(config: BridgeConfig, args: argparse.Namespace) -> int:
         where = f"the proxy's destination in database '{forwarder.destination.database}'"
     else:
         where = args.destination
-    print(f"sent {len(ids)} message(s) to {where} through forwarder '{name}'")
+    print(inert(f"sent {len(ids)} message(s) to {where} through forwarder '{name}'"))
     if len(ids) <= 10:
         for message_id in ids:
             print(f"  {message_id}")
@@ -379,7 +416,17 @@ def _errors(config: BridgeConfig, args: argparse.Namespace) -> int:
     try:
         return run_errors(config, args)
     except ErrorsRequestError as error:
-        print(f"sfbridge errors {args.errors_command}: {error}", file=sys.stderr)
+        print(inert(f"sfbridge errors {args.errors_command}: {error}"), file=sys.stderr)
+        return ExitCode.USAGE
+
+
+def _retries(config: BridgeConfig, args: argparse.Namespace) -> int:
+    from bridge.commands.retries import ErrorsRequestError, run_retries
+
+    try:
+        return run_retries(config, args)
+    except ErrorsRequestError as error:
+        print(inert(f"sfbridge retries {args.retries_command}: {error}"), file=sys.stderr)
         return ExitCode.USAGE
 
 
@@ -399,5 +446,6 @@ COMMANDS = {
     "pause": _pause_or_resume,
     "resume": _pause_or_resume,
     "errors": _errors,
+    "retries": _retries,
     "route": _route,
 }

@@ -17,8 +17,9 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TextIO
 
+from bridge.commands.audit import record_command
 from bridge.commands.error_queues import (
     ErrorQueue,
     error_queues,
@@ -50,13 +51,28 @@ from bridge.exceptions import (
 from bridge.forwarding.proxies import forwarder_router
 from bridge.headers import ADDRESS_DATABASE_HEADER, DESTINATION_HEADER
 from bridge.routing import Unroutable
-from bridge.secrets import mask_secrets
+from bridge.secrets import inert, mask_secrets
 
 # bridge.commands.cli's exit codes (it imports this module; a unit test keeps the two the same).
 
 # The exception message in `errors list`, cut to this many characters.
 EXCEPTION_WIDTH = 80
-_HEADINGS = ("ID", "FAILED AT (UTC)", "REASON", "DESTINATION", "ATTEMPTS", "FORWARDER", "EXCEPTION")
+_HEADINGS = (
+    "ID",
+    "MESSAGE ID",
+    "FAILED AT (UTC)",
+    "REASON",
+    "DESTINATION",
+    "ATTEMPTS",
+    "FORWARDER",
+    "EXCEPTION",
+)
+
+
+def _say(line: str, file: TextIO | None = None) -> None:
+    """Print one line with its control characters escaped (`bridge.secrets.inert`): every line
+    these commands print may quote message data (Ids, headers, reasons, the body)."""
+    print(inert(line), file=file)
 
 
 @dataclass
@@ -77,7 +93,7 @@ def run_errors(config: BridgeConfig, args: argparse.Namespace) -> int:
     problems: list[DatabaseError] = []
     try:
         if verb == "show":
-            code = _show(config, row_id_text(args.id), connections, problems)
+            code = _show(config, args.id, connections, problems)
         else:
             selection = selection_from(config, args, datetime.now(UTC))
             found = _read(config, selection, connections, problems)
@@ -86,16 +102,32 @@ def run_errors(config: BridgeConfig, args: argparse.Namespace) -> int:
                 _print_list(found, as_json=args.json)
                 code = ExitCode.OK
             elif verb == "replay":
-                code = _replay(config, found, connections, problems, dry_run=args.dry_run)
+                code = _replay(
+                    config, found, connections, problems, dry_run=args.dry_run,
+                    filters=_filters_text(args),
+                )  # fmt: skip
             else:
-                code = _purge(found, connections, problems, yes=args.yes)
+                code = _purge(
+                    config, found, connections, problems, yes=args.yes, filters=_filters_text(args)
+                )
     finally:
         connections.close()
     for problem in problems:
-        print(f"sfbridge errors {verb}: {problem}", file=sys.stderr)
+        _say(f"sfbridge errors {verb}: {problem}", file=sys.stderr)
     if any(isinstance(problem, DatabaseUnavailable) for problem in problems):
         return ExitCode.UNAVAILABLE
     return ExitCode.FAILED if problems and code == ExitCode.OK else code
+
+
+def _filters_text(args: argparse.Namespace) -> str:
+    """The filters as given on the command line, for the audit log."""
+    parts = [
+        f"--{name} {value}"
+        for name in ("forwarder", "reason", "destination", "since")
+        if (value := getattr(args, name)) is not None
+    ]
+    parts += [f"--id {each}" for each in args.id]
+    return " ".join(parts) or "(all)"
 
 
 def selection_from(config: BridgeConfig, args: argparse.Namespace, now: datetime) -> Selection:
@@ -162,29 +194,31 @@ def _check_ids(selection: Selection, found: list[Found], problems: list[Database
 
 def _print_list(found: list[Found], *, as_json: bool) -> None:
     if as_json:
+        # JSON escapes every control character itself (and every non-ASCII one).
         print(json.dumps([_as_json(each, m) for each in found for m in each.messages], indent=2))
         return
     for each in found:
         if not each.exists:
-            print(f"{each.queue.describe()}: does not exist yet (nothing has failed there)")
+            _say(f"{each.queue.describe()}: does not exist yet (nothing has failed there)")
             continue
         of = f" (of {each.total})" if each.total != len(each.messages) else ""
-        print(f"{each.queue.describe()}: {len(each.messages)} message(s){of}")
+        _say(f"{each.queue.describe()}: {len(each.messages)} message(s){of}")
         if not each.messages:
             continue
         rows: list[tuple[str, ...]] = [_HEADINGS]
-        rows += [_row(message) for message in each.messages]
+        rows += [tuple(inert(cell) for cell in _row(message)) for message in each.messages]
         for line in _columns(rows):
-            print("  " + line)
+            _say("  " + line)
         reasons = Counter(m.not_replayable for m in each.messages if m.not_replayable)
         for why, count in reasons.items():
-            print(f"  not replayed by 'errors replay': {count} message(s) marked '-': {why}")
+            _say(f"  not replayed by 'errors replay': {count} message(s) marked '-': {why}")
 
 
 def _row(message: FailedMessage) -> tuple[str, ...]:
     failed_at = message.failed_at
     return (
         message.row_id,
+        message.message_id or "-",
         failed_at.strftime("%Y-%m-%d %H:%M:%S") if failed_at else "-",
         message.reason or "-",
         message.destination or "-",
@@ -231,8 +265,11 @@ def _masked(text: str | None) -> str | None:
 
 
 def _show(
-    config: BridgeConfig, row_id: str, connections: Connections, problems: list[DatabaseError]
+    config: BridgeConfig, given: str, connections: Connections, problems: list[DatabaseError]
 ) -> int:
+    """Every message whose row Id or `NServiceBus.MessageId` is `given` (a MessageId may name
+    several: the copies of one published event, or a message that failed twice)."""
+    row_id = row_id_text(given)
     searched = []
     shown = 0
     for queue in error_queues(config):
@@ -241,7 +278,8 @@ def _show(
         try:
             connection = connections.get(queue.database)
             messages = read_failed_messages(connection, dialect, queue) or []
-            for message in [m for m in messages if m.row_id == row_id]:
+            chosen = [m for m in messages if row_id in m.known_as]
+            for message in chosen:
                 full = read_full_message(connection, dialect, queue, message.seq)
                 if full is not None:
                     _print_message(queue, full.message, full.headers_text, full.body)
@@ -252,8 +290,8 @@ def _show(
     if shown == 0:
         unread = " (and some error queues could not be read)" if problems else ""
         raise ErrorsRequestError(
-            f"no message with id {row_id} in {', '.join(searched)}{unread}; "
-            "'sfbridge errors list' shows the ids"
+            f"no message with id {given} in {', '.join(searched)}{unread} (by its Id or its "
+            "NServiceBus.MessageId); 'sfbridge errors list' shows both"
         )
     return ExitCode.OK
 
@@ -261,28 +299,29 @@ def _show(
 def _print_message(
     queue: ErrorQueue, message: FailedMessage, headers_text: str | None, body: bytes | None
 ) -> None:
-    print(f"message {message.row_id} in {queue.describe()}")
+    _say(f"message {message.row_id} in {queue.describe()}")
     if message.forwarder is not None:
-        print(
+        _say(
             f"  failed in {message.failed_queue} (forwarder '{message.forwarder}'); "
             f"'sfbridge errors replay --id {message.row_id}' sends it back there"
         )
     else:
-        print(f"  not replayed by the bridge: {message.not_replayable}")
+        _say(f"  not replayed by the bridge: {message.not_replayable}")
     failed_at = message.failed_at
-    print(f"  reason: {message.reason or '-'}")
-    print(f"  failed at: {failed_at.strftime('%Y-%m-%d %H:%M:%S') + ' UTC' if failed_at else '-'}")
+    _say(f"  message id: {message.message_id or '-'}")
+    _say(f"  reason: {message.reason or '-'}")
+    _say(f"  failed at: {failed_at.strftime('%Y-%m-%d %H:%M:%S') + ' UTC' if failed_at else '-'}")
     if message.headers is None:
-        print(f"headers (cannot be read: {message.poison}):")
-        print(f"  {mask_secrets(headers_text or '')}")
+        _say(f"headers (cannot be read: {message.poison}):")
+        _say(f"  {mask_secrets(headers_text or '')}")
     else:
-        print("headers:")
+        _say("headers:")
         for name, value in message.headers.items():
-            print(f"  {name}: {'null' if value is None else mask_secrets(value)}")
+            _say(f"  {name}: {'null' if value is None else mask_secrets(value)}")
     kind, lines = body_preview(body)
-    print(f"body ({kind}):" if lines else f"body: {kind}")
+    _say(f"body ({kind}):" if lines else f"body: {kind}")
     for line in lines:
-        print(f"  {line}")
+        _say(f"  {line}")
 
 
 # -- replay --------------------------------------------------------------------------------
@@ -295,26 +334,27 @@ def _replay(
     problems: list[DatabaseError],
     *,
     dry_run: bool,
+    filters: str,
 ) -> int:
     moved = skipped = gone = 0
     for each in found:
         replayable = [m for m in each.messages if m.replayable]
         for message in each.messages:
             if not message.replayable:
-                print(f"skipped {message.row_id}: {message.not_replayable}")
+                _say(f"skipped {message.row_id}: {message.not_replayable}")
         skipped += len(each.messages) - len(replayable)
         if not replayable:
             continue
         still_unroutable = _still_unroutable(config, replayable)
         describe_move = _move_line(each, still_unroutable)
         for why, count in Counter(still_unroutable.values()).items():
-            print(
+            _say(
                 f"note: {count} message(s) still have no route in this config ({why}); the "
                 "forwarder will put them back in the error queue with a fresh reason"
             )
         if dry_run:
             for message in replayable:
-                print(describe_move("would move", message))
+                _say(describe_move("would move", message))
             moved += len(replayable)
             continue
 
@@ -324,7 +364,7 @@ def _replay(
             describe_move: Callable[[str, FailedMessage], str] = describe_move,
         ) -> None:
             for message in batch:
-                print(describe_move("moved", message))
+                _say(describe_move("moved", message))
 
         try:
             result = replay_messages(
@@ -337,17 +377,21 @@ def _replay(
             continue
         moved += len(result.moved)
         gone += len(result.gone)
+        record_command(
+            config, connections, each.queue.database, "errors replay",
+            f"{each.queue.name} {filters}", len(result.moved),
+        )  # fmt: skip
         for message in result.gone:
-            print(f"gone    {message.row_id}: no longer in {each.queue.name} (taken meanwhile)")
+            _say(f"gone    {message.row_id}: no longer in {each.queue.name} (taken meanwhile)")
     total = sum(len(each.messages) for each in found)
     if total == 0:
-        print("no failed messages match; nothing to replay")
+        _say("no failed messages match; nothing to replay")
     elif dry_run:
-        print(f"dry run: would move {moved} message(s) back to their forwarding queues; "
+        _say(f"dry run: would move {moved} message(s) back to their forwarding queues; "
               f"{skipped} skipped; nothing was moved")  # fmt: skip
     else:
         also = f"; {gone} were no longer there" if gone else ""
-        print(
+        _say(
             f"replayed {moved} message(s) into their forwarding queues; {skipped} skipped{also}. "
             "A running daemon forwards them with the config it has loaded: reload it (SIGHUP) "
             "after changing routes."
@@ -396,15 +440,21 @@ def _still_unroutable(config: BridgeConfig, messages: Sequence[FailedMessage]) -
 
 
 def _purge(
-    found: list[Found], connections: Connections, problems: list[DatabaseError], *, yes: bool
+    config: BridgeConfig,
+    found: list[Found],
+    connections: Connections,
+    problems: list[DatabaseError],
+    *,
+    yes: bool,
+    filters: str,
 ) -> int:
     chosen = [each for each in found if each.messages]
     if not chosen:
-        print("no failed messages match; nothing to delete")
+        _say("no failed messages match; nothing to delete")
         return ExitCode.OK
     if not yes and not sys.stdin.isatty():
         count = sum(len(each.messages) for each in chosen)
-        print(
+        _say(
             f"sfbridge errors purge: refusing to delete {count} message(s) without a "
             "confirmation: run it in a terminal to be asked, or add --yes",
             file=sys.stderr,
@@ -414,14 +464,14 @@ def _purge(
         name = f"{each.queue.name} (database '{each.queue.database}')"
         foreign = sum(1 for m in each.messages if not m.replayable)
         if foreign:
-            print(
+            _say(
                 f"error queue {name}: {foreign} of these {len(each.messages)} message(s) did not "
                 "fail in a queue a forwarder drains (an endpoint's failed messages, or poison)"
             )
         if not yes and not _confirmed(
             f"delete {len(each.messages)} message(s) from error queue {name}? [y/N] "
         ):
-            print(f"kept the messages in error queue {name}")
+            _say(f"kept the messages in error queue {name}")
             continue
         try:
             deleted = purge_messages(
@@ -431,7 +481,11 @@ def _purge(
             connections.discard(each.queue.database)
             problems.append(error)
             continue
-        print(f"deleted {deleted} message(s) from error queue {name}")
+        _say(f"deleted {deleted} message(s) from error queue {name}")
+        record_command(
+            config, connections, each.queue.database, "errors purge",
+            f"{each.queue.name} {filters}", deleted,
+        )  # fmt: skip
     return ExitCode.OK
 
 

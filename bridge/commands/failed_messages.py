@@ -19,8 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from bridge.addressing import AddressGrammar, TableAddress
-from bridge.config.catalogs import same_catalog
+from bridge.addressing import AddressGrammar
 from bridge.config.durations import parse_duration
 from bridge.exceptions import AddressError, PoisonHeaders, SelectionError
 from bridge.headers import (
@@ -37,9 +36,11 @@ from bridge.headers import (
     parse_headers,
     parse_wire_date,
 )
+from bridge.storage.error_counts import QueueOwners
 
-# The reasons the bridge writes into `$.sfbridge.failure-reason` (see bridge.forwarding.classify and
-# bridge.forwarding.settle), and the one the tools give a row whose headers cannot be read.
+# The reasons the bridge writes into `$.sfbridge.failure-reason` (see bridge.forwarding.classify,
+# bridge.forwarding.settle and, for `sfbridge retries fail`, bridge.storage.retries), and the one
+# the tools give a row whose headers cannot be read.
 BRIDGE_REASONS = (
     "no-routing-header",
     "unroutable",
@@ -49,6 +50,7 @@ BRIDGE_REASONS = (
     "no-subscribers",
     "bad-event-type",
     "unreadable-row",
+    "failed-by-operator",
 )
 POISON = "poison"
 REASONS = (*BRIDGE_REASONS, POISON)
@@ -120,6 +122,15 @@ class FailedMessage:
         return self.header(MESSAGE_ID_HEADER)
 
     @property
+    def known_as(self) -> frozenset[str]:
+        """What names the message on the command line: its row Id and its
+        `NServiceBus.MessageId`, each as `row_id_text` reads it (UUIDs in canonical form)."""
+        names = {self.row_id}
+        if self.message_id is not None:
+            names.add(row_id_text(self.message_id))
+        return frozenset(names)
+
+    @property
     def replayable(self) -> bool:
         return self.forwarder is not None
 
@@ -168,57 +179,6 @@ def _is_uuid(text: str) -> bool:
     return True
 
 
-class QueueOwners:
-    """Which forwarder drains a queue in one database, by the queue's address.
-
-    Given the database's name, address grammar and default schema, each forwarder's resolved
-    queue address, and the database's own catalog where addresses have catalogs (SQL Server).
-    Addresses compare as the transports compare them: table and schema exactly; catalogs
-    (a missing one being the database's own) without case, when both are known.
-    """
-
-    def __init__(
-        self,
-        database: str,
-        grammar: AddressGrammar,
-        default_schema: str | None,
-        queues: Mapping[str, TableAddress],
-        default_catalog: str | None = None,
-    ) -> None:
-        self.database = database
-        self._grammar = grammar
-        self._default_schema = default_schema
-        self._queues = dict(queues)
-        self._default_catalog = default_catalog
-
-    def owner_of(self, failed_queue: str | None) -> tuple[str | None, str | None]:
-        """(forwarder, None) for a queue a forwarder drains, else (None, why not)."""
-        if failed_queue is None or not failed_queue.strip():
-            return None, (
-                f"it has no '{FAILED_QUEUE_HEADER}' header, so the queue it failed in is unknown"
-            )
-        try:
-            address = self._grammar.resolve(
-                self._grammar.parse(failed_queue), self._default_schema, None
-            )
-        except AddressError as error:
-            return (
-                None,
-                f"its '{FAILED_QUEUE_HEADER}' {failed_queue!r} is not a queue address ({error})",
-            )
-        seen = address.catalog or self._default_catalog
-        for name, queue in self._queues.items():
-            own = queue.catalog or self._default_catalog
-            if (queue.table, queue.schema) == (address.table, address.schema) and (
-                own is None or seen is None or same_catalog(own, seen)
-            ):
-                return name, None
-        return None, (
-            f"it failed in {failed_queue}, which no forwarder in database '{self.database}' "
-            "drains (an endpoint's failed message: retry it from ServicePulse)"
-        )
-
-
 # -- selecting -------------------------------------------------------------------------------
 
 
@@ -229,7 +189,7 @@ class Selection:
     `destination` is a glob (`*`, `?`, `[abc]`, case-sensitive as routes are) matched against
     the destination queue's table name, the whole destination header, or an event's type;
     `since` an aware UTC time compared with `NServiceBus.TimeOfFailure`; `ids` canonical row
-    Ids (see `row_id_text`).
+    Ids (see `row_id_text`) or `NServiceBus.MessageId`s, either of which selects a message.
     """
 
     forwarder: str | None = None
@@ -241,7 +201,7 @@ class Selection:
     def selects(self, message: FailedMessage, grammar: AddressGrammar | None = None) -> bool:
         """Whether `message` is selected; `grammar` (the forwarding database's) reads the
         destination address for the table-name match."""
-        if self.ids and message.row_id not in self.ids:
+        if self.ids and not message.known_as & self.ids:
             return False
         if self.forwarder is not None and message.forwarder != self.forwarder:
             return False
@@ -306,8 +266,9 @@ def parse_since(text: str, now: datetime) -> datetime:
 
 
 def missing_ids(ids: Sequence[str], messages: Sequence[FailedMessage]) -> list[str]:
-    """The `ids` that name no message in `messages`, in the order given."""
-    found = {message.row_id for message in messages}
+    """The `ids` (row Ids or `NServiceBus.MessageId`s) that name no message in `messages`, in
+    the order given."""
+    found = {known for message in messages for known in message.known_as}
     return [row_id for row_id in dict.fromkeys(ids) if row_id not in found]
 
 

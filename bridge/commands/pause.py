@@ -6,6 +6,7 @@ import difflib
 from collections.abc import Callable
 from datetime import UTC, datetime
 
+from bridge.commands.audit import record_command
 from bridge.config.model import BridgeConfig, ForwarderConfig
 from bridge.connections import connect
 from bridge.dialects import Dialect, dialect_for
@@ -54,6 +55,12 @@ def change_pause(
         )
     finally:
         connection.close()
+    target = f"forwarder '{forwarder_name}'" + (f" destination '{database}'" if database else "")
+    if pause and reason:
+        target += f" (reason: {reason})"
+    record_command(
+        config, None, forwarder.database, "pause" if pause else "resume", target, int(changed)
+    )
     what = f"forwarder '{forwarder_name}'" + (
         f" deliveries to database '{database}'" if database else ""
     )

@@ -5,7 +5,8 @@ The message is classified by the data path's own `classify` with the forwarder's
 (routes, proxy destination, SQL Server catalogs), so the answer is the daemon's, suggestions
 included. Nothing is read from a database, except the subscribers of a published event from
 the `subscription_tables`, when the config lists any. Every text that came from a database
-or from the command line is printed quoted (`repr`), so it is inert on a terminal.
+or from the command line is printed quoted (`repr`), and every line goes through `inert`, so
+nothing in it can act on a terminal.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 import uuid
+from typing import TextIO
 
 from bridge.config.catalogs import database_catalog
 from bridge.config.model import BridgeConfig, ForwarderConfig
@@ -25,9 +27,15 @@ from bridge.forwarding.subscriptions import SubscriberDirectory
 from bridge.headers import DESTINATION_HEADER, EVENT_TYPE_HEADER, serialize_headers
 from bridge.messages import ClaimedMessage, Forward, NoSubscribers, Publish, Reject
 from bridge.routing import Destination, Router, choose_route
+from bridge.secrets import inert
 from bridge.storage.tables import forwarder_tables
 
 __all__ = ["add_arguments", "run_route"]
+
+
+def _say(line: str, file: TextIO | None = None) -> None:
+    """Print one line, its control characters escaped (`bridge.secrets.inert`)."""
+    print(inert(line), file=file)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -56,7 +64,7 @@ def run_route(config: BridgeConfig, args: argparse.Namespace) -> int:
     names = [forwarder.name for forwarder in config.forwarders]
     name = args.forwarder or names[0]
     if name not in names:
-        print(
+        _say(
             f"sfbridge route: no forwarder named {name!r} (forwarders: {', '.join(names)})",
             file=sys.stderr,
         )
@@ -68,7 +76,7 @@ def run_route(config: BridgeConfig, args: argparse.Namespace) -> int:
         headers[DESTINATION_HEADER] = args.address
     if args.event_type is not None:
         headers[EVENT_TYPE_HEADER] = args.event_type
-    print(_heading(config, forwarder, args.address, args.event_type))
+    _say(_heading(config, forwarder, args.address, args.event_type))
     message = ClaimedMessage(
         row_id=uuid.UUID(int=0),
         expired=False,
@@ -79,11 +87,11 @@ def run_route(config: BridgeConfig, args: argparse.Namespace) -> int:
     )
     decision = classify(message, router)  # as the daemon classifies a claimed row
     if isinstance(decision, Reject):
-        print(_error_queue_line(config, forwarder, decision.reason_code, decision.reason))
+        _say(_error_queue_line(config, forwarder, decision.reason_code, decision.reason))
         return ExitCode.FAILED
     if isinstance(decision, Forward):
         for line in _delivery_lines(config, forwarder, router, args.address, decision.destination):
-            print(line)
+            _say(line)
         return ExitCode.OK
     assert isinstance(decision, Publish), decision
     return _publish(config, forwarder, router, decision)
@@ -169,23 +177,23 @@ def _publish(
     config: BridgeConfig, forwarder: ForwarderConfig, router: Router, publish: Publish
 ) -> int:
     topics = ", ".join(repr(topic) for topic in publish.topics)
-    print(f"  subscribers are looked up for the topics {topics}")
+    _say(f"  subscribers are looked up for the topics {topics}")
     lookup = SubscriberDirectory(config, forwarder.database).lookup(publish.topics)
     fanned = fan_out(publish, lookup.subscribers, router, fallback_message_id="sfbridge-route")
     if isinstance(fanned, NoSubscribers):
         if config.publish.no_subscribers == "drop":
-            print(
+            _say(
                 "  -> nowhere: it has no subscribers, so it is dropped and counted "
                 "(publish.no_subscribers: drop)"
             )
             return ExitCode.OK
         reason = f"published event {publish.topics[0]!r} has no subscribers"
-        print(_error_queue_line(config, forwarder, "no-subscribers", reason))
+        _say(_error_queue_line(config, forwarder, "no-subscribers", reason))
         return ExitCode.FAILED
     failed = False
     for copy in fanned.copies:
         listed = "; ".join(f"{s.address!r} ({s.source})" for s in copy.subscribers)
-        print(f"  subscriber {listed}:")
+        _say(f"  subscriber {listed}:")
         decision = copy.decision
         if isinstance(decision, Forward):
             subscriber = copy.subscriber
@@ -197,11 +205,12 @@ def _publish(
                 decision.destination,
                 written_in=subscriber.address_database,
             )
-            print("\n".join("  " + line for line in lines))
+            for line in lines:
+                _say("  " + line)
         else:
             failed = True
             line = _error_queue_line(
                 config, forwarder, decision.reason_code, decision.reason, indent="  "
             )
-            print(line)
+            _say(line)
     return ExitCode.FAILED if failed else ExitCode.OK

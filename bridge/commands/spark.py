@@ -14,6 +14,7 @@ from typing import Any
 from bridge.config.durations import parse_duration
 from bridge.config.model import BridgeConfig
 from bridge.exceptions import ExitCode
+from bridge.secrets import inert
 
 log = logging.getLogger(__name__)
 
@@ -173,7 +174,9 @@ def _reconcile(
     from bridge.spark.reconcile import reconcile, render_text
 
     result = reconcile(spark, config, shipped, since)
-    print(render_text(result))
+    # Message ids and destinations come from messages: each line inert on a terminal.
+    for line in render_text(result).splitlines():
+        print(inert(line))
     if path:
         with open(path, "w", encoding="utf-8") as handle:
             json.dump(result, handle, indent=2, default=str)
@@ -186,7 +189,7 @@ def _report(spark: Any, config: BridgeConfig, shipped: Any, path: str) -> int:
 
     report = build_report(spark, config, shipped)
     for line in iter_lines(report):
-        print(line)
+        print(inert(line))
     for written in write_report(report, path):
         print(f"wrote {written}")
     return ExitCode.OK

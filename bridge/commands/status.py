@@ -7,6 +7,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
+from bridge.commands.audit import recent_commands
 from bridge.config.model import BridgeConfig
 from bridge.connections import Connections
 from bridge.dialects import Dialect, dialect_for
@@ -14,7 +15,9 @@ from bridge.drivers import Connection
 from bridge.exceptions import DatabaseError, TableNotFound
 from bridge.forwarding.in_doubt import old_prepared_transactions
 from bridge.forwarding.proxies import proxy_destination
+from bridge.secrets import inert
 from bridge.storage.destination_states import read_forwarder_states, read_states
+from bridge.storage.error_counts import read_error_counts
 from bridge.storage.queue_depths import read_pause_state, read_queue_depths
 from bridge.storage.tables import ForwarderTables, forwarder_tables
 
@@ -22,21 +25,34 @@ from bridge.storage.tables import ForwarderTables, forwarder_tables
 STALE_STATE_SECONDS = 120.0
 
 
-def collect_status(config: BridgeConfig) -> dict[str, list[dict[str, Any]]]:
+# Operator commands (the audit log) in `status`; `status --audit` shows more.
+RECENT_COMMANDS = 5
+
+
+def collect_status(
+    config: BridgeConfig, audit_entries: int = RECENT_COMMANDS
+) -> dict[str, list[dict[str, Any]]]:
     """`forwarders`: one dict per forwarder (a database that cannot be read gives an `error`
     entry instead); `destinations`: one dict per destination database the daemon has seen or
     that messages wait for."""
     connections = Connections(config.databases)
     try:
+        error_queues = _error_queues(config, connections)
+        owned: dict[str, int] = {}
+        for entry in error_queues:
+            for name, messages in entry.get("forwarders", {}).items():
+                owned[name] = owned.get(name, 0) + messages
         forwarders = [
-            _forwarder_status(config, name, connections)
+            _forwarder_status(config, name, connections, owned)
             for name in (forwarder.name for forwarder in config.forwarders)
         ]
         old, _ = old_prepared_transactions(config, connections)
         return {
             "forwarders": forwarders,
+            "error_queues": error_queues,
             "destinations": _destinations(config, connections),
             "prepared_transactions": old,
+            "audit": recent_commands(config, connections, audit_entries),
         }
     finally:
         connections.close()
@@ -103,7 +119,35 @@ def _destinations(config: BridgeConfig, connections: Connections) -> list[dict[s
     return result
 
 
-def _forwarder_status(config: BridgeConfig, name: str, connections: Connections) -> dict[str, Any]:
+def _error_queues(config: BridgeConfig, connections: Connections) -> list[dict[str, Any]]:
+    """Every error queue the forwarders write to, counted with one grouped read each: its
+    messages per forwarder that failed them, and `other` (the endpoints' own failures, rows
+    without NServiceBus.FailedQ, poison)."""
+    result: list[dict[str, Any]] = []
+    for database in dict.fromkeys(f.database for f in config.forwarders):
+        try:
+            counts = read_error_counts(config, database, connections.get(database))
+        except DatabaseError as error:
+            connections.discard(database)
+            result.append({"database": database, "error": str(error)})
+            continue
+        for count in counts:
+            result.append(
+                {
+                    "database": database,
+                    "error_queue": count.error_queue,
+                    "exists": count.exists,
+                    "messages": count.total,
+                    "forwarders": dict(sorted(count.by_forwarder.items())),
+                    "other": count.other,
+                }
+            )
+    return result
+
+
+def _forwarder_status(
+    config: BridgeConfig, name: str, connections: Connections, in_error: dict[str, int]
+) -> dict[str, Any]:
     forwarder = config.forwarder(name)
     database = config.databases[forwarder.database]
     dialect = dialect_for(database.dialect)
@@ -128,7 +172,8 @@ def _forwarder_status(config: BridgeConfig, name: str, connections: Connections)
         connection = connections.get(forwarder.database)
         depths = read_queue_depths(config, forwarder, connection)
         status["queued"] = depths.queued
-        status["in_error"] = depths.in_error
+        # What this forwarder failed, by NServiceBus.FailedQ, not the whole shared table.
+        status["in_error"] = in_error.get(forwarder.name, 0)
         status["oldest_age_seconds"] = depths.oldest_age_seconds
         status["waiting_for_retry"] = depths.waiting_for_retry
         status["retries"] = [
@@ -212,19 +257,58 @@ def render_json(status: dict[str, list[dict[str, Any]]]) -> str:
 
 
 def render_text(status: dict[str, list[dict[str, Any]]]) -> str:
-    """A short table per forwarder, then one line or two per destination, for people."""
+    """A short table per forwarder, then one line or two per destination, for people. Each
+    line's control characters are escaped (`bridge.secrets.inert`): destinations, errors and
+    event types come from messages and databases."""
     lines = _render_forwarders(status["forwarders"])
+    lines.extend(_render_error_queues(status.get("error_queues", [])))
     if status["destinations"]:
         lines.append("destination databases (as the daemon last saw them):")
     for destination in status["destinations"]:
         lines.extend(_render_destination(destination))
+    audit = status.get("audit", [])
+    if audit:
+        lines.append("recent operator commands (audit log; 'sfbridge status --audit' for more):")
+    lines.extend(render_audit(audit))
     for entry in status.get("prepared_transactions", []):
         lines.append(
             f"PREPARED TRANSACTION left in database '{entry['database']}' for "
             f"{_human(float(entry['age_seconds']))}: {entry['gid']} (a running daemon settles "
             "it; see 'sfbridge check')"
         )
-    return "\n".join(lines)
+    return "\n".join(inert(line) for line in lines)
+
+
+def render_audit(entries: list[dict[str, Any]]) -> list[str]:
+    """One line per recorded operator command, newest first."""
+    return [
+        f"  {entry['at']}  {entry['operator']}@{entry['host']}  {entry['command']} "
+        f"{entry['target']}: {entry['affected']} affected (database '{entry['database']}')"
+        for entry in entries
+    ]
+
+
+def _render_error_queues(entries: list[dict[str, Any]]) -> list[str]:
+    lines = ["error queues (by the queue each message failed in, NServiceBus.FailedQ):"]
+    for entry in entries:
+        if "error" in entry:
+            lines.append(f"  database '{entry['database']}': UNAVAILABLE: {entry['error']}")
+            continue
+        where = f"{entry['error_queue']} in database '{entry['database']}'"
+        if not entry["exists"]:
+            lines.append(f"  {where}: does not exist yet (nothing has failed there)")
+            continue
+        parts = [f"{name} {count}" for name, count in entry["forwarders"].items()]
+        if entry["other"]:
+            parts.append(
+                f"other {entry['other']} (failed in no forwarder's queue: the endpoints' own "
+                "failures, poison)"
+            )
+        lines.append(
+            f"  {where}: {entry['messages']} message(s)"
+            + (f": {', '.join(parts)}" if parts else "")
+        )
+    return lines if len(lines) > 1 else []
 
 
 def _render_destination(entry: dict[str, Any]) -> list[str]:
@@ -280,7 +364,10 @@ def _render_forwarders(statuses: list[dict[str, Any]]) -> list[str]:
             + (f"  (oldest sent {_human(age)} ago)" if age is not None else "")
         )
         lines.append(f"  waiting for retry  {status['waiting_for_retry']}")
-        lines.append(f"  in error queue     {status['in_error']}  ({status['error_queue']})")
+        lines.append(
+            f"  in error queue     {status['in_error']}  (failed by this forwarder, in "
+            f"{status['error_queue']})"
+        )
         for retry in status["retries"]:
             lines.append(
                 f"    -> {retry['destination']}: {retry['messages']} message(s), failing since "

@@ -51,6 +51,7 @@ from bridge.forwarding.settle import (
     RETRIES,
 )
 from bridge.outages import OutageTracker
+from bridge.storage.error_counts import read_error_counts
 from bridge.storage.pauses import PauseState
 from bridge.storage.queue_depths import QueueDepths, read_pause_state, read_queue_depths
 
@@ -77,6 +78,8 @@ class _Sample:
 
     depths: QueueDepths | None = None
     pauses: PauseState = field(default_factory=PauseState)
+    # Messages in the error queue that this forwarder failed (by NServiceBus.FailedQ).
+    in_error: int | None = None
 
 
 class BridgeMetrics:
@@ -92,6 +95,7 @@ class BridgeMetrics:
         self._outages = outages
         self._health: ForwarderHealth | None = None
         self._samples: dict[str, _Sample] = {}
+        self._error_others: dict[tuple[str, str], int] = {}
         self._forwarding_down: set[str] = set()
         self._server: object | None = None
         self._sampled_at: float | None = None
@@ -269,18 +273,34 @@ class BridgeMetrics:
         database that cannot be read leaves its forwarders without depth figures."""
         with self._lock:
             config = self._config
+        # Error queues: one grouped read per queue, shared by the forwarders that write to it.
+        owned: dict[str, int] = {}
+        others: dict[tuple[str, str], int] = {}
+        for database in dict.fromkeys(f.database for f in config.forwarders):
+            try:
+                counts = read_error_counts(config, database, connections.get(database))
+            except DatabaseError as error:
+                connections.discard(database)
+                log.debug("metrics: cannot count the error queues of '%s': %s", database, error)
+                continue
+            for count in counts:
+                for name, messages in count.by_forwarder.items():
+                    owned[name] = owned.get(name, 0) + messages
+                others[(database, count.error_queue)] = count.other
         for forwarder in config.forwarders:
             sample = _Sample()
             try:
                 connection = connections.get(forwarder.database)
                 sample.depths = read_queue_depths(config, forwarder, connection)
                 sample.pauses = read_pause_state(config, forwarder, connection)
+                sample.in_error = owned.get(forwarder.name, 0)
             except DatabaseError as error:
                 connections.discard(forwarder.database)
                 log.debug("metrics: cannot read forwarder '%s': %s", forwarder.name, error)
             with self._lock:
                 self._samples[forwarder.name] = sample
         with self._lock:
+            self._error_others = others
             self._sampled_at = time.time()
 
     # -- scrape-time state -----------------------------------------------------------------
@@ -291,6 +311,7 @@ class BridgeMetrics:
             outages = self._outages
             health = self._health
             samples = dict(self._samples)
+            error_others = dict(self._error_others)
             forwarding_down = set(self._forwarding_down)
             sampled_at = self._sampled_at
         queue = GaugeMetricFamily(
@@ -319,11 +340,20 @@ class BridgeMetrics:
                 depths = sample.depths
                 queue.add_metric([name, "forwarding"], depths.queued)
                 queue.add_metric([name, "retry"], depths.waiting_for_retry)
-                queue.add_metric([name, "error"], depths.in_error)
+                if sample.in_error is not None:
+                    queue.add_metric([name, "error"], sample.in_error)
                 oldest.add_metric([name], depths.oldest_age_seconds or 0.0)
             for pause in sample.pauses.pauses:
                 paused.add_metric([name, pause.database or ""], 1)
-        yield from (queue, oldest, readable, paused)
+        other = GaugeMetricFamily(
+            "sfbridge_error_queue_other_messages",
+            "Messages in an error queue the forwarders write to that no forwarder failed: the "
+            "endpoints' own failures, rows without NServiceBus.FailedQ, poison.",
+            labels=["database", "error_queue"],
+        )
+        for (database, error_queue), messages in sorted(error_others.items()):
+            other.add_metric([database, error_queue], messages)
+        yield from (queue, oldest, readable, paused, other)
         if sampled_at is not None:
             yield GaugeMetricFamily(
                 "sfbridge_queue_sample_timestamp_seconds",

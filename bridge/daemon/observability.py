@@ -7,13 +7,21 @@ import sys
 from typing import Any
 
 from bridge.config.model import SentryConfig
-from bridge.secrets import mask_secrets
+from bridge.secrets import inert, mask_secrets
 
 
 class SecretMaskingFilter(logging.Filter):
-    """Masks passwords in every record, whatever a driver or library put in the message."""
+    """Masks passwords in every record, whatever a driver or library put in the message, and
+    escapes the control characters of its arguments (`bridge.secrets.inert`): they carry what
+    messages and databases say (destinations, headers, errors quoting either), and a line break
+    or an escape sequence there would forge log lines or act on the terminal reading the
+    journal. The format string is the bridge's own and keeps its line breaks."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(_inert_argument(argument) for argument in record.args)
+        elif isinstance(record.args, dict):
+            record.args = {key: _inert_argument(value) for key, value in record.args.items()}
         message = record.getMessage()
         masked = mask_secrets(message)
         if masked != message or record.args:
@@ -24,6 +32,12 @@ class SecretMaskingFilter(logging.Filter):
             record.exc_text = mask_secrets(formatted)
             record.exc_info = None
         return True
+
+
+def _inert_argument(argument: Any) -> Any:
+    if argument is None or isinstance(argument, int | float):
+        return argument  # for %d and %f, and nothing to escape
+    return inert(str(argument))
 
 
 def setup_logging(level: str, *, verbose: bool = False) -> None:

@@ -466,7 +466,10 @@ class Daemon:
         try:
             new_config = self._reload_config()
         except Exception as error:
-            log.error("reload failed, keeping the running configuration:\n%s", error)
+            # One line per problem: a log argument's line breaks are escaped.
+            log.error("reload failed, keeping the running configuration:")
+            for line in str(error).splitlines():
+                log.error("  %s", line)
             notify("READY=1")
             return
         if new_config.metrics.listen != self.config.metrics.listen:

@@ -199,6 +199,15 @@ STATEMENT_NAMES = frozenset(
         "error_queue_claim_row",
         "error_queue_delete_many",
         "error_queue_delete_row",
+        "error_queue_failed_queues",
+        "retry_list_page",
+        "retry_due_now_many",
+        "retry_due_now_row",
+        "retry_take_many",
+        "retry_take_row",
+        "create_audit_table",
+        "audit_record",
+        "audit_read",
     }
 )
 
@@ -212,6 +221,7 @@ EVENT_TYPES_TABLE = "sfbridge_event_types"
 DESTINATION_STATES_TABLE = "sfbridge_destination_states"
 FORWARDER_STATES_TABLE = "sfbridge_forwarder_states"
 PAUSES_TABLE = "sfbridge_pauses"
+AUDIT_TABLE = "sfbridge_audit"
 # What the bridge's global transaction ids are made of (never quoted by a driver: see
 # `Dialect.with_gid`).
 GID_PATTERN = re.compile(r"[A-Za-z0-9:-]{1,200}")

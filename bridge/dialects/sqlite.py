@@ -315,6 +315,43 @@ STATEMENTS: dict[str, str] = {
     "error_queue_claim_row": "?",
     "error_queue_delete_many": "DELETE FROM {queue} WHERE RowVersion IN ({rows})",
     "error_queue_delete_row": "?",
+    # Error-queue counts per `NServiceBus.FailedQ` (see the PostgreSQL dialect); headers that
+    # are not JSON count under NULL.
+    "error_queue_failed_queues": """
+        SELECT CASE WHEN json_valid(Headers)
+                    THEN json_extract(Headers, '$."NServiceBus.FailedQ"') END AS failed_queue,
+               count(*) AS messages
+        FROM {queue} GROUP BY 1""",
+    # The retry tools (see the PostgreSQL dialect); SQLite has one writer at a time, so a row
+    # a batch has taken is already gone when these run.
+    "retry_list_page": """
+        SELECT seq, id, forwarder, destination, destination_database, attempts,
+               first_failure_at, next_attempt_at, last_error, headers
+        FROM {retry} WHERE seq > ? ORDER BY seq LIMIT ?""",
+    "retry_due_now_many": """
+        UPDATE {retry} SET next_attempt_at = first_failure_at WHERE seq IN ({rows})""",
+    "retry_due_now_row": "?",
+    "retry_take_many": """
+        DELETE FROM {retry} WHERE seq IN ({rows})
+        RETURNING seq, id, forwarder, destination, expires, headers, body, attempts,
+                  last_error""",
+    "retry_take_row": "?",
+    "create_audit_table": """
+        CREATE TABLE IF NOT EXISTS {audit} (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            recorded_at TEXT NOT NULL,
+            operator TEXT NOT NULL,
+            host TEXT NOT NULL,
+            command TEXT NOT NULL,
+            target TEXT NOT NULL,
+            affected INTEGER NOT NULL
+        )""",
+    "audit_record": """
+        INSERT INTO {audit} (recorded_at, operator, host, command, target, affected)
+        VALUES (?, ?, ?, ?, ?, ?)""",
+    "audit_read": """
+        SELECT recorded_at, operator, host, command, target, affected FROM {audit}
+        ORDER BY seq DESC LIMIT ?""",
     "table_probe": "SELECT 1 FROM {table} WHERE 1 = 0",
     # Reading a table in Spark tasks: see the PostgreSQL dialect.
     "queue_seq_boundaries": """

@@ -1,5 +1,6 @@
-"""How much a forwarder holds: its queue, its retry storage and its error queue, counted in
-one read transaction (for `sfbridge status` and the metrics)."""
+"""How much a forwarder holds: its queue and its retry storage, counted in one read transaction
+(for `sfbridge status` and the metrics; its error queue, which it may share, is counted per
+forwarder by `bridge.storage.error_counts`)."""
 
 from __future__ import annotations
 
@@ -18,10 +19,9 @@ from bridge.storage.tables import forwarder_tables
 
 @dataclass(frozen=True)
 class QueueDepths:
-    """How much one forwarder holds: its queue, its retry storage, its error queue."""
+    """How much one forwarder holds: its queue and its retry storage."""
 
     queued: int
-    in_error: int
     oldest_age_seconds: float | None  # of the oldest queued message, by its TimeSent
     # Retry storage per destination: the `retry_summary` rows (destination, messages,
     # failing since, next attempt, most attempts made, last error).
@@ -42,7 +42,6 @@ def read_queue_depths(
     try:
         connection.begin_read()
         queued = connection.query(dialect.sql("queue_count", queue=tables.queue))[0][0]
-        in_error = connection.query(dialect.sql("queue_count", queue=tables.error_queue))[0][0]
         oldest = connection.query(dialect.sql("queue_oldest_headers", queue=tables.queue))
         retries = connection.query(
             dialect.sql("retry_summary", retry=tables.retry), (forwarder.name,)
@@ -51,7 +50,6 @@ def read_queue_depths(
         connection.rollback()  # it only read
     return QueueDepths(
         queued=int(queued),
-        in_error=int(in_error),
         oldest_age_seconds=_age_of(oldest[0][0]) if oldest else None,
         retry_summary=tuple(tuple(row) for row in retries),
     )

@@ -2,11 +2,11 @@
 
 The bridge owns, in each forwarding database, the forwarding queue (its input queue, as an
 endpoint owns its own), the error queue, retry storage, counters, event types, destination and
-forwarder states, and where the dialect keeps them the transaction records of
-`bridge.forwarding.transactions`; in each destination database reached with `transaction: ledger`,
-the dedup ledger (see `bridge.storage.ledger`). `sfbridge install` creates them all up front. The
-daemon creates one it finds missing while it works (unless `install.at_runtime` is false), so a
-database that is dropped and recreated heals.
+forwarder states, the audit log of operator commands, and where the dialect keeps them the
+transaction records of `bridge.forwarding.transactions`; in each destination database reached
+with `transaction: ledger`, the dedup ledger (see `bridge.storage.ledger`). `sfbridge install`
+creates them all up front. The daemon creates one it finds missing while it works (unless
+`install.at_runtime` is false), so a database that is dropped and recreated heals.
 Destination queues are never created by the bridge: they belong to the receiving endpoints.
 """
 
@@ -21,6 +21,7 @@ from bridge.config.catalogs import database_catalog
 from bridge.config.model import BridgeConfig, ForwarderConfig
 from bridge.dialects import Dialect, dialect_for
 from bridge.dialects.base import (
+    AUDIT_TABLE,
     COUNTERS_TABLE,
     DESTINATION_STATES_TABLE,
     EVENT_TYPES_TABLE,
@@ -58,6 +59,8 @@ class ForwarderTables:
     # Two-phase decisions and at-least-once records (`bridge.forwarding.transactions`), where the
     # dialect keeps them.
     transactions: TableAddress
+    # Operator commands recorded (`bridge.storage.audit`).
+    audit: TableAddress
 
 
 def forwarder_tables(config: BridgeConfig, forwarder: ForwarderConfig) -> ForwarderTables:
@@ -80,6 +83,7 @@ def forwarder_tables(config: BridgeConfig, forwarder: ForwarderConfig) -> Forwar
             TableAddress(queue.table, queue.schema, queue.catalog or database_catalog(database))
         ),
         transactions=dialect.bridge_table(TRANSACTIONS_TABLE, database.schema),
+        audit=dialect.bridge_table(AUDIT_TABLE, database.schema),
     )
 
 
@@ -136,6 +140,7 @@ def forwarder_table_steps(config: BridgeConfig, forwarder: ForwarderConfig) -> l
         "forwarder_states",
     )
     step("pauses", tables.pauses, "create_pauses_table", "pauses")
+    step("audit log", tables.audit, "create_audit_table", "audit")
     if dialect.records_transactions:
         step("transactions table", tables.transactions, "create_transactions_table", "transactions")
     return steps

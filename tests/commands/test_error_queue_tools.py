@@ -150,12 +150,14 @@ def test_unroutable_messages_are_listed_then_delivered_exactly_once_after_the_ro
         lines[0] == f"error queue {world.sender.address(ERROR)} in database 'sender': 3 message(s)"
     )
     assert lines[1].split() == [
-        "ID", "FAILED", "AT", "(UTC)", "REASON", "DESTINATION", "ATTEMPTS", "FORWARDER", "EXCEPTION"
+        "ID", "MESSAGE", "ID", "FAILED", "AT", "(UTC)", "REASON", "DESTINATION", "ATTEMPTS",
+        "FORWARDER", "EXCEPTION",
     ]  # fmt: skip
     for row_id in sent:
         [line] = [line for line in lines if row_id in line]
         columns = line.split()
-        assert columns[3:7] == ["unroutable", world.sender.address(RECEIVER), "-", "orders"]
+        assert columns[1] == sent[row_id]  # the NServiceBus.MessageId
+        assert columns[4:8] == ["unroutable", world.sender.address(RECEIVER), "-", "orders"]
         assert "no route matches destination table 'Samples.Receiver'" in line
 
     as_json = json.loads(world.cli("errors", "list", "--json").stdout)
@@ -262,9 +264,9 @@ def test_an_endpoints_failed_message_and_a_poison_row_are_listed_but_not_replaye
     assert listed.returncode == 0, listed.stderr
     assert "3 message(s)" in listed.stdout.splitlines()[0]
     [endpoint_line] = [line for line in listed.stdout.splitlines() if str(endpoints) in line]
-    assert endpoint_line.split()[3:8] == ["-", "-", "-", "-", "handler"]
+    assert endpoint_line.split()[4:9] == ["-", "-", "-", "-", "handler"]
     [poison_line] = [line for line in listed.stdout.splitlines() if str(poison) in line]
-    assert poison_line.split()[1:3] == ["-", "poison"]
+    assert poison_line.split()[1:4] == ["-", "-", "poison"]
     assert (
         f"not replayed by 'errors replay': 1 message(s) marked '-': it failed in {billing}, which "
         "no forwarder in database 'sender' drains (an endpoint's failed message: retry it from "
@@ -291,7 +293,7 @@ def test_an_endpoints_failed_message_and_a_poison_row_are_listed_but_not_replaye
 
 
 def test_show_prints_headers_and_the_body_and_names_an_unknown_id(world: World) -> None:
-    [row_id] = unroutable_in_error_queue(world, 1)
+    [(row_id, message_id)] = unroutable_in_error_queue(world, 1).items()
     shown = world.cli("errors", "show", row_id.upper())
     assert shown.returncode == 0, shown.stderr
     lines = shown.stdout.splitlines()
@@ -306,6 +308,16 @@ def test_show_prints_headers_and_the_body_and_names_an_unknown_id(world: World) 
     assert "  reason: unroutable" in lines
     assert "  $.sfbridge.failure-reason: unroutable" in lines
     assert lines[-2:] == ["body (text, 12 bytes):", '  {"order": 1}']
+    assert f"  message id: {message_id}" in lines
+    # The NServiceBus.MessageId (what `sfbridge send` and the endpoints print) names it too,
+    # and the list shows it.
+    by_message_id = world.cli("errors", "show", message_id)
+    assert by_message_id.stdout == shown.stdout, by_message_id.stderr
+    listed = world.cli("errors", "list").stdout.splitlines()
+    assert listed[1].split()[:3] == ["ID", "MESSAGE", "ID"]
+    assert listed[2].split()[:2] == [row_id, message_id]
+    dry_run = world.cli("errors", "replay", "--dry-run", "--id", message_id)
+    assert f"would move {row_id} " in dry_run.stdout, dry_run.stdout + dry_run.stderr
 
     unknown = str(uuid.uuid4())
     missing = world.cli("errors", "show", unknown)

@@ -44,6 +44,14 @@ def test_a_password_in_log_arguments_is_masked(
     assert "Pwd=***" in stream.getvalue()
 
 
+def test_control_characters_in_log_arguments_are_escaped_and_the_format_keeps_its_lines(
+    captured_log: tuple[logging.Logger, io.StringIO],
+) -> None:
+    logger, stream = captured_log
+    logger.warning("queue:\n%s, %d message(s)", "Q\x1b]0;pwned\x07\r\nFAKE LINE", 3)
+    assert stream.getvalue() == "queue:\nQ\\x1b]0;pwned\\x07\\x0d\\x0aFAKE LINE, 3 message(s)\n"
+
+
 def test_a_password_in_a_logged_traceback_is_masked(
     captured_log: tuple[logging.Logger, io.StringIO],
 ) -> None:

@@ -2,7 +2,7 @@
 in dialect Y, for every pairing that matters.
 
 Messages are written with each transport's own send and read with its own receive
-(support.py, independent of bridge/dialects), so what is checked is wire compatibility.
+(tests/support/, independent of bridge/dialects), so what is checked is wire compatibility.
 PostgreSQL and SQLite always run; SQL Server runs when SFBRIDGE_TEST_SQLSERVER holds an ODBC
 connection string for a login that may create databases (the tests create and drop their own).
 The bridge runs in-process (BatchForwarder), batch by batch, so every scenario is fast and

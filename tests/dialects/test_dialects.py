@@ -39,6 +39,7 @@ TABLE_PLACEHOLDERS = {
     "destination_states",
     "forwarder_states",
     "pauses",
+    "audit",
     "transactions",
     "table",
 }

@@ -49,6 +49,7 @@ TABLE_PLACEHOLDERS = {
     "destination_states",
     "forwarder_states",
     "pauses",
+    "audit",
     "table",
 }
 PLACEHOLDER_SUFFIXES = ("", "_literal", "_catalog")
@@ -603,6 +604,7 @@ QUEUE_TABLE_HINTS = {
     ("queue_page", "queue"): ["READPAST"],
     ("error_queue_page", "queue"): ["READPAST"],
     ("error_queue_row", "queue"): ["READPAST"],
+    ("error_queue_failed_queues", "queue"): ["READPAST"],
 }
 _REFERENCE = re.compile(
     r"\b(?:FROM|JOIN|DELETE)\s+\[dbo\]\.\[(queue|retry)\]"

@@ -49,6 +49,7 @@ TABLE_NAMES = {
     "event_types": "sfbridge_event_types",
     "destination_states": "sfbridge_destination_states",
     "pauses": "sfbridge_pauses",
+    "audit": "sfbridge_audit",
     "subscriptions": "SubscriptionRouting",
     "table": "Samples.Receiver",
 }
@@ -92,6 +93,7 @@ def _runs() -> list[tuple[str, Run]]:
         ("create_destination_states_table", Run()),
         ("create_forwarder_states_table", Run()),
         ("create_pauses_table", Run()),
+        ("create_audit_table", Run()),
         ("retry_add_destination_database", Run()),
         ("send", Run(send, check=lambda count: count == 1)),
         ("send_many", Run((_id(), None, HEADERS, b"1", _id(), later, HEADERS, None), rows=2)),
@@ -105,6 +107,11 @@ def _runs() -> list[tuple[str, Run]]:
         ("queue_page", Run((0, 10_000, 3), query=True, check=_rows(3))),
         ("error_queue_page", Run((0, 2), query=True, check=lambda rows: len(rows) == 2)),
         ("error_queue_row", Run((1,), query=True, check=lambda rows: len(rows) == 1)),
+        # No row has a FailedQ: one group, NULL, of all four.
+        (
+            "error_queue_failed_queues",
+            Run(query=True, check=lambda rows: [tuple(r) for r in rows] == [(None, 4)]),
+        ),
         # Takes RowVersion 1, the first send; then the rest go through the receives.
         ("error_queue_claim_many", Run((1, 999), rows=2, query=True, check=_one_row)),
         ("receive_batch", Run((1, 10_000_000), query=True, check=_one_row)),
@@ -121,6 +128,8 @@ def _runs() -> list[tuple[str, Run]]:
         ("retry_seq_boundaries", Run(("sender", 1), query=True, check=_one_row)),
         ("retry_page", Run(("sender", 0, 10_000, 10), query=True, check=_one_row)),
         ("retry_waiting", Run(query=True, check=lambda rows: rows[0][1] == 1)),
+        ("retry_list_page", Run((0, 10), query=True, check=_one_row)),
+        ("retry_due_now_many", Run((1, 999), rows=2, check=lambda count: count == 1)),
         (
             "retry_claim_due",
             Run(("sender", later, "|other|", NOW, 10, 10_000_000), query=True, check=_one_row),
@@ -130,6 +139,8 @@ def _runs() -> list[tuple[str, Run]]:
             "retry_claim_due_raw",
             Run(("sender", later, "", NOW, 10, 10_000_000), query=True, check=_raw_headers),
         ),
+        ("retry_store", Run((_id(), *retry_row[1:], 1, NOW, later, "error text"))),
+        ("retry_take_many", Run((3, 999), rows=2, query=True, check=_one_row)),
         ("ledger_record", Run(("m-1", "Samples.Receiver@[dbo]"), check=lambda n: n == 1)),
         (
             "ledger_record_many",
@@ -180,6 +191,8 @@ def _runs() -> list[tuple[str, Run]]:
         ("pause_set", Run(("sender", "", later, "still"))),
         ("pauses_read", Run(("sender",), query=True, check=_pause)),
         ("pause_clear", Run(("sender", ""), check=lambda count: count == 1)),
+        ("audit_record", Run((NOW, "ops", "bridge-host", "retries fail", "(all)", 3))),
+        ("audit_read", Run((5,), query=True, check=_one_row)),
         ("table_probe", Run(query=True, check=lambda rows: rows == [])),
         ("list_tables", Run(query=True, check=_lists_the_queue)),
         ("table_columns", Run((SCHEMA, "Samples.Receiver"), query=True, check=_queue_columns)),

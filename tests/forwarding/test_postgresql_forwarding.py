@@ -1,7 +1,7 @@
 """End to end on real PostgreSQL: the CLI and the daemon in subprocesses, as a user runs them.
 
 Messages are written with NServiceBus's own send statement and read back with its own
-receive statement (tests/support.py), so wire compatibility is checked.
+receive statement (tests/support/), so wire compatibility is checked.
 """
 
 from __future__ import annotations

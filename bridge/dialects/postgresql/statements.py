@@ -284,6 +284,55 @@ STATEMENTS: dict[str, str] = {
     "error_queue_claim_row": "?",
     "error_queue_delete_many": "DELETE FROM {queue} WHERE seq IN ({rows})",
     "error_queue_delete_row": "?",
+    # Error-queue counts per queue a message failed in (`NServiceBus.FailedQ`), one grouped
+    # read per error queue: the header's value as JSON writes it (escapes and all, hence the
+    # column's name; `bridge.storage.error_counts` decodes it), found by pattern rather than
+    # parsed, so that a row whose headers are not JSON counts (under NULL) instead of failing
+    # the read. The pattern writes `"` as `\x22` and has no `?`: a quote or a question mark
+    # in a literal would puzzle readers of the SQL (drivers looking for parameters).
+    "error_queue_failed_queues": r"""
+        SELECT substring(headers
+                         FROM '\x22NServiceBus\.FailedQ\x22\s*:\s*\x22(([^\x22\\]|\\.)*)\x22')
+               AS failed_queue_json,
+               count(*) AS messages
+        FROM {queue} GROUP BY 1""",
+    # The retry tools (`sfbridge retries`): read a page after a sequence value; make chosen
+    # rows due at once (their first failure's time: earlier than any daemon's clock reads, so
+    # no skew delays them); take chosen rows. Both write statements lock as the daemon's claim
+    # does and skip the rows a batch holds, so a row is never handled by two at once.
+    "retry_list_page": """
+        SELECT seq, id, forwarder, destination, destination_database, attempts,
+               first_failure_at, next_attempt_at, last_error, headers
+        FROM {retry} WHERE seq > ? ORDER BY seq LIMIT ?""",
+    "retry_due_now_many": """
+        UPDATE {retry} SET next_attempt_at = first_failure_at
+        WHERE seq = ANY(ARRAY(
+            SELECT seq FROM {retry} WHERE seq IN ({rows}) FOR UPDATE SKIP LOCKED))""",
+    "retry_due_now_row": "?",
+    "retry_take_many": """
+        DELETE FROM {retry}
+        WHERE seq = ANY(ARRAY(
+            SELECT seq FROM {retry} WHERE seq IN ({rows}) FOR UPDATE SKIP LOCKED))
+        RETURNING seq, id, forwarder, destination, expires, headers, body, attempts,
+                  last_error""",
+    "retry_take_row": "?",
+    # Operator commands recorded (`bridge.storage.audit`): one row each.
+    "create_audit_table": """
+        CREATE TABLE IF NOT EXISTS {audit} (
+            seq bigserial PRIMARY KEY,
+            recorded_at timestamp NOT NULL,
+            operator varchar(200) NOT NULL,
+            host varchar(200) NOT NULL,
+            command varchar(100) NOT NULL,
+            target text NOT NULL,
+            affected bigint NOT NULL
+        )""",
+    "audit_record": """
+        INSERT INTO {audit} (recorded_at, operator, host, command, target, affected)
+        VALUES (?, ?, ?, ?, ?, ?)""",
+    "audit_read": """
+        SELECT recorded_at, operator, host, command, target, affected FROM {audit}
+        ORDER BY seq DESC LIMIT ?""",
     "table_probe": "SELECT 1 FROM {table} WHERE 1 = 0",
     # Reading a table in Spark tasks (`bridge.spark.partitions`): the key of every n-th row
     # (parameter: n), which cuts the table into ranges of n rows each, then one range page by

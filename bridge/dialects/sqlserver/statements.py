@@ -69,6 +69,17 @@ _QUEUE_DDL = """
     CREATE NONCLUSTERED INDEX [Index_Expires] ON {queue} (Expires) INCLUDE (Id, RowVersion)
         WHERE Expires IS NOT NULL"""
 
+_AUDIT_DDL = """
+    CREATE TABLE {audit} (
+        seq bigint IDENTITY(1,1) NOT NULL PRIMARY KEY,
+        recorded_at datetime2 NOT NULL,
+        operator nvarchar(200) NOT NULL,
+        host nvarchar(200) NOT NULL,
+        command nvarchar(100) NOT NULL,
+        target nvarchar(max) NOT NULL,
+        affected bigint NOT NULL
+    )"""
+
 _RETRY_DDL = """
     CREATE TABLE {retry} (
         seq bigint IDENTITY(1,1) NOT NULL PRIMARY KEY,
@@ -412,6 +423,41 @@ STATEMENTS: dict[str, str] = {
             WHERE RowVersion IN ({rows}))
         DELETE FROM message""",
     "error_queue_delete_row": "?",
+    # Error-queue counts per `NServiceBus.FailedQ` (see the PostgreSQL dialect); headers that
+    # are not JSON count under NULL. Rows batches hold are read past, as by `queue_count`.
+    "error_queue_failed_queues": """
+        SELECT failed_queue, COUNT_BIG(*) AS messages FROM (
+            SELECT CASE WHEN ISJSON(Headers) = 1
+                        THEN JSON_VALUE(Headers, '$."NServiceBus.FailedQ"') END AS failed_queue
+            FROM {queue} WITH (READPAST)) AS failed
+        GROUP BY failed_queue""",
+    # The retry tools (see the PostgreSQL dialect): the writes lock as the claim does and read
+    # past the rows a batch holds.
+    "retry_list_page": """
+        DECLARE @after bigint = ?, @limit int = ?;
+        SELECT TOP (@limit) seq, id, forwarder, destination, destination_database, attempts,
+               first_failure_at, next_attempt_at, last_error, headers
+        FROM {retry} WITH (READPAST) WHERE seq > @after ORDER BY seq""",
+    "retry_due_now_many": """
+        WITH due AS (
+            SELECT * FROM {retry} WITH (UPDLOCK, READPAST, ROWLOCK) WHERE seq IN ({rows}))
+        UPDATE due SET next_attempt_at = first_failure_at""",
+    "retry_due_now_row": "?",
+    "retry_take_many": """
+        WITH taken AS (
+            SELECT * FROM {retry} WITH (UPDLOCK, READPAST, ROWLOCK) WHERE seq IN ({rows}))
+        DELETE FROM taken
+        OUTPUT deleted.seq, deleted.id, deleted.forwarder, deleted.destination,
+               deleted.expires, deleted.headers, deleted.body, deleted.attempts,
+               deleted.last_error""",
+    "retry_take_row": "?",
+    "create_audit_table": _create_if_missing("audit", _AUDIT_DDL),
+    "audit_record": """
+        INSERT INTO {audit} (recorded_at, operator, host, command, target, affected)
+        VALUES (?, ?, ?, ?, ?, ?)""",
+    "audit_read": """
+        SELECT TOP (?) recorded_at, operator, host, command, target, affected FROM {audit}
+        ORDER BY seq DESC""",
     "table_probe": "SELECT 1 FROM {table} WHERE 1 = 0",
     # Reading a table in Spark tasks: see the PostgreSQL dialect. Rows other sessions hold
     # are read past, as by `queue_count`.
