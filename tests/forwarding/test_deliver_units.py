@@ -4,6 +4,8 @@ databases (tests/forwarding/test_batches.py)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -11,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
+from support import wait_until
 
 from bridge.addressing import TableAddress
 from bridge.config.model import TransactionMode
@@ -256,3 +259,32 @@ def test_a_delivery_that_raises_beside_others_raises_after_they_have_all_returne
         assert finished == ["slow"]
     finally:
         side_by_side.close()
+
+
+def test_a_delivery_that_never_returns_does_not_keep_the_process_from_exiting() -> None:
+    # The daemon leaves a worker stuck on a silent database behind when it stops (its batch is
+    # rolled back by the server); a delivery thread stuck beside it must not hold the exit.
+    script = """
+import threading, time
+from bridge.forwarding.side_by_side import SideBySide
+side_by_side = SideBySide(2, "stuck")
+calls = [lambda: None, lambda: time.sleep(3600)]
+threading.Thread(target=side_by_side.run, args=(calls,), daemon=True).start()
+time.sleep(0.5)
+print("leaving", flush=True)
+"""
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+    assert result.stdout == "leaving\n", result.stderr
+    assert time.monotonic() - started < 30
+
+
+def test_idle_delivery_threads_end_when_closed() -> None:
+    side_by_side = SideBySide(3, "closing")
+    names = lambda: {t.name for t in threading.enumerate() if t.name.startswith("closing-")}  # noqa: E731
+    assert side_by_side.run([lambda: 1, lambda: 2, lambda: 3]) == [1, 2, 3]
+    assert names() == {"closing-1", "closing-2"}
+    side_by_side.close()
+    wait_until(lambda: not names(), 10, "the delivery threads to end")
