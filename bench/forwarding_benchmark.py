@@ -17,6 +17,7 @@ import re
 import secrets
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 from contextlib import ExitStack
@@ -38,6 +39,7 @@ from throughput.databases import (
     pg_connection_string,
     pg_server_version,
 )
+from throughput.fan_out import DESTINATIONS, FanOutScenario, fan_out_rows
 from throughput.latency import measure_pickup
 from throughput.report import print_header, print_latency, print_scenario, summarize_rows
 from throughput.scenarios import (
@@ -48,7 +50,12 @@ from throughput.scenarios import (
     transaction_mode_rows,
 )
 
-SCENARIOS = {"pg-pg": ("PG", "PG"), "sqlite-pg": ("SQLite", "PG"), "pg-sqlite": ("PG", "SQLite")}
+SCENARIOS = {
+    "pg-pg": ("PG", "PG"),
+    "sqlite-pg": ("SQLite", "PG"),
+    "pg-sqlite": ("PG", "SQLite"),
+    "pg-10pg": ("PG", f"{DESTINATIONS} PG"),
+}
 UNITS = {"": 1, "B": 1, "KIB": 1024, "MIB": 1024**2}
 QUICK_MESSAGES = 2000
 LARGE_BODY = 8 * 1024**2
@@ -126,8 +133,16 @@ def parse_args() -> argparse.Namespace:
         "(e.g. `git worktree add /tmp/sfbridge-before <commit>`), so that 'x previous' is against "
         "that code measured in this run",
     )
+    parser.add_argument(
+        "--previous-rev",
+        metavar="REV",
+        help="as --previous-code, with the sfbridge of git revision REV of this repository "
+        "(e.g. main, HEAD~3), extracted with `git archive` into the run's temp folder",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     args = parser.parse_args()
+    if args.previous_code is not None and args.previous_rev is not None:
+        parser.error("give --previous-code or --previous-rev, not both")
     if args.previous_code is not None:
         args.previous_code = str(Path(args.previous_code).resolve())
         if not (Path(args.previous_code) / "bridge" / "__main__.py").is_file():
@@ -201,7 +216,28 @@ class Run:
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
+def extract_revision(revision: str, workdir: Path) -> str:
+    """The sfbridge of git revision `revision` of this repository, extracted into a folder of
+    `workdir` named after its commit; returns the folder."""
+    repository = Path(__file__).resolve().parent.parent
+    commit = subprocess.run(
+        ["git", "-C", str(repository), "rev-parse", "--short", f"{revision}^{{commit}}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    folder = workdir / f"sfbridge-{commit}"
+    folder.mkdir()
+    archive = subprocess.run(
+        ["git", "-C", str(repository), "archive", commit], capture_output=True, check=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(folder)], input=archive, check=True)
+    return str(folder)
+
+
 def run_benchmark(args: argparse.Namespace, run: Run) -> dict[str, Any]:
+    if args.previous_rev is not None:
+        args.previous_code = extract_revision(args.previous_rev, run.workdir)
     driver_key = run.driver_key_supported()
     summary: dict[str, Any] = {
         "postgresql": pg_server_version(run.prefix),
@@ -216,18 +252,26 @@ def run_benchmark(args: argparse.Namespace, run: Run) -> dict[str, Any]:
         source_kind, destination_kind = SCENARIOS[key]
         name = f"{source_kind} -> {destination_kind}"
         source = run.database(source_kind, f"{key}_source")
-        destination = run.database(destination_kind, f"{key}_destination")
         workdir = run.workdir / key
         workdir.mkdir()
-
         progress = Progress(name)
-        scenario = Scenario(name, source, destination, workdir, driver_key, progress)
+        scenario: Scenario
+        if key == "pg-10pg":
+            destinations = [
+                run.database("PG", f"{key}_destination{n}") for n in range(DESTINATIONS)
+            ]
+            scenario = FanOutScenario(name, source, destinations, workdir, driver_key, progress)
+        else:
+            destination = run.database(destination_kind, f"{key}_destination")
+            scenario = Scenario(name, source, destination, workdir, driver_key, progress)
         for body_size in args.body_sizes:
             messages = default_messages(args, body_size)
             body = os.urandom(body_size)  # incompressible: TOAST cannot shrink it
             progress.label = f"{name}, {format_size(body_size)}"
             specs = standard_rows(args.best, args.previous_code)
-            if args.transaction_modes:
+            if key == "pg-10pg":
+                specs = fan_out_rows(args.previous_code)
+            elif args.transaction_modes:
                 specs[-2:-2] = transaction_mode_rows(source_kind == destination_kind == "PG")
             rows = run_scenario(scenario, specs, messages, body, args.repeat)
             summary["scenarios"].append(

@@ -22,7 +22,9 @@ def connect(database: DatabaseConfig, *, create: bool = False) -> Connection:
 
 
 class Connections:
-    """Connections owned by one worker thread (connections are never shared across threads)."""
+    """Connections owned by one worker (a connection is never used by two threads at once: a
+    worker's delivery threads, `bridge.forwarding.side_by_side`, each use the connections of
+    their own database only)."""
 
     def __init__(self, databases: Mapping[str, DatabaseConfig]) -> None:
         self._databases = databases

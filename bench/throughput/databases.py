@@ -49,11 +49,13 @@ def pg_connect(connection_string: str, *, autocommit: bool) -> pyodbc.Connection
     return pyodbc.connect(connection_string + PG_OPTIONS, autocommit=autocommit)
 
 
-def new_messages(count: int) -> list[tuple[str, str]]:
-    """`count` (message id, serialized headers) pairs as `sfbridge send` writes them."""
+def new_messages(count: int, queues: Sequence[str] = (RECEIVER,)) -> list[tuple[str, str]]:
+    """`count` (message id, serialized headers) pairs as `sfbridge send` writes them, sent to
+    each of `queues` in turn."""
     messages = []
-    for _ in range(count):
-        headers = test_message_headers(RECEIVER, "Bench.Message", {}, now=datetime.now(UTC))
+    for number in range(count):
+        queue = queues[number % len(queues)]
+        headers = test_message_headers(queue, "Bench.Message", {}, now=datetime.now(UTC))
         messages.append((str(headers[MESSAGE_ID]), serialize_headers(headers)))
     return messages
 
@@ -81,6 +83,7 @@ class BenchDatabase(Protocol):
     def fill(self, table: str, messages: Sequence[tuple[str, str]], body: bytes) -> None: ...
     def send_one(self, table: str, headers: str, body: bytes) -> None: ...
     def count(self, table: str) -> int: ...
+    def has_rows(self, table: str) -> bool: ...
     def message_ids(self, table: str) -> list[str]: ...
     def move_all(self, source: str, target: str) -> int: ...
     def relay(self) -> Relay: ...
@@ -137,6 +140,12 @@ class PgDatabase:
 
     def count(self, table: str) -> int:
         return int(self.connection.execute(f"SELECT count(*) FROM {_pg(table)}").fetchval())
+
+    def has_rows(self, table: str) -> bool:
+        """One probe of the queue's head in its sequence index (rows deleted but not yet
+        committed still count)."""
+        cursor = self.connection.execute(f"SELECT seq FROM {_pg(table)} ORDER BY seq LIMIT 1")
+        return cursor.fetchone() is not None
 
     def message_ids(self, table: str) -> list[str]:
         rows = self.connection.execute(f"SELECT headers FROM {_pg(table)}").fetchall()
@@ -229,6 +238,10 @@ class SqliteDatabase:
 
     def count(self, table: str) -> int:
         return int(self.connection.execute(f"SELECT count(*) FROM {_sq(table)}").fetchone()[0])
+
+    def has_rows(self, table: str) -> bool:
+        cursor = self.connection.execute(f"SELECT 1 FROM {_sq(table)} ORDER BY RowVersion LIMIT 1")
+        return cursor.fetchone() is not None
 
     def message_ids(self, table: str) -> list[str]:
         rows = self.connection.execute(f"SELECT Headers FROM {_sq(table)}").fetchall()

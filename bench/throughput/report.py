@@ -22,6 +22,8 @@ def summarize_rows(rows: Sequence[RowRuns]) -> list[dict[str, Any]]:
     by_key = {row.spec.key: row for row in rows}
     ceiling = by_key["ceiling"].msg_per_s if "ceiling" in by_key else None
     previous = by_key["previous"].msg_per_s if "previous" in by_key else None
+    ceiling_runs = by_key["ceiling"].rates if "ceiling" in by_key else []
+    previous_runs = by_key["previous"].rates if "previous" in by_key else []
     return [
         {
             "key": row.spec.key,
@@ -31,6 +33,9 @@ def summarize_rows(rows: Sequence[RowRuns]) -> list[dict[str, Any]]:
             "msg_per_s_runs": [round(rate, 1) for rate in row.rates],
             "vs_ceiling": _ratio(row.msg_per_s, ceiling),
             "vs_previous": _ratio(row.msg_per_s, previous),
+            # Each run against the baseline measured in the same round (rows are interleaved).
+            "vs_ceiling_runs": _ratios(row.rates, ceiling_runs),
+            "vs_previous_runs": _ratios(row.rates, previous_runs),
             "cpu_ms_per_msg": _median(row.cpu_ms),
             "peak_rss_mb": _median(row.rss_mb),
             "exactly_once": row.checks,
@@ -38,6 +43,15 @@ def summarize_rows(rows: Sequence[RowRuns]) -> list[dict[str, Any]]:
         }
         for row in rows
     ]
+
+
+def _ratios(rates: Sequence[float], bases: Sequence[float]) -> list[float]:
+    return [round(rate / base, 4) for rate, base in zip(rates, bases, strict=False) if base]
+
+
+def _spread(values: Sequence[float]) -> str:
+    """min-max of the single runs, when there are several."""
+    return f"{min(values):.2f}-{max(values):.2f}" if len(values) > 1 else "-"
 
 
 def _number(value: float | None, digits: int = 3) -> str:
@@ -52,8 +66,8 @@ def print_scenario(scenario: dict[str, Any]) -> None:
         f"{', median of ' + str(scenario['repeat']) if scenario['repeat'] > 1 else ''}"
     )
     print(
-        f"  {'row':<58}{'msg/s':>8}{'x ceiling':>11}{'x previous':>12}{'CPU ms/msg':>12}"
-        f"{'peak RSS MB':>13}  exactly-once"
+        f"  {'row':<58}{'msg/s':>8}{'x ceiling':>11}{'runs':>11}{'x previous':>12}{'runs':>11}"
+        f"{'CPU ms/msg':>12}{'peak RSS MB':>13}  exactly-once"
     )
     for row in scenario["rows"]:
         if row["not_run"]:
@@ -64,7 +78,8 @@ def print_scenario(scenario: dict[str, Any]) -> None:
         verdict = "OK" if passed == len(checks) else f"FAILED {len(checks) - passed}/{len(checks)}"
         print(
             f"  {row['label']:<58}{_number(row['msg_per_s']):>8}"
-            f"{_number(row['vs_ceiling']):>11}{_number(row['vs_previous']):>12}"
+            f"{_number(row['vs_ceiling']):>11}{_spread(row['vs_ceiling_runs']):>11}"
+            f"{_number(row['vs_previous']):>12}{_spread(row['vs_previous_runs']):>11}"
             f"{_number(row['cpu_ms_per_msg']):>12}{_number(row['peak_rss_mb']):>13}  {verdict}"
         )
         for failure in sorted({check for check in checks if check != "ok"}):

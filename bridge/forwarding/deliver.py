@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Protocol
 
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
@@ -44,15 +45,19 @@ from bridge.exceptions import (
     LedgerDenied,
     LockTimeout,
     NotIsolated,
-    TableNotFound,
     TransientDatabaseError,
 )
 from bridge.forwarding.healing import heal_ledger
+from bridge.forwarding.side_by_side import SideBySide
+from bridge.forwarding.table_failures import (
+    deliver_around_busy_tables,
+    item_failure,
+    note_busy,
+)
 from bridge.forwarding.transactions import BatchTransactions, require_prepared_transactions
 from bridge.forwarding.writes import QueueWriter, write_messages
 from bridge.messages import Delivered, DeliveryResult, Failed, Forward, Item, Unit
 from bridge.outages import OutageTracker
-from bridge.routing import nearest_table
 from bridge.storage.ledger import (
     cannot_create_advice,
     ledger_problem,
@@ -66,6 +71,11 @@ _IMMEDIATE_RETRY_WAIT = wait_exponential(multiplier=0.05, max=1.0)
 
 
 class Delivery(Protocol):
+    # True when `deliver` touches nothing but its own database through its own connection
+    # (no record in the source transaction), so that it may run beside the deliveries to
+    # other databases (`deliver_units`).
+    independent: bool
+
     def deliver(
         self, items: Sequence[Item], transactions: BatchTransactions
     ) -> list[DeliveryResult]:
@@ -74,38 +84,69 @@ class Delivery(Protocol):
         ...
 
 
+Group = tuple[str, TransactionMode]  # a destination database and a transaction mode
+
+
 def deliver_units(
     units: Sequence[Unit],
     delivery_for: Callable[[str, TransactionMode], Delivery],
     transactions: BatchTransactions,
     delivered: Callable[[str, int], None] | None = None,
     suspect: Callable[[str], bool] | None = None,
+    side_by_side: SideBySide | None = None,
 ) -> list[DeliveryResult | None]:
     """Deliver every unit that is to be delivered, grouped per destination database and
-    transaction mode, one group after the other; groups for a `suspect` database (one that
-    failed lately, so may make its group wait out the query timeout) go last, so that the
-    others are committed first.
+    transaction mode.
+
+    With `side_by_side`, databases whose deliveries are all `independent` (remote, with the
+    ledger) are delivered at the same time, each in its own transaction as before, beside the
+    others, which run one after the other on the calling thread: groups for a `suspect`
+    database (one that failed lately, so may make its group wait out the query timeout) go
+    last there, so that the others are committed first. Without it everything runs so.
 
     Returns a result per unit, in order: None for units that are not deliveries. `delivered`
-    is told, right after each group's delivery returns, how many units it delivered (not
-    counting duplicates), for metrics.
+    is told, once the groups have returned, how many units each delivered (not counting
+    duplicates), for metrics.
     """
-    groups: dict[tuple[str, TransactionMode], list[int]] = {}
+    groups: dict[Group, list[int]] = {}
     for index, unit in enumerate(units):
         if isinstance(unit.decision, Forward):
             destination = unit.decision.destination
             groups.setdefault((destination.database, destination.transaction), []).append(index)
-    results: list[DeliveryResult | None] = [None] * len(units)
     order = sorted(groups, key=lambda group: suspect(group[0])) if suspect else list(groups)
-    for database, mode in order:
-        indexes = groups[(database, mode)]
-        items = [_item(units[index]) for index in indexes]
-        database_results = delivery_for(database, mode).deliver(items, transactions)
-        for index, result in zip(indexes, database_results, strict=True):
+    deliveries = {group: delivery_for(*group) for group in order}
+
+    def deliver_group(group: Group) -> tuple[Group, list[DeliveryResult]]:
+        items = [_item(units[index]) for index in groups[group]]
+        return group, deliveries[group].deliver(items, transactions)
+
+    def deliver_groups(chunk: list[Group]) -> list[tuple[Group, list[DeliveryResult]]]:
+        return [deliver_group(group) for group in chunk]
+
+    chunks = _chunks(order, deliveries) if side_by_side is not None else [list(order)]
+    calls = [partial(deliver_groups, chunk) for chunk in chunks]
+    runs = side_by_side.run(calls) if side_by_side is not None else [call() for call in calls]
+    done = dict(pair for run in runs for pair in run)
+    results: list[DeliveryResult | None] = [None] * len(units)
+    for group in order:
+        for index, result in zip(groups[group], done[group], strict=True):
             results[index] = result
         if delivered is not None:
-            delivered(database, sum(isinstance(r, Delivered) for r in database_results))
+            delivered(group[0], sum(isinstance(r, Delivered) for r in done[group]))
     return results
+
+
+def _chunks(order: Sequence[Group], deliveries: dict[Group, Delivery]) -> list[list[Group]]:
+    """The groups in chunks that may run beside each other: first those that must run one
+    after the other (not independent, and any group of a database that has one, since a
+    database's groups share its connection), then one chunk per other database."""
+    shared = {database for database, mode in order if not deliveries[(database, mode)].independent}
+    together = [group for group in order if group[0] in shared]
+    apart: dict[str, list[Group]] = {}
+    for group in order:
+        if group[0] not in shared:
+            apart.setdefault(group[0], []).append(group)
+    return [chunk for chunk in (together, *apart.values()) if chunk]
 
 
 def _item(unit: Unit) -> Item:
@@ -150,140 +191,10 @@ def isolate_failures(
     return [results[i] for i in range(len(items))]
 
 
-def item_failure(
-    connection: Connection,
-    dialect: Dialect,
-    database: str,
-    items: Sequence[Item],
-    failure: ItemWriteError,
-    not_suggested: Collection[str] = frozenset(),
-) -> tuple[list[int], Failed]:
-    """What an item-specific failure settles. A missing destination table fails every item
-    bound for it (listing the tables for a hint through `connection`, which must be usable,
-    never hinting at the bridge's own queues, `not_suggested`), and so does a table someone
-    else kept locked past the query timeout; any other failure only the item that caused it."""
-    error = failure.error
-    if not isinstance(error, (TableNotFound, LockTimeout)):
-        return [failure.position], Failed(str(error), retryable=failure.retryable)
-    destination = items[failure.position].forward.destination
-    offsets = [
-        offset
-        for offset, (_, decision) in enumerate(items)
-        if decision.destination.address == destination.address
-    ]
-    if isinstance(error, LockTimeout):
-        return offsets, locked_table_failure(dialect, database, destination.address, error)
-    return offsets, missing_queue_failure(
-        connection, dialect, database, destination.address, not_suggested
-    )
-
-
-def locked_table_failure(
-    dialect: Dialect, database: str, address: TableAddress, error: DatabaseError
-) -> Failed:
-    """A Failed result for a destination table another session held locked: a state of the
-    table, like an outage of its database (`retries.during_outage: wait` spends no attempt)."""
-    return Failed(
-        f"destination queue {dialect.grammar.render(address)} in database '{database}' is "
-        f"locked by another session: {error.detail}",
-        outage=True,
-    )
-
-
-def busy_tables(
-    outages: OutageTracker, database: str, dialect: Dialect, items: Sequence[Item]
-) -> dict[int, Failed]:
-    """Items bound for a table that counts as busy (`OutageTracker.record_busy`), by offset,
-    each with its Failed result: they are not tried while the lock lasts."""
-    busy: dict[int, Failed] = {}
-    known: dict[TableAddress, str | None] = {}
-    for offset, (_, decision) in enumerate(items):
-        address = decision.destination.address
-        if address not in known:
-            known[address] = outages.busy(database, dialect.grammar.render(address))
-        error = known[address]
-        if error is not None:
-            busy[offset] = Failed(
-                f"destination queue {dialect.grammar.render(address)} in database "
-                f"'{database}' is locked by another session: {error}",
-                outage=True,
-            )
-    return busy
-
-
-def deliver_around_busy_tables(
-    outages: OutageTracker,
-    database: str,
-    dialect: Dialect,
-    items: Sequence[Item],
-    deliver: Callable[[Sequence[Item]], list[DeliveryResult]],
-) -> list[DeliveryResult]:
-    """`deliver` the items whose table is not busy; the others fail at once. Tables written
-    to are no longer busy."""
-    busy = busy_tables(outages, database, dialect, items)
-    tried = [offset for offset in range(len(items)) if offset not in busy]
-    results: list[DeliveryResult | None] = [busy.get(offset) for offset in range(len(items))]
-    if tried:
-        for offset, result in zip(tried, deliver([items[o] for o in tried]), strict=True):
-            results[offset] = result
-    for address in {
-        items[offset].forward.destination.address
-        for offset, result in enumerate(results)
-        if isinstance(result, Delivered)
-    }:
-        outages.record_free(database, dialect.grammar.render(address))
-    return [result for result in results if result is not None]
-
-
-def missing_queue_failure(
-    connection: Connection,
-    dialect: Dialect,
-    database: str,
-    address: TableAddress,
-    not_suggested: Collection[str] = frozenset(),
-) -> Failed:
-    """A Failed result for a destination table that does not exist, with a nearest-match hint
-    among the endpoints' tables: never one of the bridge's own (its `sfbridge_*` tables, and
-    `not_suggested`: the casefolded names of its queues there, a proxy queue among them, which
-    a message meant for an endpoint must never be sent to)."""
-    hint = ""
-    try:
-        # The address lets SQL Server list the tables of the queue's catalog.
-        listed = connection.query(dialect.sql("list_tables", queue=address))
-        candidates = [
-            str(row[1])
-            for row in listed
-            if str(row[1]).casefold() not in not_suggested
-            and not str(row[1]).casefold().startswith("sfbridge_")
-        ]
-        suggestion = nearest_table(address.table, candidates)
-        if suggestion and suggestion != address.table:
-            hint = f" (did you mean {suggestion!r}?)"
-    except DatabaseError:
-        pass
-    return Failed(
-        f"destination queue {dialect.grammar.render(address)} does not exist in database "
-        f"'{database}'{hint}; create it (run the receiving endpoint with installers enabled) "
-        "or fix the route or the destination header",
-        missing_queue=True,
-    )
-
-
-def _note_busy(
-    outages: OutageTracker,
-    database: str,
-    dialect: Dialect,
-    items: Sequence[Item],
-    failure: ItemWriteError,
-) -> None:
-    """A lock timeout on a destination table makes the table busy for a while."""
-    if isinstance(failure.error, LockTimeout):
-        address = items[failure.position].forward.destination.address
-        outages.record_busy(database, dialect.grammar.render(address), failure.error.detail)
-
-
 class LocalDelivery:
     """Into queues of the forwarding database, inside the open source transaction."""
+
+    independent = False  # it writes through the source connection
 
     def __init__(
         self,
@@ -334,7 +245,7 @@ class LocalDelivery:
             failure,
             self._not_suggested,
         )
-        _note_busy(self._outages, self._connection.database, self._dialect, items, failure)
+        note_busy(self._outages, self._connection.database, self._dialect, items, failure)
         return settled
 
 
@@ -372,6 +283,8 @@ class RemoteDelivery:
         self._outages = outages
         self._writer = writer
         self._can_prepare = False  # max_prepared_transactions seen above 0
+        # Two-phase and at-least-once record in the source transaction; the ledger does not.
+        self.independent = target.transaction == "ledger"
 
     def deliver(
         self, items: Sequence[Item], transactions: BatchTransactions
@@ -553,7 +466,7 @@ class RemoteDelivery:
         self, items: Sequence[Item], failure: ItemWriteError
     ) -> tuple[list[int], Failed]:
         connection = self._connections.get(self._target.name)
-        _note_busy(self._outages, self._target.name, self._target.dialect, items, failure)
+        note_busy(self._outages, self._target.name, self._target.dialect, items, failure)
         if isinstance(failure.error, LockTimeout):
             connection.rollback()  # before anything else: the transaction is aborted
         try:
@@ -575,6 +488,8 @@ class RemoteDelivery:
 
 class PausedDelivery:
     """The delivery to a paused destination database: nothing is tried, every item waits."""
+
+    independent = False  # nothing to wait for
 
     def __init__(self, database: str, pause: Pause) -> None:
         self._error = f"database '{database}' is {pause.describe()} (sfbridge resume)"

@@ -253,8 +253,14 @@ class Settlement:
         claimed = len({id(unit.message) for unit in units})
         self.counts[CLAIMED] += claimed
         self.counts[FAN_OUT_COPIES] += len(units) - claimed
+        delivered = 0
         for unit, result in zip(units, results, strict=True):
-            self.apply(unit, fate_of(unit, result, policy, no_subscribers, self._now))
+            if type(result) is Delivered:
+                # Nearly every unit: nothing to write but the counter (`fate_of` says so too).
+                delivered += 1
+            else:
+                self.apply(unit, fate_of(unit, result, policy, no_subscribers, self._now))
+        self.counts[DELIVERED] += delivered
         return self.finish()
 
     def apply(self, unit: Unit, fate: Fate) -> None:

@@ -52,6 +52,7 @@ from bridge.forwarding.healing import TableHealer
 from bridge.forwarding.observers import ForwardingObserver, safe_observer
 from bridge.forwarding.proxies import forwarder_router
 from bridge.forwarding.settle import Settlement
+from bridge.forwarding.side_by_side import SideBySide
 from bridge.forwarding.subscriptions import SubscriberDirectory
 from bridge.forwarding.transactions import BatchTransactions
 from bridge.forwarding.writes import QueueWriter
@@ -66,6 +67,9 @@ from bridge.storage.tables import (
 )
 
 log = logging.getLogger(__name__)
+
+# Threads of one worker that deliver to other databases beside its own (`SideBySide`).
+MAX_DELIVERY_THREADS = 16
 
 
 class BatchForwarder:
@@ -111,6 +115,12 @@ class BatchForwarder:
         self._observer = safe_observer(observer)
         self._remote: dict[tuple[str, TransactionMode], RemoteDelivery] = {}
         self._store: str | None = None  # the forwarding database's id in two-phase gids
+        # Deliveries to different databases run at the same time (`deliver_units`): at most
+        # one thread per other configured database, started when a batch first needs them.
+        self._side_by_side = SideBySide(
+            min(MAX_DELIVERY_THREADS, len(config.databases) - 1),
+            f"sfbridge-{forwarder.name}-{slot}-delivery",
+        )
 
     def forward_batch(
         self, source: Source = "queue", *, seq_range: tuple[int, int] | None = None
@@ -223,6 +233,7 @@ class BatchForwarder:
                 batch.transactions,
                 delivered,
                 self._outages.suspect,
+                self._side_by_side,
             )
         except SourceFailed as failed:
             raise failed.error from None

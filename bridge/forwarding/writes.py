@@ -253,21 +253,21 @@ def _batched(
             for _, decision in items
         ]
         distinct = list(dict.fromkeys(keys))
-        recorded = None
-        if not expect_duplicates:
-            recorded = _stream_to_ledger(connection, dialect, writer, ledger, distinct)
-        if recorded is None:
+        recorded: set[tuple[str, str]] | None = None
+        if expect_duplicates or not _stream_to_ledger(
+            connection, dialect, writer, ledger, distinct
+        ):
             recorded = _record_in_ledger(connection, dialect, ledger, distinct)
-        to_send = []
-        for position, key in enumerate(keys):
-            if key in recorded:
-                recorded.discard(key)  # a second copy in the same batch is a duplicate too
-                to_send.append(position)
-            else:
-                results[position] = Duplicate()
-    by_address: dict[TableAddress, list[int]] = {}
-    for position in to_send:
-        by_address.setdefault(items[position].forward.destination.address, []).append(position)
+        if recorded is not None or len(distinct) < len(keys):
+            recorded = set(distinct) if recorded is None else recorded
+            to_send = []
+            for position, key in enumerate(keys):
+                if key in recorded:
+                    recorded.discard(key)  # a second copy in the same batch is a duplicate too
+                    to_send.append(position)
+                else:
+                    results[position] = Duplicate()
+    by_address = _by_address(items, to_send)
     for address, positions in by_address.items():
         ids = new_ids(dialect, len(positions))
         try:
@@ -287,21 +287,35 @@ def _batched(
     return results
 
 
+def _by_address(items: Sequence[Item], positions: list[int]) -> dict[TableAddress, list[int]]:
+    """The positions grouped by destination table. The router hands out one address object
+    per destination, so a batch for one table (the usual) is told by identity, unhashed."""
+    if not positions:
+        return {}
+    first = items[positions[0]].forward.destination.address
+    if all(items[p].forward.destination.address is first for p in positions):
+        return {first: positions}
+    grouped: dict[TableAddress, list[int]] = {}
+    for position in positions:
+        grouped.setdefault(items[position].forward.destination.address, []).append(position)
+    return grouped
+
+
 def _stream_to_ledger(
     connection: Connection,
     dialect: Dialect,
     writer: QueueWriter,
     ledger: TableAddress,
     keys: Sequence[tuple[str, str]],
-) -> set[tuple[str, str]] | None:
+) -> bool:
     """Record distinct (ledger key, destination) pairs, none recorded before, with COPY;
-    returns them all, or None when the ledger does not take COPY (nothing was written).
+    returns True, or False when the ledger does not take COPY (nothing was written).
     Raises LedgerConflict when one was recorded before (or COPY is refused)."""
     now = datetime.now(UTC).replace(tzinfo=None)
     try:
         with owned_table(LEDGER_DESCRIPTION, dialect.grammar.render(ledger)):
             if not writer.copies(connection, dialect, "ledger_record_many", ledger=ledger):
-                return None
+                return False
             writer.copy_rows(
                 connection,
                 dialect,
@@ -317,7 +331,7 @@ def _stream_to_ledger(
         raise
     except (DatabaseError, ValueError, TypeError):
         raise NotIsolated() from None
-    return set(keys)
+    return True
 
 
 def _record_in_ledger(

@@ -271,8 +271,9 @@ def test_sigterm_ends_the_daemon_while_a_batch_waits_on_a_silent_database(
         with Traffic(sender, b, interval=0.2) as traffic:
             wait_until(lambda: len(traffic.arrived_at) >= 3, 30, "traffic flowing")
             relay.silence()
-            # A batch with messages for database a is now waiting on it: B stops arriving.
-            wait_until(lambda: traffic.overdue(2.0), 30, "a batch to wait on database a")
+            # A batch sent a statement to database a that will not be answered. (Its messages
+            # for b are delivered beside it, so b's arrivals do not tell.)
+            wait_until(lambda: relay.unanswered > 0, 30, "a batch to wait on database a")
             took = stop_within(daemon, 30)
             traffic.stop_sending()
         assert took < 15, took
@@ -408,3 +409,40 @@ def test_a_forwarder_whose_queue_is_locked_shows_failing_in_status_and_metrics(
         assert "forwarder 'f' is forwarding again" in daemon.output()
         stop_within(daemon, 15)
     notify_socket.close()
+
+
+def test_a_batch_delivers_to_one_database_while_it_waits_on_a_locked_table_of_another(
+    tmp_path: Path, new_pg_database: Callable[[], str]
+) -> None:
+    sender, a, b = new_pg_database(), new_pg_database(), new_pg_database()
+    # The lock wait (query_timeout) is far longer than the wait for b below: delivering the
+    # batch's databases one after the other, b would get its message only after it.
+    config = two_destinations(tmp_path, sender, a, b, query_timeout=120)
+    pg_create_queue(a, QUEUE_A)
+    pg_create_queue(b, QUEUE_B)
+    with DaemonProcess(config, tmp_path / "daemon.log") as daemon:
+        daemon.wait_for_output(DaemonProcess.STARTED)
+        with pg_connect(a) as dba:
+            dba.execute(f"LOCK TABLE {QUEUE_A} IN ACCESS EXCLUSIVE MODE")
+            sent = {}
+            with pg_connect(sender) as connection:  # one transaction: one batch takes both
+                for queue in (QUEUE_A, QUEUE_B):  # a's first, as the batch meets them
+                    headers = nsb_message_headers(queue.split(".", 1)[1])
+                    pg_nsb_send(connection, FORWARD, headers, b"payload")
+                    sent[queue] = str(headers["NServiceBus.MessageId"])
+                connection.commit()
+            wait_until(
+                lambda: delivered_ids(b, QUEUE_B) == Counter([sent[QUEUE_B]]),
+                30,
+                "b's message while the batch waits on a's locked table",
+            )
+            dba.rollback()
+        wait_until(
+            lambda: delivered_ids(a, QUEUE_A) == Counter([sent[QUEUE_A]]),
+            60,
+            "a's message once the lock is gone",
+        )
+        stop_within(daemon, 30)
+    assert delivered_ids(b, QUEUE_B) == Counter([sent[QUEUE_B]])
+    assert pg_rows(sender, f"SELECT count(*) FROM {FORWARD}") == [(0,)]
+    assert pg_rows(sender, 'SELECT count(*) FROM "public"."sfbridge_retry"') == [(0,)]

@@ -4,16 +4,22 @@ databases (tests/forwarding/test_batches.py)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import threading
+import time
 import uuid
 from collections.abc import Sequence
 from typing import Any
 
 import pytest
+from support import wait_until
 
 from bridge.addressing import TableAddress
 from bridge.config.model import TransactionMode
 from bridge.exceptions import DatabaseError, ItemWriteError, NotIsolated, TableNotFound
 from bridge.forwarding.deliver import deliver_units, isolate_failures
+from bridge.forwarding.side_by_side import SideBySide
 from bridge.messages import (
     ClaimedMessage,
     Delivered,
@@ -41,6 +47,8 @@ NO_SOURCE: Any = None
 
 
 class FakeDelivery:
+    independent = False
+
     def __init__(self) -> None:
         self.calls: list[list[str]] = []
 
@@ -148,3 +156,135 @@ def test_other_errors_propagate() -> None:
 
     with pytest.raises(DatabaseError):
         isolate_failures(items("a"), attempt, _never)
+
+
+class MeetingDelivery(FakeDelivery):
+    """Delivers only once every delivery of the batch meeting at `barrier` is inside its call
+    at the same time (a BrokenBarrierError after 5 s otherwise); records its thread."""
+
+    independent = True
+
+    def __init__(self, barrier: threading.Barrier) -> None:
+        super().__init__()
+        self.barrier = barrier
+        self.threads: list[int] = []
+
+    def deliver(self, items: Sequence[Item], transactions: object) -> list[DeliveryResult]:
+        self.threads.append(threading.get_ident())
+        self.barrier.wait()
+        return super().deliver(items, transactions)
+
+
+def test_independent_deliveries_to_different_databases_run_at_the_same_time() -> None:
+    databases = [f"receiver{n}" for n in range(4)]
+    barrier = threading.Barrier(len(databases), timeout=5)
+    deliveries = {database: MeetingDelivery(barrier) for database in databases}
+    units = [Unit(claimed(n), deliver(f"q{n}", databases[n % 4]), "") for n in range(8)]
+    side_by_side = SideBySide(3, "test")
+    try:
+        results = deliver_units(
+            units, lambda database, mode: deliveries[database], NO_SOURCE, side_by_side=side_by_side
+        )
+    finally:
+        side_by_side.close()
+    assert results == [Delivered()] * 8
+    assert [d.calls for d in deliveries.values()] == [
+        [["q0", "q4"]],
+        [["q1", "q5"]],
+        [["q2", "q6"]],
+        [["q3", "q7"]],
+    ]
+    assert deliveries["receiver0"].threads == [threading.get_ident()]  # the first stays here
+
+
+def test_deliveries_that_record_in_the_source_run_one_after_the_other_on_the_calling_thread() -> (
+    None
+):
+    order: list[str] = []
+
+    class Recording(FakeDelivery):
+        def deliver(self, items: Sequence[Item], transactions: object) -> list[DeliveryResult]:
+            assert threading.get_ident() == caller
+            order.append(items[0].forward.destination.database)
+            return super().deliver(items, transactions)
+
+    caller = threading.get_ident()
+    units = [
+        Unit(claimed(1), deliver("a", "receiver", "two-phase"), ""),
+        Unit(claimed(2), deliver("b", "billing", "at-least-once"), ""),
+        Unit(claimed(3), deliver("c", "receiver", "ledger"), ""),  # shares receiver's connection
+    ]
+    side_by_side = SideBySide(2, "test")
+    try:
+        results = deliver_units(
+            units, lambda database, mode: Recording(), NO_SOURCE, side_by_side=side_by_side
+        )
+    finally:
+        side_by_side.close()
+    assert results == [Delivered()] * 3
+    assert order == ["receiver", "billing", "receiver"]
+
+
+def test_a_delivery_that_raises_beside_others_raises_after_they_have_all_returned() -> None:
+    finished: list[str] = []
+
+    class Slow(FakeDelivery):
+        independent = True
+
+        def deliver(self, items: Sequence[Item], transactions: object) -> list[DeliveryResult]:
+            time.sleep(0.2)  # still running when the other one raises
+            finished.append("slow")
+            return super().deliver(items, transactions)
+
+    class Broken(FakeDelivery):
+        independent = True
+
+        def deliver(self, items: Sequence[Item], transactions: object) -> list[DeliveryResult]:
+            raise RuntimeError("a bug")
+
+    deliveries = {"broken": Broken(), "slow": Slow()}
+    units = [
+        Unit(claimed(1), deliver("a", "broken"), ""),
+        Unit(claimed(2), deliver("b", "slow"), ""),
+    ]
+    side_by_side = SideBySide(2, "test")
+    try:
+        with pytest.raises(RuntimeError, match="a bug"):
+            deliver_units(
+                units,
+                lambda database, mode: deliveries[database],
+                NO_SOURCE,
+                side_by_side=side_by_side,
+            )
+        assert finished == ["slow"]
+    finally:
+        side_by_side.close()
+
+
+def test_a_delivery_that_never_returns_does_not_keep_the_process_from_exiting() -> None:
+    # The daemon leaves a worker stuck on a silent database behind when it stops (its batch is
+    # rolled back by the server); a delivery thread stuck beside it must not hold the exit.
+    script = """
+import threading, time
+from bridge.forwarding.side_by_side import SideBySide
+side_by_side = SideBySide(2, "stuck")
+calls = [lambda: None, lambda: time.sleep(3600)]
+threading.Thread(target=side_by_side.run, args=(calls,), daemon=True).start()
+time.sleep(0.5)
+print("leaving", flush=True)
+"""
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+    assert result.stdout == "leaving\n", result.stderr
+    assert time.monotonic() - started < 30
+
+
+def test_idle_delivery_threads_end_when_closed() -> None:
+    side_by_side = SideBySide(3, "closing")
+    names = lambda: {t.name for t in threading.enumerate() if t.name.startswith("closing-")}  # noqa: E731
+    assert side_by_side.run([lambda: 1, lambda: 2, lambda: 3]) == [1, 2, 3]
+    assert names() == {"closing-1", "closing-2"}
+    side_by_side.close()
+    wait_until(lambda: not names(), 10, "the delivery threads to end")

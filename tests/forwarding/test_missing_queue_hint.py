@@ -16,7 +16,7 @@ from bridge.config.model import (
 )
 from bridge.connections import connect
 from bridge.dialects import dialect_for
-from bridge.forwarding.deliver import missing_queue_failure
+from bridge.forwarding.table_failures import missing_queue_failure
 from bridge.storage.tables import bridge_queue_names
 
 SQLITE = dialect_for("sqlite")

@@ -756,6 +756,9 @@ class TcpRelay:
         self._listener.listen(128)
         self.port = int(self._listener.getsockname()[1])
         self.silent = threading.Event()
+        # Data swallowed while silent on connections relayed before: each time, a client that
+        # was talking to the server waits for an answer that never comes.
+        self.unanswered = 0
         self._sockets: list[Any] = []
         self._lock = threading.Lock()
         self._closed = False
@@ -816,6 +819,8 @@ class TcpRelay:
             if not data:
                 break
             if self.silent.is_set() or destination is None:
+                if destination is not None:
+                    self.unanswered += 1
                 continue  # swallowed: nothing comes back, nothing is closed
             try:
                 destination.sendall(data)
