@@ -100,8 +100,13 @@ COPY_STATEMENT_NAMES = frozenset(
 RAW_CLAIM_STATEMENT_NAMES = frozenset(
     {"receive_batch_raw", "receive_range_raw", "retry_claim_due_raw"}
 )
+# Optional: what the server allows (`sfbridge check` compares the daemon's connections with
+# it): one row of (connections the server accepts from ordinary logins, connections open now
+# by other clients than the bridge, a text that tells servers apart).
+CONNECTION_LIMIT_STATEMENT_NAMES = frozenset({"connection_limit"})
 OPTIONAL_STATEMENT_GROUPS = (
     ARRAY_STATEMENT_NAMES,
+    CONNECTION_LIMIT_STATEMENT_NAMES,
     COPY_STATEMENT_NAMES,
     RAW_CLAIM_STATEMENT_NAMES,
     TRANSACTION_RECORD_STATEMENT_NAMES,
@@ -199,6 +204,8 @@ STATEMENT_NAMES = frozenset(
         "error_queue_claim_row",
         "error_queue_delete_many",
         "error_queue_delete_row",
+        "work_queue",
+        "work_retry",
     }
 )
 
@@ -470,6 +477,16 @@ class Dialect:
                     f"{address.table}_{suffix}"
                 )
         return template.format(**names)
+
+    def work_query(self, parts: Sequence[tuple[str, TableAddress]]) -> str:
+        """One statement that tells which of a database's queues and retry stores have work:
+        `parts` are ("queue", queue) and ("retry", retry storage), one row each, UNION ALL:
+        (index, 1 when the queue holds a row, the earliest next attempt of the forwarder's
+        retries). The parameters are each part's index, and after a retry part's index the
+        forwarder's name."""
+        return " UNION ALL ".join(
+            self.sql(f"work_{kind}", None, **{kind: table}).strip() for kind, table in parts
+        )
 
     def create_schema_sql(self, schema: str | None) -> str | None:
         """`CREATE SCHEMA` for `schema`, or None where the dialect has no schemas.

@@ -315,6 +315,10 @@ STATEMENTS: dict[str, str] = {
     "error_queue_claim_row": "?",
     "error_queue_delete_many": "DELETE FROM {queue} WHERE RowVersion IN ({rows})",
     "error_queue_delete_row": "?",
+    # The daemon's look for work (`Dialect.work_query`): whether a queue holds a row, and
+    # when a forwarder's earliest retry is due. Parameters: the part's index (a forwarder).
+    "work_queue": "SELECT ?, EXISTS (SELECT 1 FROM {queue}), NULL",
+    "work_retry": "SELECT ?, 0, (SELECT min(next_attempt_at) FROM {retry} WHERE forwarder = ?)",
     "table_probe": "SELECT 1 FROM {table} WHERE 1 = 0",
     # Reading a table in Spark tasks: see the PostgreSQL dialect.
     "queue_seq_boundaries": """

@@ -139,9 +139,13 @@ class PsycopgConnection:
         timeout: float,
         deadline: float | None = None,
         session_setup: Sequence[str] = (),
+        application_name: str | None = None,
     ) -> None:
         """Connect (see `libpq_parameters`) and run `session_setup` once. Raises
         ConnectionFailed with a message free of secrets.
+
+        `application_name` is what the server shows for the connection (`pg_stat_activity`)
+        unless the connection string names one.
 
         `deadline` (seconds): no call waits longer than this (plus `SERVER_ANSWER_GRACE` for
         the server's own timeout error) for the server; then the connection is closed and
@@ -157,6 +161,8 @@ class PsycopgConnection:
         parameters = libpq_parameters(connection_string)
         if deadline is not None:
             parameters = {**keepalive_parameters(deadline), **parameters}
+        if application_name and "application_name" not in parameters.get("conninfo", ""):
+            parameters.setdefault("application_name", application_name)
         try:
             conninfo = make_conninfo(
                 parameters.pop("conninfo", ""),

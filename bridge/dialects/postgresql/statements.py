@@ -284,6 +284,24 @@ STATEMENTS: dict[str, str] = {
     "error_queue_claim_row": "?",
     "error_queue_delete_many": "DELETE FROM {queue} WHERE seq IN ({rows})",
     "error_queue_delete_row": "?",
+    # The connections the server accepts from ordinary logins (PostgreSQL 16 also keeps
+    # reserved_connections for some roles), those other clients hold now, and the server.
+    "connection_limit": """
+        SELECT current_setting('max_connections')::integer
+                 - current_setting('superuser_reserved_connections')::integer
+                 - coalesce(current_setting('reserved_connections', true)::integer, 0),
+               (SELECT count(*) FROM pg_stat_activity
+                WHERE backend_type = 'client backend'
+                  AND coalesce(application_name, '') <> 'sfbridge'),
+               coalesce(host(inet_server_addr()), 'local') || ':' || current_setting('port')""",
+    # The daemon's look for work (`Dialect.work_query`): whether a queue holds a row, and
+    # when a forwarder's earliest retry is due. Parameters: the part's index (a forwarder).
+    "work_queue": """
+        SELECT CAST(? AS integer), CAST(EXISTS (SELECT 1 FROM {queue}) AS integer),
+               CAST(NULL AS timestamp)""",
+    "work_retry": """
+        SELECT CAST(? AS integer), 0,
+               (SELECT min(next_attempt_at) FROM {retry} WHERE forwarder = ?)""",
     "table_probe": "SELECT 1 FROM {table} WHERE 1 = 0",
     # Reading a table in Spark tasks (`bridge.spark.partitions`): the key of every n-th row
     # (parameter: n), which cuts the table into ranges of n rows each, then one range page by
