@@ -2,8 +2,12 @@
 
 One `WorkWatcher` per forwarding database asks, with one statement (`Dialect.work_query`),
 which of the database's forwarding queues hold a row and when each forwarder's earliest retry
-is due, and marks those sources on the database's `WorkBoard` for its pool workers. An idle
-daemon thus sends one cheap query per database per poll, however many forwarders it has.
+is due, and marks those sources on the database's `WorkBoard` for its pool workers. Where the
+database pushes (`bridge.daemon.push`), the watcher listens on its connection between looks:
+a notified queue is marked at once, without a query, and every source is looked at only every
+`PUSH_POLL_INTERVAL`; sources that do not push, and all of them while the listening connection
+is down, are looked at every peek interval. An idle daemon thus sends at most one cheap query
+per database per poll, however many forwarders it has. A retry is looked for when it is due.
 
 A queue missing from the database fails the whole statement: the watcher then probes each
 part alone, marks the missing ones (a worker heals them, or reports why it cannot) and leaves
@@ -25,6 +29,7 @@ from bridge.config.model import BridgeConfig
 from bridge.connections import Connections
 from bridge.daemon.board import Key, WorkBoard
 from bridge.daemon.forwarder_health import ForwarderHealth
+from bridge.daemon.push import PUSH_POLL_INTERVAL, PushChannels
 from bridge.dialects import dialect_for
 from bridge.exceptions import DatabaseError, DatabaseUnavailable, TableNotFound
 from bridge.forwarding.observers import ForwardingObserver, safe_observer
@@ -37,6 +42,7 @@ MISSING_TABLE_RETRY = 5.0
 # Backing off after a failed work query, from the first to the most.
 FIRST_BACKOFF = 0.5
 MAX_BACKOFF = 10.0
+_NEVER = float("inf")
 # The longest the watcher sleeps in one go, so that `last_progress` shows it alive.
 LONGEST_NAP = 1.0
 
@@ -85,8 +91,16 @@ class WorkWatcher(threading.Thread):
                 Part((forwarder.name, "retry"), "retry", tables.retry, (index + 1, forwarder.name))
             )
         self.poll_interval = min(f.peek_interval for f in forwarders)
+        self.listening = False
+        self.listens = 0  # times listening started, for tests
+        self._push_tables = {part.key: part.table for part in self._parts}
+        self._push: PushChannels | None = (
+            PushChannels(database, self._dialect, self._push_tables.items())
+            if self._dialect.pushes
+            else None
+        )
         self._missing: dict[Key, float] = {}  # left out of the query until (monotonic)
-        self._next_due = float("inf")  # monotonic time of the earliest retry not yet due
+        self._next_due = _NEVER  # monotonic time of the earliest retry not yet due
         self._statements: dict[tuple[int, ...], str] = {}
         self._database_up: bool | None = None
         self._reported = False
@@ -98,42 +112,131 @@ class WorkWatcher(threading.Thread):
     def run(self) -> None:
         connections = Connections(self.config.databases)
         backoff = FIRST_BACKOFF
-        next_poll = 0.0
+        next_poll = next_fast = 0.0
+        next_listen = 0.0
         try:
             while not self.stop.is_set():
                 self.last_progress = now = time.monotonic()
-                if now >= min(next_poll, self._next_due):
-                    if self._poll(connections):
-                        backoff = FIRST_BACKOFF
-                        next_poll = time.monotonic() + self.poll_interval
+                if self._push is not None and not self.listening and now >= next_listen:
+                    if self._listen(connections):
+                        next_poll = 0.0  # what was sent while nobody listened
                     else:
-                        next_poll = time.monotonic() + backoff
+                        next_listen = now + PUSH_POLL_INTERVAL
+                if now >= min(next_poll, self._next_due, next_fast):
+                    full = now >= min(next_poll, self._next_due)
+                    if self._poll(connections, full=full):
+                        backoff = FIRST_BACKOFF
+                        now = time.monotonic()
+                        if full:
+                            next_poll = now + self._full_interval()
+                        next_fast = now + self.poll_interval if self._unpushed() else _NEVER
+                    else:
+                        next_poll = next_fast = time.monotonic() + backoff
                         backoff = min(backoff * 2, MAX_BACKOFF)
-                wait = min(next_poll, self._next_due) - time.monotonic()
+                        next_listen = min(next_listen, next_poll)
+                wait = min(next_poll, self._next_due, next_fast) - time.monotonic()
                 if wait > 0:
-                    self._wake.wait(min(wait, LONGEST_NAP))
-                    self._wake.clear()
+                    was_listening = self.listening
+                    self._nap(connections, min(wait, LONGEST_NAP))
+                    if was_listening and not self.listening:
+                        # Listen again at once; until then, every source is polled.
+                        next_listen = next_fast = 0.0
         finally:
             connections.close()
 
+    def _full_interval(self) -> float:
+        """Every source is looked at this often: slowly while pushes tell of new rows."""
+        if self.listening:
+            return max(PUSH_POLL_INTERVAL, self.poll_interval)
+        return self.poll_interval
+
+    def _unpushed(self) -> list[Key]:
+        """Sources to poll at the fast interval between full polls: those that do not push
+        (all of them while not listening)."""
+        if self._push is None or not self.listening:
+            return [part.key for part in self._parts]
+        return [part.key for part in self._parts if part.key not in self._push.pushed]
+
+    def _listen(self, connections: Connections) -> bool:
+        """Start listening on the watcher's connection; False (and polling) when it cannot."""
+        assert self._push is not None
+        try:
+            connection = connections.get(self.database)
+            if not connection.listens:
+                self._push = None  # this driver cannot: polling it is
+                log.info(
+                    "database '%s': polled every %g s (its driver cannot listen for pushes)",
+                    self.database,
+                    self.poll_interval,
+                )
+                return False
+            self._push.listen(connection)
+        except DatabaseError as error:
+            connections.discard(self.database)
+            log.debug("database '%s': cannot listen yet: %s", self.database, error)
+            return False
+        self.listening = True
+        self.listens += 1
+        log.info(
+            "database '%s': %d of %d table(s) push (LISTEN/NOTIFY); polled every %g s, "
+            "those without push every %g s",
+            self.database,
+            len({self._push_tables[key] for key in self._push.pushed}),
+            len(set(self._push_tables.values())),
+            self._full_interval(),
+            self.poll_interval,
+        )
+        return True
+
+    def _nap(self, connections: Connections, seconds: float) -> None:
+        """Wait up to `seconds` for a notification (while listening) or a wake-up."""
+        if not self.listening or self._push is None:
+            self._wake.wait(seconds)
+            self._wake.clear()
+            return
+        try:
+            channels = connections.get(self.database).notifications(seconds)
+        except DatabaseError as error:
+            connections.discard(self.database)
+            self.listening = False
+            log.warning(
+                "database '%s': the listening connection is lost (%s); polling every %g s "
+                "until it is back",
+                self.database,
+                error,
+                self.poll_interval,
+            )
+            return
+        keys = self._push.keys(channels)
+        if any(source == "retry" for _, source in keys):
+            self._next_due = 0.0  # look when the new retries are due
+        self.board.mark(key for key in keys if key[1] == "queue")
+
     # -- one look --------------------------------------------------------------------------
 
-    def _poll(self, connections: Connections) -> bool:
-        """Run the work query and mark what has work. False when it failed."""
+    def _poll(self, connections: Connections, *, full: bool = True) -> bool:
+        """Run the work query, over every source (`full`) or those that do not push, and mark
+        what has work. False when it failed."""
         now = time.monotonic()
+        wanted = None if full else set(self._unpushed())
         parts = [
             (index, part)
             for index, part in enumerate(self._parts)
-            if self._missing.get(part.key, 0.0) <= now
+            if self._missing.get(part.key, 0.0) <= now and (wanted is None or part.key in wanted)
         ]
-        self._next_due = float("inf")
+        if full:
+            self._next_due = _NEVER
         try:
+            if full and self.listening and self._push is not None:
+                self._push.read_triggers(connections.get(self.database))
             rows = self._query(connections, parts)
         except TableNotFound:
             connections.discard(self.database)
+            self.listening = False
             rows = self._query_one_by_one(connections, parts)
         except DatabaseError as error:
             connections.discard(self.database)
+            self.listening = False
             if isinstance(error, DatabaseUnavailable):
                 self._seen(False)
             log.debug("looking for work in database '%s' failed: %s", self.database, error)
@@ -184,6 +287,7 @@ class WorkWatcher(threading.Thread):
                 rows += self._query(connections, [entry])
             except TableNotFound:
                 connections.discard(self.database)
+                self.listening = False
                 self._missing[entry[1].key] = time.monotonic() + MISSING_TABLE_RETRY
                 self.board.mark([entry[1].key])
         return rows

@@ -56,6 +56,8 @@ MAX_CACHED_STATEMENTS = 256
 # How long the client waits beyond `deadline` for the server's own timeout error
 # (`statement_timeout`, `lock_timeout`, set by the dialect) before it gives up on the server.
 SERVER_ANSWER_GRACE = 2.0
+# What `listen` accepts as a channel name (put into LISTEN as it is).
+_CHANNEL = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 # `::type[]` right after a placeholder.
 _ARRAY_CAST = re.compile(r"::\s*[A-Za-z_][A-Za-z0-9_ ]*\[\]")
 
@@ -130,6 +132,7 @@ class PsycopgConnection:
 
     binds_arrays = True
     copies_rows = True
+    listens = True
 
     def __init__(
         self,
@@ -259,6 +262,28 @@ class PsycopgConnection:
             ]
         except self._psycopg_error as error:
             raise self._translate(error) from None
+
+    def listen(self, channels: Sequence[str]) -> None:
+        try:
+            for channel in channels:
+                if not _CHANNEL.fullmatch(channel):
+                    raise ValueError(f"not a channel name the bridge makes: {channel!r}")
+                self._cursor.execute(f"LISTEN {channel}")
+            self._connection.commit()
+        except self._psycopg_error as error:
+            raise self._translate(error) from None
+
+    def notifications(self, timeout: float) -> set[str]:
+        """psycopg keeps what arrives during other statements for the next `notifies()`."""
+        found: set[str] = set()
+        try:
+            for notify in self._connection.notifies(timeout=max(0.0, timeout), stop_after=1):
+                found.add(notify.channel)
+            if found:  # and whatever else is already here, without waiting
+                found.update(n.channel for n in self._connection.notifies(timeout=0))
+        except self._psycopg_error as error:
+            raise self._translate(error) from None
+        return found
 
     def commit(self) -> None:
         try:

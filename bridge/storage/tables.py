@@ -12,6 +12,7 @@ Destination queues are never created by the bridge: they belong to the receiving
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -33,10 +34,13 @@ from bridge.drivers import Connection
 from bridge.exceptions import (
     AlreadyExists,
     BridgeTableMissing,
+    DatabaseError,
     DuplicateKey,
     PermissionDenied,
     TableNotFound,
 )
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -83,6 +87,10 @@ def forwarder_tables(config: BridgeConfig, forwarder: ForwarderConfig) -> Forwar
     )
 
 
+# The function the push triggers call, in each table's schema (see `PUSH_STATEMENT_NAMES`).
+NOTIFY_FUNCTION = "sfbridge_notify"
+
+
 @dataclass(frozen=True)
 class TableStep:
     """Creating one table (or schema) in one database: idempotent statements, run in order.
@@ -95,6 +103,9 @@ class TableStep:
     table: TableAddress | None
     statements: tuple[str, ...]
     schema: str | None = None
+    # A step the bridge works without (push triggers: it polls instead), which a DBA may
+    # refuse: run in a transaction of its own, a refusal logged as a warning.
+    optional: bool = False
 
 
 def split_statements(script: str) -> tuple[str, ...]:
@@ -138,6 +149,18 @@ def forwarder_table_steps(config: BridgeConfig, forwarder: ForwarderConfig) -> l
     step("pauses", tables.pauses, "create_pauses_table", "pauses")
     if dialect.records_transactions:
         step("transactions table", tables.transactions, "create_transactions_table", "transactions")
+    if dialect.pushes:
+        for description, table in (
+            (f"forwarding queue {tables.queue_canonical}", tables.queue),
+            ("retry storage", tables.retry),
+        ):
+            function = TableAddress(NOTIFY_FUNCTION, table.schema, table.catalog)
+            statements = split_statements(
+                dialect.sql("create_notify_trigger", None, queue=table, function=function)
+            )
+            steps.append(
+                TableStep(name, f"push trigger on {description}", table, statements, optional=True)
+            )
     return steps
 
 
@@ -227,17 +250,20 @@ def create_tables(
     schema steps run only when some table is to be created: a login without the right to
     create tables gets "permission denied" even from `CREATE TABLE IF NOT EXISTS` for an
     existing table. Returns the steps that ran. Raises PermissionDenied when the login may
-    not create them, and the DatabaseError family.
+    not create them, and the DatabaseError family. Optional steps (push triggers) run after
+    the commit, each in a transaction of its own; one refused is logged as a warning and left
+    out of the steps returned.
     """
     for attempt in range(CREATE_ATTEMPTS):
         try:
             connection.begin()
             chosen = _missing_steps(connection, dialect, steps) if only_missing else list(steps)
             for step in chosen:
-                for statement in step.statements:
-                    connection.execute(statement)
+                if not step.optional:
+                    for statement in step.statements:
+                        connection.execute(statement)
             connection.commit()
-            return chosen
+            return [step for step in chosen if not step.optional or _run_optional(connection, step)]
         except (DuplicateKey, AlreadyExists):
             connection.rollback()
             if attempt == CREATE_ATTEMPTS - 1:
@@ -246,6 +272,26 @@ def create_tables(
             connection.rollback()
             raise
     raise AssertionError("unreachable")
+
+
+def _run_optional(connection: Connection, step: TableStep) -> bool:
+    """Run an optional step in a transaction of its own; a refusal is a warning (False)."""
+    try:
+        connection.begin()
+        for statement in step.statements:
+            connection.execute(statement)
+        connection.commit()
+        return True
+    except DatabaseError as error:
+        connection.rollback()
+        log.warning(
+            "%s not created in database '%s': %s; the bridge polls that table instead "
+            "(a DBA may create it: 'sfbridge install --print-sql' shows the statements)",
+            step.description,
+            step.database,
+            error.detail,
+        )
+        return False
 
 
 def _missing_steps(

@@ -83,7 +83,6 @@ def test_fifty_idle_forwarders_hold_at_most_max_connections_and_send_few_queries
         sender,
         receiver,
         50,
-        peek_interval="500ms",
         sender_database={"max_connections": 6},
     )
     with DaemonProcess(config, tmp_path / "daemon.log") as daemon:
@@ -92,7 +91,9 @@ def test_fifty_idle_forwarders_hold_at_most_max_connections_and_send_few_queries
         before, started = transactions(sender), time.monotonic()
         wait_until(lambda: time.monotonic() - started >= 10, 15, "ten idle seconds")
         per_second = (transactions(sender) - before) / (time.monotonic() - started)
-        assert per_second <= 3, f"{per_second:.1f} transactions/s while idle"
+        # Pushes tell of new rows: a poll every 5 s (the look for work, the trigger check),
+        # and this test's own two reads.
+        assert per_second <= 1.5, f"{per_second:.1f} transactions/s while idle"
         assert bridge_connections(sender) <= 6
         # Traffic on every queue, so that every worker opens what it opens.
         sent: Counter[str] = Counter()

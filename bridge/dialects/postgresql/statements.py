@@ -294,6 +294,22 @@ STATEMENTS: dict[str, str] = {
                 WHERE backend_type = 'client backend'
                   AND coalesce(application_name, '') <> 'sfbridge'),
                coalesce(host(inet_server_addr()), 'local') || ':' || current_setting('port')""",
+    # Push: a statement-level trigger notifies the table's channel once per INSERT statement
+    # (NOTIFY is sent at commit, and several in one transaction are sent once). The function
+    # lives in the table's schema, takes the channel as its argument and is created only where
+    # missing (replacing one takes its owner). No line but a statement's last ends with a
+    # semicolon: a script is split into statements there.
+    "create_notify_trigger": """
+        DO $do$BEGIN IF to_regprocedure({function_literal} || '()') IS NULL THEN
+            CREATE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql
+            AS $f$BEGIN PERFORM pg_notify(TG_ARGV[0], ''); RETURN NULL; END$f$; END IF; END$do$;
+        DROP TRIGGER IF EXISTS sfbridge_notify ON {queue};
+        CREATE TRIGGER sfbridge_notify AFTER INSERT ON {queue}
+            FOR EACH STATEMENT EXECUTE FUNCTION {function}({queue_channel})""",
+    "notify_triggers": """
+        SELECT n.nspname, c.relname FROM pg_trigger t
+        JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE t.tgname = 'sfbridge_notify' AND t.tgenabled <> 'D'""",
     # The daemon's look for work (`Dialect.work_query`): whether a queue holds a row, and
     # when a forwarder's earliest retry is due. Parameters: the part's index (a forwarder).
     "work_queue": """
