@@ -143,3 +143,27 @@ def test_a_busy_queue_does_not_starve_the_others(
         wait_until(lambda: pg_count(sender, queue(0)) == 0, 300, "the backlog forwarded")
         assert daemon.stop() == 0, daemon.output()
     assert message_ids(receiver, SAMPLES_RECEIVER) == Counter(backlog | quiet)
+
+
+def test_check_warns_when_the_pools_could_take_more_connections_than_the_server_accepts(
+    pg_pair_factory: Callable[..., Any],
+) -> None:
+    pair = pg_pair_factory()
+    _, admin = _statistics(pair.sender)
+    [(limit,)] = pg_rows(admin, "SELECT current_setting('max_connections')::integer")
+    checked = pair.cli("check")
+    assert "connection(s) of the" in checked.stdout, checked.stdout
+    import yaml
+
+    raw = yaml.safe_load(pair.config.read_text())
+    for database in raw["databases"].values():
+        database["max_connections"] = int(limit)  # each alone as much as the server takes
+    raw["forwarders"][0]["concurrency"] = 64
+    write_config(pair.config, raw)
+    checked = pair.cli("check")
+    warning = next(
+        (line for line in checked.stdout.splitlines() if "which accepts" in line), checked.stdout
+    )
+    assert warning.startswith("WARNING"), warning
+    assert "database(s) 'receiver', 'sender'" in warning
+    assert "(max_connections less its reserved ones)" in warning
