@@ -139,7 +139,12 @@ class PoolWorker(threading.Thread):
         # Retries are looked at once per slow poll unless a batch came back full (see
         # `ForwarderConfig.slow_poll_interval`): some may wait for a database in trouble.
         hold = forwarder.slow_poll_interval if entry.source == "retry" and not report.full else 0
-        self.board.finish(entry, full=report.full, hold=hold)
+        # A short batch that took something is no sign of an empty queue: claims racing for the
+        # head of one queue come back short (PostgreSQL locks after the LIMIT), and rows may
+        # have come meanwhile. Only a batch that finds nothing ends the source's turns.
+        self.board.finish(
+            entry, full=report.full, hold=hold, again=report.claimed > 0 and not report.full
+        )
         # Well only when its other source is well too (its retries, or its queue).
         if not any(failing == name for failing, _ in self.board.failing()):
             self._health.succeeded(name)
