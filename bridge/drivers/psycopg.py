@@ -274,7 +274,8 @@ class PsycopgConnection:
             raise self._translate(error) from None
 
     def notifications(self, timeout: float) -> set[str]:
-        """psycopg keeps what arrives during other statements for the next `notifies()`."""
+        """psycopg (3.3 and later) keeps what arrives during other statements for the next
+        `notifies()`."""
         found: set[str] = set()
         try:
             for notify in self._connection.notifies(timeout=max(0.0, timeout), stop_after=1):
