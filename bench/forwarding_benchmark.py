@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from throughput.daemon import sfbridge_accepts, write_config
 from throughput.databases import (
     DEFAULT_PG_PREFIX,
+    RECEIVER,
     BenchDatabase,
     PgDatabase,
     SqliteDatabase,
@@ -40,7 +41,14 @@ from throughput.databases import (
     pg_server_version,
 )
 from throughput.fan_out import DESTINATIONS, FanOutScenario, fan_out_rows
-from throughput.latency import measure_pickup
+from throughput.idle import (
+    measure_idle_cost,
+    measure_latency_modes,
+    measure_traffic_on_few,
+    print_idle_cost,
+    print_latency_modes,
+    print_traffic_on_few,
+)
 from throughput.report import print_header, print_latency, print_scenario, summarize_rows
 from throughput.scenarios import (
     Scenario,
@@ -121,6 +129,17 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--latency-messages", type=int, default=30, help="pickup latency sends")
     parser.add_argument("--idle-seconds", type=float, default=10, help="idle CPU window")
+    parser.add_argument(
+        "--forwarders",
+        default="1,10,50",
+        help="idle cost with this many forwarders on one database (default 1,10,50; '' for none)",
+    )
+    parser.add_argument(
+        "--traffic-per-queue",
+        type=int,
+        default=2000,
+        help="50 forwarders with traffic on 5: messages per busy queue (default 2000; 0: skip)",
+    )
     parser.add_argument("--large", action="store_true", help="add 200 messages x 8 MiB, PG -> PG")
     parser.add_argument("--large-messages", type=int, default=200)
     parser.add_argument(
@@ -151,6 +170,7 @@ def parse_args() -> argparse.Namespace:
         args.bodies = args.bodies if "--bodies" in sys.argv else "1KiB"
         args.latency_messages = min(args.latency_messages, 12)
         args.idle_seconds = min(args.idle_seconds, 3)
+        args.traffic_per_queue = min(args.traffic_per_queue, 200)
     args.body_sizes = [parse_size(size) for size in args.bodies.split(",")]
     args.scenario_keys = [key.strip() for key in args.scenarios.split(",")]
     unknown = set(args.scenario_keys) - set(SCENARIOS)
@@ -246,6 +266,9 @@ def run_benchmark(args: argparse.Namespace, run: Run) -> dict[str, Any]:
         "parameters": {k: getattr(args, k) for k in ("bodies", "repeat", "best", "quick")},
         "scenarios": [],
         "pickup_latency": None,
+        "pickup_modes": None,
+        "idle_cost": None,
+        "traffic_on_few": None,
         "large": None,
     }
     for key in args.scenario_keys:
@@ -287,9 +310,8 @@ def run_benchmark(args: argparse.Namespace, run: Run) -> dict[str, Any]:
         if key == "pg-pg" and args.latency_messages > 0:
             progress.label = f"{name}, latency"
             body = os.urandom(1024)
-            summary["pickup_latency"] = measure_pickup(
-                scenario, args.latency_messages, args.idle_seconds, body
-            )
+            modes = measure_latency_modes(scenario, args.latency_messages, args.idle_seconds, body)
+            summary["pickup_latency"], summary["pickup_modes"] = modes["push"], modes
         if key == "pg-pg" and args.large:
             progress.label = f"{name}, 8 MiB"
             defaults = [spec for spec in standard_rows({}) if spec.key == "defaults"]
@@ -302,16 +324,42 @@ def run_benchmark(args: argparse.Namespace, run: Run) -> dict[str, Any]:
                 "repeat": 1,
                 "rows": summarize_rows(rows),
             }
+    if "pg-pg" in args.scenario_keys:
+        run_many_forwarders(args, run, summary)
     return summary
+
+
+def run_many_forwarders(args: argparse.Namespace, run: Run, summary: dict[str, Any]) -> None:
+    """Idle cost with 1, 10 and 50 forwarders, and 50 forwarders with traffic on 5, on fresh
+    PostgreSQL databases of their own."""
+    counts = tuple(int(count) for count in args.forwarders.split(",") if count.strip())
+    if not counts and args.traffic_per_queue <= 0:
+        return
+    source = run.database("PG", "many_source")
+    destination = run.database("PG", "many_destination")
+    assert isinstance(source, PgDatabase) and isinstance(destination, PgDatabase)
+    destination.create_queue(RECEIVER)
+    workdir = run.workdir / "many"
+    workdir.mkdir()
+    progress = Progress("many forwarders")
+    if counts:
+        summary["idle_cost"] = measure_idle_cost(
+            source, destination, workdir, counts, args.idle_seconds, args.previous_code, progress
+        )
+    if args.traffic_per_queue > 0:
+        summary["traffic_on_few"] = measure_traffic_on_few(
+            source, destination, workdir, args.traffic_per_queue, os.urandom(1024), progress
+        )
 
 
 def failed(summary: dict[str, Any]) -> bool:
     tables = summary["scenarios"] + ([summary["large"]] if summary["large"] else [])
     checks = [check for table in tables for row in table["rows"] for check in row["exactly_once"]]
-    latency = summary["pickup_latency"]
-    return any(check != "ok" for check in checks) or bool(
-        latency and latency["exactly_once"] != "ok"
-    )
+    modes = summary["pickup_modes"] or {}
+    checks += [mode["exactly_once"] for mode in modes.values()]
+    checks += [row["exactly_once"] for row in (summary["traffic_on_few"] or {}).get("rows", [])]
+    idle = (summary["idle_cost"] or {}).get("rows", [])
+    return any(check != "ok" for check in checks) or not all(row["clean_stop"] for row in idle)
 
 
 def print_summary(summary: dict[str, Any]) -> None:
@@ -320,6 +368,12 @@ def print_summary(summary: dict[str, Any]) -> None:
         print_scenario(scenario)
     if summary["pickup_latency"]:
         print_latency(summary["pickup_latency"])
+    if summary["pickup_modes"]:
+        print_latency_modes(summary["pickup_modes"])
+    if summary["idle_cost"]:
+        print_idle_cost(summary["idle_cost"])
+    if summary["traffic_on_few"]:
+        print_traffic_on_few(summary["traffic_on_few"])
     if summary["large"]:
         print_scenario(summary["large"])
 

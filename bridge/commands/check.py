@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from bridge.addressing import TableAddress
 from bridge.config.model import BridgeConfig, ForwarderConfig, SubscriptionTableConfig
 from bridge.connections import Connections
+from bridge.daemon.budget import most_connections
 from bridge.dialects import Dialect, dialect_for
 from bridge.drivers import Connection
 from bridge.drivers.odbc import driver_log_switches
@@ -96,6 +97,7 @@ def run_checks(config: BridgeConfig) -> list[Finding]:
             if forwarder.database in reachable:
                 findings.extend(_check_event_subscribers(config, forwarder, connections))
         findings.extend(_check_transaction_modes(config, connections, reachable))
+        findings.extend(_check_connection_limits(config, connections, reachable))
         for name in ledger_databases(config):
             if name not in reachable:
                 continue
@@ -123,6 +125,48 @@ def run_checks(config: BridgeConfig) -> list[Finding]:
             )
         )
     return findings
+
+
+def _check_connection_limits(
+    config: BridgeConfig, connections: Connections, reachable: set[str]
+) -> Iterator[Finding]:
+    """Whether the most connections the daemon may hold (`databases.<name>.max_connections`,
+    see `bridge.daemon.budget`) fit what each server allows, beside its other clients now."""
+    servers: dict[str, tuple[int, int, list[str]]] = {}
+    for name in reachable:
+        dialect = dialect_for(config.databases[name].dialect)
+        if "connection_limit" not in dialect.statements:
+            continue
+        connection = connections.get(name)
+        try:
+            connection.begin_read()
+            [(allowed, others, server)] = connection.query(dialect.statements["connection_limit"])
+            connection.commit()
+        except DatabaseError as error:
+            connection.rollback()
+            yield Finding(True, f"database '{name}'", f"server limits unknown: {error}", True)
+            continue
+        servers.setdefault(str(server), (int(allowed), int(others), []))[2].append(name)
+    for _server, (allowed, others, names) in sorted(servers.items()):
+        most = sum(most_connections(config, name) for name in names)
+        subject = "database(s) " + ", ".join(f"'{name}'" for name in sorted(names))
+        if most > allowed:
+            detail = (
+                f"the daemon may hold up to {most} connections to their server, which accepts "
+                f"{allowed} (max_connections less its reserved ones): lower "
+                "databases.<name>.max_connections, or raise the server's max_connections"
+            )
+        elif most + others > allowed:
+            detail = (
+                f"the daemon may hold up to {most} connections to their server, which accepts "
+                f"{allowed} and has {others} open by other clients now: it may run out, "
+                "for every client (lower databases.<name>.max_connections)"
+            )
+        else:
+            detail = f"up to {most} connection(s) of the {allowed} the server accepts"
+            yield Finding(True, subject, detail)
+            continue
+        yield Finding(True, subject, detail, warning=True)
 
 
 def _check_transaction_modes(

@@ -42,6 +42,9 @@ class DatabaseConfig:
     driver: str | None = None  # None: the dialect's default (see `Dialect.drivers`)
     # The longest one call may take (statement, commit, lock wait); see `bridge.drivers`.
     query_timeout: float = 15.0
+    # The most connections the daemon holds to this database at once (see
+    # `bridge.daemon.budget`).
+    max_connections: int = 10
 
 
 @dataclass(frozen=True)

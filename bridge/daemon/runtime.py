@@ -1,15 +1,17 @@
-"""The daemon: worker threads per forwarder, scheduled upkeep, signals, systemd.
+"""The daemon: per forwarding database a watcher and a pool of workers, upkeep, signals, systemd.
 
-Each worker loops peek -> receive batches until the queue looks empty -> sleep the peek
-interval, like the NServiceBus transport's own receive loop. Every worker also forwards due
-retries, one retry batch in turn with one queue batch while both have work, so a backlog
-that built up during an outage drains at full speed without holding up new messages.
-Scheduled jobs probe destination databases in trouble (one probe per database per interval,
-so no worker waits on a dead database), publish their states and this daemon's heartbeat for
-`status`, and clean up ledgers. SIGTERM / SIGINT let every worker finish the batch it holds
-(each batch is one source transaction, so stopping between batches loses nothing), record the
-daemon stopped and exit 0. SIGHUP reloads the configuration, keeping the old one if the new one
-is invalid.
+Work is looked for per database, not per worker (`bridge.daemon.watcher`): one query tells
+which queues and retry stores have work, and the database's pool workers
+(`bridge.daemon.workers`), shared by its forwarders, go where it is, taking turns round-robin
+(`bridge.daemon.board`) so one busy queue cannot starve the others, each forwarder capped at its
+`concurrency`. Pools are sized so that the daemon never holds more than a database's
+`max_connections` (`bridge.daemon.budget`). Scheduled jobs, one at a time
+(`bridge.daemon.upkeep`), probe destination databases in trouble (one probe per database per
+interval, so no worker waits on a dead database), publish states for `status`, and clean up
+ledgers; each forwarding database has a heartbeat thread of its own (`bridge.daemon.heartbeat`).
+SIGTERM / SIGINT let every worker finish the batch it holds (each batch is one source
+transaction, so stopping between batches loses nothing), record the daemon stopped and exit 0.
+SIGHUP reloads the configuration, keeping the old one if the new one is invalid.
 """
 
 from __future__ import annotations
@@ -20,32 +22,31 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from datetime import UTC, datetime
+from functools import partial
 from types import FrameType
 
-from apscheduler.schedulers.background import BackgroundScheduler
-
-from bridge.config.model import BridgeConfig, ForwarderConfig
+from bridge.config.model import BridgeConfig
 from bridge.connections import Connections
+from bridge.daemon.board import WorkBoard
+from bridge.daemon.budget import pool_sizes, worker_count
 from bridge.daemon.forwarder_health import ForwarderHealth
 from bridge.daemon.heartbeat import Heartbeat
 from bridge.daemon.metrics import SAMPLE_INTERVAL, BridgeMetrics
-from bridge.daemon.observability import report_exception
 from bridge.daemon.state_publisher import StatePublisher
 from bridge.daemon.systemd import notify, watchdog_interval
+from bridge.daemon.upkeep import Upkeep
+from bridge.daemon.watcher import WorkWatcher
+from bridge.daemon.workers import PoolWorker
 from bridge.dialects import dialect_for
 from bridge.exceptions import (
     BridgeTableMissing,
     DatabaseError,
-    DatabaseUnavailable,
     ExitCode,
     MetricsStartError,
     PermissionDenied,
-    TableNotFound,
 )
 from bridge.forwarding.in_doubt import SETTLE_INTERVAL_MAX, needs_resolving, resolve_in_doubt
-from bridge.forwarding.observers import ForwardingObserver, safe_observer
-from bridge.forwarding.spine import BatchForwarder, BatchReport, probe_interval
+from bridge.forwarding.spine import probe_interval
 from bridge.forwarding.writes import QueueWriter
 from bridge.outages import OutageTracker
 from bridge.storage.grants import lacking_right
@@ -59,133 +60,15 @@ from bridge.storage.ledger import (
 )
 from bridge.storage.tables import forwarder_tables
 
+__all__ = ["Daemon", "probe_databases", "worker_count"]
+
 log = logging.getLogger(__name__)
 
 
-# How long a worker waits after a failed batch: doubling from the first to the most, so a
-# forwarder that keeps failing costs its databases little and the log nothing (see
-# bridge.daemon.forwarder_health).
-FIRST_BACKOFF = 0.5
-MAX_FAILURE_BACKOFF = 10.0
-# How often a worker looks again for its forwarding tables when they do not exist, at least.
-MISSING_TABLE_RETRY = 5.0
 # How long SIGTERM waits for the batches in flight before the process leaves without them.
 STOP_GRACE_SECONDS = 10.0
-
-
-class Worker(threading.Thread):
-    """Forwards one forwarder's queue and its due retries."""
-
-    def __init__(
-        self,
-        config: BridgeConfig,
-        forwarder: ForwarderConfig,
-        index: int,
-        stop: threading.Event,
-        outages: OutageTracker,
-        writer: QueueWriter,
-        health: ForwarderHealth,
-        observer: ForwardingObserver | None = None,
-    ) -> None:
-        super().__init__(name=f"{forwarder.name}-{index}", daemon=True)
-        self.config = config
-        self.forwarder = forwarder
-        self.index = index
-        self.stop = stop
-        self.totals: Counter[str] = Counter()
-        self.last_progress = time.monotonic()
-        self._outages = outages
-        self._writer = writer
-        self._health = health
-        # Every call through SafeObserver: a failing observer must not end the worker thread.
-        self._observer = safe_observer(observer)
-        self._lock = threading.Lock()
-
-    def run(self) -> None:
-        connections = Connections(self.config.databases)
-        batches = BatchForwarder(
-            self.config,
-            self.forwarder,
-            connections,
-            slot=self.index,
-            outages=self._outages,
-            writer=self._writer,
-            observer=self._observer,
-        )
-        name, database = self.forwarder.name, self.forwarder.database
-        next_retry_poll = 0.0
-        retry_backlog = queue_backlog = False
-        source_down = False
-        backoff = FIRST_BACKOFF
-        try:
-            while not self.stop.is_set():
-                self.last_progress = time.monotonic()
-                try:
-                    if batches.pause_state().forwarder is not None:
-                        retry_backlog = queue_backlog = False
-                        self._health.succeeded(name)
-                        self.stop.wait(self.forwarder.peek_interval)
-                        continue
-                    if retry_backlog or time.monotonic() >= next_retry_poll:
-                        retry_backlog = self._forward(batches, "retry").full
-                        if not retry_backlog:
-                            next_retry_poll = time.monotonic() + self.forwarder.slow_poll_interval
-                    estimate = 1 if queue_backlog else batches.queue_estimate()
-                    queue_backlog = estimate > 0 and self._forward(batches, "queue").full
-                    self._health.succeeded(name)
-                    backoff = FIRST_BACKOFF
-                    if source_down:
-                        source_down = False
-                        self._observer.database_seen(database, True)
-                    if not (retry_backlog or queue_backlog):
-                        self.stop.wait(self.forwarder.peek_interval)
-                    continue
-                except DatabaseUnavailable as error:
-                    # Down, or silent past its query_timeout: the batch was rolled back (or
-                    # its connection closed, which the server rolls back).
-                    connections.discard(database)
-                    if not source_down:
-                        source_down = True
-                        self._observer.database_seen(database, False)
-                    self._health.failed(name, f"cannot read its queue: {error}")
-                    wait = backoff
-                except TableNotFound as error:
-                    # What could be healed was (BatchForwarder heals its own tables).
-                    connections.discard(database)
-                    advice = "" if error.advice else "; run 'sfbridge install'"
-                    self._health.failed(name, f"{error}{advice}")
-                    wait = max(backoff, MISSING_TABLE_RETRY)
-                except DatabaseError as error:
-                    self._health.failed(name, str(error))
-                    wait = backoff
-                except Exception as error:  # the daemon must survive anything a batch throws
-                    if self._health.failed(name, f"unexpected error: {error!r}"):
-                        log.exception("forwarder '%s': unexpected error", name)
-                        report_exception(error)
-                    wait = backoff
-                retry_backlog = queue_backlog = False
-                self.stop.wait(wait)
-                backoff = min(backoff * 2, MAX_FAILURE_BACKOFF)
-        finally:
-            connections.close()
-
-    def _forward(self, batches: BatchForwarder, source: str) -> BatchReport:
-        report = batches.forward_batch("retry" if source == "retry" else "queue")
-        self.last_progress = time.monotonic()
-        with self._lock:
-            self.totals.update(report.counts)
-        return report
-
-    def snapshot(self) -> Counter[str]:
-        with self._lock:
-            return Counter(self.totals)
-
-
-def worker_count(config: BridgeConfig, forwarder: ForwarderConfig) -> int:
-    """How many workers drain `forwarder`'s queue: its `concurrency`, or one where the database
-    serialises writers (SQLite), since a second worker would only wait for the first."""
-    dialect = dialect_for(config.databases[forwarder.database].dialect)
-    return 1 if dialect.single_writer else forwarder.concurrency
+# How often the outage tracker's due probes are looked for.
+PROBE_TICK = 1.0
 
 
 def probe_databases(config: BridgeConfig, tracker: OutageTracker) -> None:
@@ -245,9 +128,12 @@ class Daemon:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._reload_requested = False
-        self._workers: list[Worker] = []
+        self._workers: list[PoolWorker] = []
+        self._watchers: list[WorkWatcher] = []
+        self._boards: list[WorkBoard] = []
         self._worker_stop = threading.Event()
-        self._scheduler: BackgroundScheduler | None = None
+        self._upkeep: Upkeep | None = None
+        self._heartbeats: list[Upkeep] = []
         self._earlier_totals: Counter[str] = Counter()  # from workers replaced by a reload
         # Metrics live as long as the process: a reload keeps the server and the counters.
         self.metrics: BridgeMetrics | None = (
@@ -344,9 +230,9 @@ class Daemon:
         return total
 
     def start(self) -> None:
-        """Start workers and scheduled jobs in background threads; returns at once."""
-        self._worker_stop = threading.Event()
-        self._workers = []
+        """Start watchers, workers and upkeep in background threads; returns at once."""
+        self._worker_stop = stop = threading.Event()
+        self._workers, self._watchers, self._boards = [], [], []
         outages = OutageTracker(probe_interval(self.config), external_probe=True)
         self._outages = outages
         publisher = StatePublisher(self.config, outages, self.health)
@@ -357,87 +243,80 @@ class Daemon:
             )
         # Queue table shapes (SQL Server's optional Recoverable column) are learnt once.
         writer = QueueWriter()
-        for forwarder in self.config.forwarders:
-            count = worker_count(self.config, forwarder)
-            tables = forwarder_tables(self.config, forwarder)
-            log.info(
-                "forwarder '%s': %d worker(s) on %s in database '%s'",
-                forwarder.name,
-                count,
-                tables.queue_canonical,
-                forwarder.database,
-            )
-            for index in range(count):
-                self._workers.append(
-                    Worker(
-                        self.config,
-                        forwarder,
-                        index,
-                        self._worker_stop,
-                        outages,
-                        writer,
-                        self.health,
-                        self.metrics,
-                    )
+        for database, size in pool_sizes(self.config).items():
+            forwarders = [f for f in self.config.forwarders if f.database == database]
+            caps = {f.name: worker_count(self.config, f) for f in forwarders}
+            board = WorkBoard(caps)
+            self._boards.append(board)
+            for forwarder in forwarders:
+                log.info(
+                    "forwarder '%s': up to %d worker(s) on %s in database '%s'",
+                    forwarder.name,
+                    caps[forwarder.name],
+                    forwarder_tables(self.config, forwarder).queue_canonical,
+                    database,
                 )
-        for worker in self._workers:
-            worker.start()
-        self._scheduler = BackgroundScheduler(timezone="UTC")
+            log.info(
+                "database '%s': %d pool worker(s) shared by %d forwarder(s) (max_connections %d)",
+                database,
+                size,
+                len(forwarders),
+                self.config.databases[database].max_connections,
+            )
+            self._watchers.append(
+                WorkWatcher(self.config, database, board, stop, self.health, self.metrics)
+            )
+            self._workers += [
+                PoolWorker(
+                    self.config,
+                    database,
+                    index,
+                    board,
+                    stop,
+                    outages,
+                    writer,
+                    self.health,
+                    self.metrics,
+                )
+                for index in range(size)
+            ]
+        for thread in [*self._watchers, *self._workers]:
+            thread.start()
+        upkeep = Upkeep(stop)
         if self.config.ledger.cleanup:
-            self._scheduler.add_job(
-                cleanup_ledgers,
-                "interval",
-                args=[self.config, outages],
-                seconds=self.config.ledger.cleanup_interval,
-                max_instances=1,
-                coalesce=True,
-                next_run_time=datetime.now(UTC),
+            upkeep.add(
+                lambda: cleanup_ledgers(self.config, outages),
+                self.config.ledger.cleanup_interval,
+                at_once=True,
             )
         if needs_resolving(self.config):
-            self._scheduler.add_job(
+            upkeep.add(
                 self._settle_in_doubt,
-                "interval",
-                seconds=min(self.config.retries.delay, SETTLE_INTERVAL_MAX),
-                max_instances=1,
-                coalesce=True,
-                next_run_time=datetime.now(UTC),
+                min(self.config.retries.delay, SETTLE_INTERVAL_MAX),
+                at_once=True,
             )
-        self._scheduler.add_job(
-            probe_databases,
-            "interval",
-            args=[self.config, outages],
-            seconds=min(1.0, outages.probe_interval),
-            max_instances=1,
-            coalesce=True,
+        upkeep.add(
+            lambda: probe_databases(self.config, outages), min(PROBE_TICK, outages.probe_interval)
         )
-        self._scheduler.add_job(
-            publisher.publish, "interval", seconds=2, max_instances=1, coalesce=True
-        )
-        for database in self.heartbeat.forwarding_databases():
-            self._scheduler.add_job(
-                self.heartbeat.beat,
-                "interval",
-                args=[database],
-                seconds=self.config.daemon.heartbeat,
-                max_instances=1,
-                coalesce=True,
-                next_run_time=datetime.now(UTC),
-            )
-        self._scheduler.add_job(
-            self._log_progress, "interval", seconds=60, max_instances=1, coalesce=True
-        )
+        upkeep.add(publisher.publish, 2.0)
+        upkeep.add(self._log_progress, 60.0)
         if self.metrics is not None:
-            self._sampling = Connections(self.config.databases)
-            self._scheduler.add_job(
-                self.metrics.sample,
-                "interval",
-                args=[self._sampling],
-                seconds=SAMPLE_INTERVAL,
-                max_instances=1,
-                coalesce=True,
-                next_run_time=datetime.now(UTC),
+            self._sampling = sampling = Connections(self.config.databases)
+            metrics = self.metrics
+            upkeep.add(lambda: metrics.sample(sampling), SAMPLE_INTERVAL, at_once=True)
+        self._upkeep = upkeep
+        upkeep.start()
+        # Heartbeats apart from upkeep, one thread per forwarding database: a database that
+        # does not answer delays only its own row, never another's, where this daemon would
+        # otherwise look missing while it runs (`bridge.daemon.budget` counts the connection).
+        self._heartbeats = []
+        for database in self.heartbeat.forwarding_databases():
+            beats = Upkeep(stop, name=f"heartbeat {database}")
+            beats.add(
+                partial(self.heartbeat.beat, database), self.config.daemon.heartbeat, at_once=True
             )
-        self._scheduler.start()
+            beats.start()
+            self._heartbeats.append(beats)
 
     def _settle_in_doubt(self) -> None:
         """The scheduled job: settle what crashed batches left (`bridge.forwarding.in_doubt`)."""
@@ -457,20 +336,26 @@ class Daemon:
             )
 
     def stop(self) -> None:
-        """Let every worker finish its batch and stop the scheduled jobs, waiting for them at
-        most `STOP_GRACE_SECONDS` in all. A worker still inside a database call then (a
+        """Let every worker finish its batch and stop the watchers and upkeep, waiting for them
+        at most `STOP_GRACE_SECONDS` in all. A worker still inside a database call then (a
         database that does not answer, on a driver without a client-side deadline) is left
         behind and named in `abandoned`: its source transaction is open only on a connection
         that goes away with the process, so the server rolls it back, and a destination commit
         it made is in the dedup ledger."""
         self._worker_stop.set()
+        for board in self._boards:
+            board.close()
+        for watcher in self._watchers:
+            watcher.wake()
         deadline = time.monotonic() + STOP_GRACE_SECONDS
-        if self._scheduler is not None:
-            self._scheduler.shutdown(wait=False)
-            self._scheduler = None
-        for worker in self._workers:
-            worker.join(timeout=max(0.0, deadline - time.monotonic()))
-        self.abandoned = [worker.name for worker in self._workers if worker.is_alive()]
+        threads: list[threading.Thread] = [*self._workers, *self._watchers]
+        if self._upkeep is not None:
+            threads.append(self._upkeep)
+        threads += self._heartbeats
+        for thread in threads:
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        self._upkeep, self._heartbeats = None, []
+        self.abandoned = [thread.name for thread in threads if thread.is_alive()]
         if self.abandoned:
             log.warning(
                 "worker(s) %s still waiting on a database after %.0f s; leaving without them "
@@ -485,9 +370,11 @@ class Daemon:
     def _workers_alive(self) -> bool:
         # A worker that has not looped for a long time is hung (a statement that never
         # returns); withholding the watchdog ping lets systemd restart the daemon.
-        limit = max(60.0, max((w.forwarder.peek_interval for w in self._workers), default=1) * 5)
+        peek = max((f.peek_interval for f in self.config.forwarders), default=1)
+        limit = max(60.0, peek * 5)
         now = time.monotonic()
-        return all(w.is_alive() and now - w.last_progress < limit for w in self._workers)
+        threads: list[PoolWorker | WorkWatcher] = [*self._workers, *self._watchers]
+        return all(t.is_alive() and now - t.last_progress < limit for t in threads)
 
     def _reload(self) -> None:
         if self._reload_config is None:

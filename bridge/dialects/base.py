@@ -16,6 +16,7 @@ a template may also use `{x_literal}` (the quoted, qualified name as an SQL stri
 
 from __future__ import annotations
 
+import hashlib
 import re
 import threading
 import uuid
@@ -100,8 +101,19 @@ COPY_STATEMENT_NAMES = frozenset(
 RAW_CLAIM_STATEMENT_NAMES = frozenset(
     {"receive_batch_raw", "receive_range_raw", "retry_claim_due_raw"}
 )
+# Optional, all or none: push (`bridge.daemon.watcher`). `create_notify_trigger` makes an
+# insert into `{queue}` notify its channel (`{queue_channel}`, see `notify_channel`) once per
+# statement, through the function `{function}`; `notify_triggers` lists the tables of the
+# database that have that trigger, enabled, as (schema, table) rows.
+PUSH_STATEMENT_NAMES = frozenset({"create_notify_trigger", "notify_triggers"})
+# Optional: what the server allows (`sfbridge check` compares the daemon's connections with
+# it): one row of (connections the server accepts from ordinary logins, connections open now
+# by other clients than the bridge, a text that tells servers apart).
+CONNECTION_LIMIT_STATEMENT_NAMES = frozenset({"connection_limit"})
 OPTIONAL_STATEMENT_GROUPS = (
     ARRAY_STATEMENT_NAMES,
+    PUSH_STATEMENT_NAMES,
+    CONNECTION_LIMIT_STATEMENT_NAMES,
     COPY_STATEMENT_NAMES,
     RAW_CLAIM_STATEMENT_NAMES,
     TRANSACTION_RECORD_STATEMENT_NAMES,
@@ -215,6 +227,8 @@ STATEMENT_NAMES = frozenset(
         "create_audit_table",
         "audit_record",
         "audit_read",
+        "work_queue",
+        "work_retry",
     }
 )
 
@@ -287,6 +301,12 @@ def require_naive_utc(value: datetime | None) -> datetime | None:
     if value is not None and value.tzinfo is not None:
         raise ValueError("timestamps must be naive UTC")
     return value
+
+
+def notify_channel(qualified: str) -> str:
+    """The channel a table's push trigger notifies (`PUSH_STATEMENT_NAMES`), from its quoted,
+    qualified name: short, and the same wherever the bridge derives it."""
+    return "sfbridge_" + hashlib.sha256(qualified.encode()).hexdigest()[:24]
 
 
 def sql_string_literal(text: str) -> str:
@@ -483,6 +503,7 @@ class Dialect:
             qualified = self.grammar.qualified_name(address)
             names[key] = qualified
             names[f"{key}_literal"] = sql_string_literal(qualified)
+            names[f"{key}_channel"] = sql_string_literal(notify_channel(qualified))
             catalog = address.catalog
             names[f"{key}_catalog"] = (
                 self.grammar.quote_identifier(catalog) + "." if catalog else ""
@@ -493,6 +514,21 @@ class Dialect:
                     f"{address.table}_{suffix}"
                 )
         return template.format(**names)
+
+    @property
+    def pushes(self) -> bool:
+        """Whether the database can tell the bridge of new rows (`PUSH_STATEMENT_NAMES`)."""
+        return "create_notify_trigger" in self.statements
+
+    def work_query(self, parts: Sequence[tuple[str, TableAddress]]) -> str:
+        """One statement that tells which of a database's queues and retry stores have work:
+        `parts` are ("queue", queue) and ("retry", retry storage), one row each, UNION ALL:
+        (index, 1 when the queue holds a row, the earliest next attempt of the forwarder's
+        retries). The parameters are each part's index, and after a retry part's index the
+        forwarder's name."""
+        return " UNION ALL ".join(
+            self.sql(f"work_{kind}", None, **{kind: table}).strip() for kind, table in parts
+        )
 
     def create_schema_sql(self, schema: str | None) -> str | None:
         """`CREATE SCHEMA` for `schema`, or None where the dialect has no schemas.

@@ -381,6 +381,10 @@ STATEMENTS: dict[str, str] = {
     "audit_read": """
         SELECT recorded_at, operator, host, command, target, affected FROM {audit}
         ORDER BY seq DESC LIMIT ?""",
+    # The daemon's look for work (`Dialect.work_query`): whether a queue holds a row, and
+    # when a forwarder's earliest retry is due. Parameters: the part's index (a forwarder).
+    "work_queue": "SELECT ?, EXISTS (SELECT 1 FROM {queue}), NULL",
+    "work_retry": "SELECT ?, 0, (SELECT min(next_attempt_at) FROM {retry} WHERE forwarder = ?)",
     "table_probe": "SELECT 1 FROM {table} WHERE 1 = 0",
     # Reading a table in Spark tasks: see the PostgreSQL dialect.
     "queue_seq_boundaries": """

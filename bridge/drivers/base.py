@@ -38,6 +38,9 @@ class Connection(Protocol):
     # Whether `copy_rows` works (psycopg: PostgreSQL's binary COPY); where it does not, the
     # dialects' multi-row statements write the rows.
     copies_rows: bool
+    # Whether `listen` and `notifications` work (psycopg: PostgreSQL's LISTEN/NOTIFY); where
+    # they do not, the daemon polls.
+    listens: bool
 
     def begin(self) -> None: ...
 
@@ -75,6 +78,18 @@ class Connection(Protocol):
     def column_types(self, sql: str) -> list[str]:
         """The type names (the server's, e.g. `uuid`, `varchar`) of the columns the query
         `sql` returns, inside the open transaction. Only where `copies_rows`."""
+        ...
+
+    def listen(self, channels: Sequence[str]) -> None:
+        """Be told of NOTIFY on `channels` (names the bridge derives: letters, digits, `_`),
+        from now on, on this connection; commits. Only where `listens`."""
+        ...
+
+    def notifications(self, timeout: float) -> set[str]:
+        """The channels notified since the last call (received meanwhile, also during other
+        statements), waiting up to `timeout` s for the first when there are none. Outside a
+        transaction only. Only where `listens`; raises ConnectionLost when the connection
+        broke."""
         ...
 
     def commit(self) -> None: ...

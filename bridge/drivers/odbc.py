@@ -140,6 +140,7 @@ class OdbcConnection:
 
     binds_arrays = False
     copies_rows = False
+    listens = False
 
     def __init__(
         self,
@@ -292,6 +293,12 @@ class OdbcConnection:
 
     def copy_rows(self, sql: str, types: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
         raise DatabaseError(self.database, "COPY is not available through ODBC")
+
+    def listen(self, channels: Sequence[str]) -> None:
+        raise DatabaseError(self.database, "this driver does not listen for notifications")
+
+    def notifications(self, timeout: float) -> set[str]:
+        raise DatabaseError(self.database, "this driver does not listen for notifications")
 
     def column_types(self, sql: str) -> list[str]:
         raise DatabaseError(self.database, "column types are not read through ODBC")

@@ -56,6 +56,8 @@ MAX_CACHED_STATEMENTS = 256
 # How long the client waits beyond `deadline` for the server's own timeout error
 # (`statement_timeout`, `lock_timeout`, set by the dialect) before it gives up on the server.
 SERVER_ANSWER_GRACE = 2.0
+# What `listen` accepts as a channel name (put into LISTEN as it is).
+_CHANNEL = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 # `::type[]` right after a placeholder.
 _ARRAY_CAST = re.compile(r"::\s*[A-Za-z_][A-Za-z0-9_ ]*\[\]")
 
@@ -130,6 +132,7 @@ class PsycopgConnection:
 
     binds_arrays = True
     copies_rows = True
+    listens = True
 
     def __init__(
         self,
@@ -139,9 +142,13 @@ class PsycopgConnection:
         timeout: float,
         deadline: float | None = None,
         session_setup: Sequence[str] = (),
+        application_name: str | None = None,
     ) -> None:
         """Connect (see `libpq_parameters`) and run `session_setup` once. Raises
         ConnectionFailed with a message free of secrets.
+
+        `application_name` is what the server shows for the connection (`pg_stat_activity`)
+        unless the connection string names one.
 
         `deadline` (seconds): no call waits longer than this (plus `SERVER_ANSWER_GRACE` for
         the server's own timeout error) for the server; then the connection is closed and
@@ -162,6 +169,8 @@ class PsycopgConnection:
             parameters = {"client_encoding": "UTF8", **parameters}
         if deadline is not None:
             parameters = {**keepalive_parameters(deadline), **parameters}
+        if application_name and "application_name" not in parameters.get("conninfo", ""):
+            parameters.setdefault("application_name", application_name)
         try:
             conninfo = make_conninfo(
                 parameters.pop("conninfo", ""),
@@ -258,6 +267,29 @@ class PsycopgConnection:
             ]
         except self._psycopg_error as error:
             raise self._translate(error) from None
+
+    def listen(self, channels: Sequence[str]) -> None:
+        try:
+            for channel in channels:
+                if not _CHANNEL.fullmatch(channel):
+                    raise ValueError(f"not a channel name the bridge makes: {channel!r}")
+                self._cursor.execute(f"LISTEN {channel}")
+            self._connection.commit()
+        except self._psycopg_error as error:
+            raise self._translate(error) from None
+
+    def notifications(self, timeout: float) -> set[str]:
+        """psycopg (3.3 and later) keeps what arrives during other statements for the next
+        `notifies()`."""
+        found: set[str] = set()
+        try:
+            for notify in self._connection.notifies(timeout=max(0.0, timeout), stop_after=1):
+                found.add(notify.channel)
+            if found:  # and whatever else is already here, without waiting
+                found.update(n.channel for n in self._connection.notifies(timeout=0))
+        except self._psycopg_error as error:
+            raise self._translate(error) from None
+        return found
 
     def commit(self) -> None:
         try:

@@ -62,6 +62,7 @@ class SqliteConnection:
 
     binds_arrays = False
     copies_rows = False
+    listens = False
 
     def __init__(
         self, database: str, path: str, *, create: bool = False, deadline: float | None = None
@@ -143,6 +144,12 @@ class SqliteConnection:
 
     def copy_rows(self, sql: str, types: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
         raise DatabaseError(self.database, "COPY is not available through SQLite")
+
+    def listen(self, channels: Sequence[str]) -> None:
+        raise DatabaseError(self.database, "this driver does not listen for notifications")
+
+    def notifications(self, timeout: float) -> set[str]:
+        raise DatabaseError(self.database, "this driver does not listen for notifications")
 
     def column_types(self, sql: str) -> list[str]:
         raise DatabaseError(self.database, "column types are not read through SQLite")

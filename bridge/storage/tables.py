@@ -13,6 +13,7 @@ Destination queues are never created by the bridge: they belong to the receiving
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -36,10 +37,13 @@ from bridge.drivers import Connection
 from bridge.exceptions import (
     AlreadyExists,
     BridgeTableMissing,
+    DatabaseError,
     DuplicateKey,
     PermissionDenied,
     TableNotFound,
 )
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -100,6 +104,8 @@ def bridge_queue_names(config: BridgeConfig, database: str) -> frozenset[str]:
             tables = forwarder_tables(config, forwarder)
             names.update((tables.queue.table.casefold(), tables.error_queue.table.casefold()))
     return frozenset(names)
+# The function the push triggers call, in each table's schema (see `PUSH_STATEMENT_NAMES`).
+NOTIFY_FUNCTION = "sfbridge_notify"
 
 
 @dataclass(frozen=True)
@@ -114,6 +120,9 @@ class TableStep:
     table: TableAddress | None
     statements: tuple[str, ...]
     schema: str | None = None
+    # A step the bridge works without (push triggers: it polls instead), which a DBA may
+    # refuse: run in a transaction of its own, a refusal logged as a warning.
+    optional: bool = False
 
 
 def split_statements(script: str) -> tuple[str, ...]:
@@ -159,6 +168,18 @@ def forwarder_table_steps(config: BridgeConfig, forwarder: ForwarderConfig) -> l
     step("audit log", tables.audit, "create_audit_table", "audit")
     if dialect.records_transactions:
         step("transactions table", tables.transactions, "create_transactions_table", "transactions")
+    if dialect.pushes:
+        for description, table in (
+            (f"forwarding queue {tables.queue_canonical}", tables.queue),
+            ("retry storage", tables.retry),
+        ):
+            function = TableAddress(NOTIFY_FUNCTION, table.schema, table.catalog)
+            statements = split_statements(
+                dialect.sql("create_notify_trigger", None, queue=table, function=function)
+            )
+            steps.append(
+                TableStep(name, f"push trigger on {description}", table, statements, optional=True)
+            )
     return steps
 
 
@@ -251,6 +272,9 @@ def create_tables(
     asks for CREATE on the database even for `CREATE SCHEMA IF NOT EXISTS` of an existing
     schema (`bridge.storage.grants` says what each step needs). Returns the steps that ran.
     Raises PermissionDenied when the login may not create them, and the DatabaseError family.
+    Optional steps (push triggers) run after
+    the commit, each in a transaction of its own; one refused is logged as a warning and left
+    out of the steps returned.
     """
     for attempt in range(CREATE_ATTEMPTS):
         try:
@@ -262,10 +286,11 @@ def create_tables(
                 if step.table is not None or not _schema_exists(connection, dialect, step.schema)
             ]
             for step in chosen:
-                for statement in step.statements:
-                    connection.execute(statement)
+                if not step.optional:
+                    for statement in step.statements:
+                        connection.execute(statement)
             connection.commit()
-            return chosen
+            return [step for step in chosen if not step.optional or _run_optional(connection, step)]
         except (DuplicateKey, AlreadyExists):
             connection.rollback()
             if attempt == CREATE_ATTEMPTS - 1:
@@ -279,6 +304,24 @@ def create_tables(
 def _schema_exists(connection: Connection, dialect: Dialect, schema: str | None) -> bool:
     rows = connection.query(dialect.sql("schema_exists"), (schema or "",))
     return bool(rows and rows[0][0])
+def _run_optional(connection: Connection, step: TableStep) -> bool:
+    """Run an optional step in a transaction of its own; a refusal is a warning (False)."""
+    try:
+        connection.begin()
+        for statement in step.statements:
+            connection.execute(statement)
+        connection.commit()
+        return True
+    except DatabaseError as error:
+        connection.rollback()
+        log.warning(
+            "%s not created in database '%s': %s; the bridge polls that table instead "
+            "(a DBA may create it: 'sfbridge install --print-sql' shows the statements)",
+            step.description,
+            step.database,
+            error.detail,
+        )
+        return False
 
 
 def _missing_steps(

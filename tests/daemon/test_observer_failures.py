@@ -12,8 +12,10 @@ from support import SqliteEndpoint, nsb_message_headers, wait_until, write_confi
 
 from bridge.commands.install import run_install
 from bridge.config import load_config
+from bridge.daemon.board import WorkBoard
 from bridge.daemon.forwarder_health import ForwarderHealth
-from bridge.daemon.runtime import Worker
+from bridge.daemon.watcher import WorkWatcher
+from bridge.daemon.workers import PoolWorker
 from bridge.forwarding.writes import QueueWriter
 from bridge.outages import OutageTracker
 
@@ -68,16 +70,21 @@ def test_a_worker_outlives_an_observer_failing_while_its_database_is_down(
     config, _ = load_config(path)
     stop = threading.Event()
     observer = ObserverThatAlwaysFails()
-    worker = Worker(
+    health = ForwarderHealth()
+    board = WorkBoard({"s": 1})
+    watcher = WorkWatcher(config, "sender", board, stop, health, observer=observer)
+    worker = PoolWorker(
         config,
-        config.forwarders[0],
+        "sender",
         0,
+        board,
         stop,
         OutageTracker(1.0),
         QueueWriter(),
-        ForwarderHealth(),
+        health,
         observer=observer,
     )
+    watcher.start()
     worker.start()
     try:
         # The database is down: the worker tells the observer, which raises.
@@ -89,6 +96,7 @@ def test_a_worker_outlives_an_observer_failing_while_its_database_is_down(
             "forward", [(nsb_message_headers("Samples.Receiver"), b"hello", None)]
         )
         assert worker.is_alive(), "the worker died of an observer's exception"
+        assert watcher.is_alive(), "the watcher died of an observer's exception"
         wait_until(
             lambda: len(receiver.receive_all("Samples.Receiver")) == 1,
             15,
@@ -96,4 +104,7 @@ def test_a_worker_outlives_an_observer_failing_while_its_database_is_down(
         )
     finally:
         stop.set()
+        board.close()
+        watcher.wake()
         worker.join(10)
+        watcher.join(10)

@@ -356,9 +356,10 @@ def test_a_postgresql_database_with_driver_odbc_connects_with_the_psqlodbc_optio
     assert isinstance(connection, OdbcConnection)
     assert fake_pyodbc["string"] == (
         "Driver={PostgreSQL Unicode};CommLog=0;Debug=0;"
-        # libpq's keepalives and TCP user timeout, from query_timeout (15 s by default).
+        # libpq's keepalives and TCP user timeout, from query_timeout (15 s by default), and
+        # the name pg_stat_activity shows.
         "pqopt={keepalives=1 keepalives_idle=5 keepalives_interval=2 keepalives_count=3 "
-        "tcp_user_timeout=15000};"
+        "tcp_user_timeout=15000 application_name=sfbridge};"
         "Protocol=7.4-0;ByteaAsLongVarBinary=1;BoolsAsChar=0;"
     )
     assert fake_pyodbc["kwargs"] == {"autocommit": False, "timeout": 5}

@@ -492,6 +492,8 @@ def test_no_statement_turns_nocount_on() -> None:
 # Parameters each statement takes, in the order bridge/ binds them.
 PARAMETERS: dict[str, int] = {
     "peek": 0,
+    "work_queue": 1,  # the part's index
+    "work_retry": 2,  # the part's index, forwarder
     "receive_batch": 2,  # batch size, byte budget
     "send": 4,  # id, expires, headers, body
     "dead_letter": 3,  # id, headers, body
@@ -595,6 +597,7 @@ def test_receive_takes_a_batch_in_rowversion_order_skipping_locked_rows() -> Non
 _RECEIVE_HINTS = "UPDLOCK, READPAST, ROWLOCK"
 QUEUE_TABLE_HINTS = {
     ("peek", "queue"): ["READPAST, READCOMMITTEDLOCK"],
+    ("work_queue", "queue"): ["READPAST, READCOMMITTEDLOCK"],
     ("receive_batch", "queue"): [_RECEIVE_HINTS, _RECEIVE_HINTS],
     ("receive_range", "queue"): [_RECEIVE_HINTS, _RECEIVE_HINTS],
     ("retry_claim_due", "retry"): [_RECEIVE_HINTS, _RECEIVE_HINTS],

@@ -274,8 +274,11 @@ def spark_world(tmp_path: Path, new_pg_database: Any) -> dict[str, Any]:
     return {"config": path, "sender": sender, "receiver": receiver}
 
 
-def send_bulk(sender: str, count: int, destination: str = RECEIVER) -> set[str]:
-    """NServiceBus-shaped messages, 500 per multi-row INSERT (as fast as a busy endpoint)."""
+def send_bulk(
+    sender: str, count: int, destination: str = RECEIVER, queue: str | None = None
+) -> set[str]:
+    """NServiceBus-shaped messages into `queue` (default: the Spark world's forwarding queue),
+    500 per multi-row INSERT (as fast as a busy endpoint), in one transaction."""
     ids: set[str] = set()
     with pg_connect(sender) as connection:
         for start in range(0, count, 500):
@@ -286,7 +289,8 @@ def send_bulk(sender: str, count: int, destination: str = RECEIVER) -> set[str]:
                 rows.append(json.dumps(headers))
             values = ", ".join(["(gen_random_uuid(), NULL, ?, 'body'::bytea)"] * len(rows))
             connection.execute(
-                f"INSERT INTO {FORWARD} (id, expires, headers, body) VALUES {values}", *rows
+                f"INSERT INTO {queue or FORWARD} (id, expires, headers, body) VALUES {values}",
+                *rows,
             )
         connection.commit()
     return ids

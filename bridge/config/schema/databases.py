@@ -110,6 +110,20 @@ DATABASES = Section(
             **_POSITIVE,
         ),
         Key(
+            "max_connections",
+            "integer",
+            "The most connections the daemon holds to this database at once: its forwarders' "
+            "shared worker pool, the connection that watches its queues for work and one for "
+            "upkeep (status, ledger cleanup, probes; one more with `metrics`). The default "
+            "leaves most of PostgreSQL's default `max_connections = 100` to other clients; "
+            "`sfbridge check` warns when the configured databases of one server could take "
+            "more than it allows.",
+            example=10,
+            default=10,
+            minimum=4,
+            maximum=10000,
+        ),
+        Key(
             "driver",
             "choice",
             "Driver to open the database with (default: the first). `psycopg` is psycopg 3 "

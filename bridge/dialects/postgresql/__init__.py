@@ -45,6 +45,11 @@ POSTGRESQL_REQUIRED_OPTIONS = {
 POSTGRESQL_DEFAULT_OPTIONS = {"CommLog": "0", "Debug": "0"}
 
 
+# What the server shows for the bridge's connections (`pg_stat_activity.application_name`),
+# unless the connection string names another.
+APPLICATION_NAME = "sfbridge"
+
+
 # The `driver` config key's choices, the default first: psycopg 3 (PostgreSQL's own protocol,
 # binary parameters, server-side prepared statements, no system packages) or psqlODBC.
 DRIVERS = ("psycopg", "odbc")
@@ -77,9 +82,13 @@ def connect(database: ConfiguredDatabase, *, create: bool = False) -> Connection
             timeout=database.connect_timeout,
             deadline=database.query_timeout,
             session_setup=setup,
+            application_name=APPLICATION_NAME,
         )
     text = with_default_options(database.connection, POSTGRESQL_DEFAULT_OPTIONS)
-    keepalives = keepalive_parameters(database.query_timeout)
+    keepalives = {
+        **keepalive_parameters(database.query_timeout),
+        "application_name": APPLICATION_NAME,
+    }
     pqopt = " ".join(f"{name}={value}" for name, value in keepalives.items())
     text = with_default_options(text, {"pqopt": "{" + pqopt + "}"})
     return OdbcConnection(

@@ -362,6 +362,40 @@ STATEMENTS: dict[str, str] = {
     "audit_read": """
         SELECT recorded_at, operator, host, command, target, affected FROM {audit}
         ORDER BY seq DESC LIMIT ?""",
+    # The connections the server accepts from ordinary logins (PostgreSQL 16 also keeps
+    # reserved_connections for some roles), those other clients hold now, and the server.
+    "connection_limit": """
+        SELECT current_setting('max_connections')::integer
+                 - current_setting('superuser_reserved_connections')::integer
+                 - coalesce(current_setting('reserved_connections', true)::integer, 0),
+               (SELECT count(*) FROM pg_stat_activity
+                WHERE backend_type = 'client backend'
+                  AND coalesce(application_name, '') <> 'sfbridge'),
+               coalesce(host(inet_server_addr()), 'local') || ':' || current_setting('port')""",
+    # Push: a statement-level trigger notifies the table's channel once per INSERT statement
+    # (NOTIFY is sent at commit, and several in one transaction are sent once). The function
+    # lives in the table's schema, takes the channel as its argument and is created only where
+    # missing (replacing one takes its owner). No line but a statement's last ends with a
+    # semicolon: a script is split into statements there.
+    "create_notify_trigger": """
+        DO $do$BEGIN IF to_regprocedure({function_literal} || '()') IS NULL THEN
+            CREATE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql
+            AS $f$BEGIN PERFORM pg_notify(TG_ARGV[0], ''); RETURN NULL; END$f$; END IF; END$do$;
+        DROP TRIGGER IF EXISTS sfbridge_notify ON {queue};
+        CREATE TRIGGER sfbridge_notify AFTER INSERT ON {queue}
+            FOR EACH STATEMENT EXECUTE FUNCTION {function}({queue_channel})""",
+    "notify_triggers": """
+        SELECT n.nspname, c.relname FROM pg_trigger t
+        JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE t.tgname = 'sfbridge_notify' AND t.tgenabled <> 'D'""",
+    # The daemon's look for work (`Dialect.work_query`): whether a queue holds a row, and
+    # when a forwarder's earliest retry is due. Parameters: the part's index (a forwarder).
+    "work_queue": """
+        SELECT CAST(? AS integer), CAST(EXISTS (SELECT 1 FROM {queue}) AS integer),
+               CAST(NULL AS timestamp)""",
+    "work_retry": """
+        SELECT CAST(? AS integer), 0,
+               (SELECT min(next_attempt_at) FROM {retry} WHERE forwarder = ?)""",
     "table_probe": "SELECT 1 FROM {table} WHERE 1 = 0",
     # Reading a table in Spark tasks (`bridge.spark.partitions`): the key of every n-th row
     # (parameter: n), which cuts the table into ranges of n rows each, then one range page by

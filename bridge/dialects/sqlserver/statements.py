@@ -369,6 +369,16 @@ STATEMENTS: dict[str, str] = {
     "audit_read": """
         SELECT TOP (?) recorded_at, operator, host, command, target, affected FROM {audit}
         ORDER BY seq DESC""",
+    # The daemon's look for work (`Dialect.work_query`): whether a queue holds a row (the
+    # transport's peek hints: rows receivers hold are skipped, never waited for), and when a
+    # forwarder's earliest retry is due. Parameters: the part's index (a forwarder).
+    "work_queue": """
+        SELECT CAST(? AS int), CASE WHEN EXISTS (
+                   SELECT 1 FROM {queue} WITH (READPAST, READCOMMITTEDLOCK)) THEN 1 ELSE 0 END,
+               CAST(NULL AS datetime2)""",
+    "work_retry": """
+        SELECT CAST(? AS int), 0,
+               (SELECT MIN(next_attempt_at) FROM {retry} WITH (READPAST) WHERE forwarder = ?)""",
     "table_probe": "SELECT 1 FROM {table} WHERE 1 = 0",
     # Reading a table in Spark tasks: see the PostgreSQL dialect. Rows other sessions hold
     # are read past, as by `queue_count`.

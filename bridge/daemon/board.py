@@ -1,0 +1,144 @@
+"""Which of one database's forwarders have work, and which pool worker forwards what next.
+
+The watcher (`bridge.daemon.watcher`) marks a forwarder's queue or retry storage as having
+work; the database's pool workers (`bridge.daemon.workers`) take marked sources round-robin,
+one batch at a time, so a queue with a large backlog gets its turn like every other and
+cannot starve them: a forwarder never has more batches running than its `concurrency`, and
+after each batch the next worker looks at the next source in the ring.
+
+Work is level-triggered: a mark set while a batch of that source runs stays set, so the
+source is taken again after the batch; a full batch keeps the source marked (a backlog) until
+a batch comes back short. A source whose batch failed, or whose forwarder is paused, is held
+back for a while and then taken again whether marked or not, as a worker used to try again.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from bridge.messages import Source
+
+Key = tuple[str, Source]  # (forwarder, "queue" | "retry")
+
+
+@dataclass
+class Entry:
+    """One source of one forwarder, as the board sees it."""
+
+    forwarder: str
+    source: Source
+    marked: bool = False  # work seen (or a notification) since the last batch was taken
+    backlog: bool = False  # the last batch was full
+    failing: bool = False  # the last batch failed: take it again after `held_until`
+    failures: int = 0  # batches failed in a row
+    held_until: float = 0.0  # monotonic time before which it is not taken
+
+    @property
+    def key(self) -> Key:
+        return (self.forwarder, self.source)
+
+
+class WorkBoard:
+    """Marks and turns for one database's forwarders. Thread-safe."""
+
+    def __init__(self, caps: Mapping[str, int]) -> None:
+        """`caps`: each forwarder's most batches at once (its `concurrency`)."""
+        self._caps = dict(caps)
+        self._entries = [
+            Entry(name, source) for name in self._caps for source in ("queue", "retry")
+        ]
+        self._by_key = {entry.key: entry for entry in self._entries}
+        self._running: Counter[str] = Counter()
+        self._cursor = 0
+        self._changed = threading.Condition()
+        self._closed = False
+
+    def mark(self, keys: Iterable[Key]) -> None:
+        """The watcher saw work in these sources (unknown keys are ignored)."""
+        with self._changed:
+            woke = False
+            for key in keys:
+                entry = self._by_key.get(key)
+                if entry is not None and not entry.marked:
+                    entry.marked = woke = True
+            if woke:
+                self._changed.notify_all()
+
+    def take(self, timeout: float) -> Entry | None:
+        """The next source to forward a batch of, round-robin; None after `timeout` seconds
+        without one, or once closed. The caller must `finish` what it took."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while not self._closed:
+                now = time.monotonic()
+                entry, wake_at = self._next(now)
+                if entry is not None:
+                    entry.marked = False
+                    self._running[entry.forwarder] += 1
+                    return entry
+                if now >= deadline:
+                    return None
+                self._changed.wait(min(deadline, wake_at) - now)
+        return None
+
+    def finish(
+        self,
+        entry: Entry,
+        *,
+        full: bool = False,
+        hold: float = 0.0,
+        failing: bool = False,
+        again: bool = False,
+    ) -> None:
+        """A batch of `entry` ended: `full` (more is there), or `failing` (take it again after
+        `hold`); `hold` alone keeps it back that long (a paused forwarder, retries looked at
+        once per slow poll); `again` marks it, to be looked at after the hold whatever the
+        watcher sees."""
+        with self._changed:
+            self._running[entry.forwarder] -= 1
+            entry.backlog = full
+            entry.failing = failing
+            entry.failures = entry.failures + 1 if failing else 0
+            entry.marked = entry.marked or again
+            entry.held_until = time.monotonic() + hold if hold > 0 else 0.0
+            self._changed.notify_all()
+
+    def failing(self) -> set[Key]:
+        """Sources whose last batch failed."""
+        with self._changed:
+            return {entry.key for entry in self._entries if entry.failing}
+
+    def busy(self) -> bool:
+        """Whether any source has a batch running or is waiting for one."""
+        with self._changed:
+            return any(self._running.values()) or any(
+                entry.marked or entry.backlog for entry in self._entries
+            )
+
+    def close(self) -> None:
+        with self._changed:
+            self._closed = True
+            self._changed.notify_all()
+
+    def _next(self, now: float) -> tuple[Entry | None, float]:
+        """The first source from the cursor on that wants a batch and may have one now, and
+        when the earliest held-back one may (inf: none)."""
+        wake_at = float("inf")
+        count = len(self._entries)
+        for step in range(count):
+            index = (self._cursor + step) % count
+            entry = self._entries[index]
+            if not (entry.marked or entry.backlog or entry.failing):
+                continue
+            if self._running[entry.forwarder] >= self._caps[entry.forwarder]:
+                continue
+            if entry.held_until > now:
+                wake_at = min(wake_at, entry.held_until)
+                continue
+            self._cursor = index + 1
+            return entry, wake_at
+        return None, wake_at

@@ -1,0 +1,93 @@
+"""Push: being told of new rows instead of asking (PostgreSQL's LISTEN/NOTIFY).
+
+`sfbridge install` (and the daemon, where it creates a missing forwarding queue or retry
+storage) puts a statement-level trigger on each forwarding queue and on retry storage that
+notifies a channel of that table (`bridge.dialects.base.notify_channel`) once per INSERT
+statement, at commit. A watcher (`bridge.daemon.watcher`) listens on its database's channels on
+its own connection, so a message is marked for a worker milliseconds after its sender commits,
+and an idle daemon sends nothing but a slow fallback poll.
+
+What is pushed is read from the database, not assumed: a table without the trigger (a DBA
+refused it, or dropped it, or the database was installed by an older sfbridge) is polled at the
+fast interval, as is every table while the listening connection is down. Nothing is missed:
+when listening starts (again), the watcher polls at once for what was sent meanwhile.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+
+from bridge.addressing import TableAddress
+from bridge.daemon.board import Key
+from bridge.dialects import Dialect
+from bridge.dialects.base import notify_channel
+from bridge.drivers import Connection
+
+log = logging.getLogger(__name__)
+
+# How often a database whose tables all push is polled all the same (a notification lost in
+# a way the bridge cannot see; retries coming due are timed, not polled for).
+PUSH_POLL_INTERVAL = 5.0
+
+
+class PushChannels:
+    """The channels of one database's sources, and which of them push."""
+
+    def __init__(
+        self, database: str, dialect: Dialect, sources: Iterable[tuple[Key, TableAddress]]
+    ):
+        self.database = database
+        self._dialect = dialect
+        self._tables: dict[Key, TableAddress] = {}
+        self._keys: dict[str, list[Key]] = {}  # channel -> the sources it tells of
+        for key, table in sources:
+            self._tables[key] = table
+            channel = notify_channel(dialect.grammar.qualified_name(table))
+            self._keys.setdefault(channel, []).append(key)
+        self.pushed: set[Key] = set()
+        self._told_unpushed: frozenset[str] = frozenset()
+
+    @property
+    def channels(self) -> Sequence[str]:
+        return sorted(self._keys)
+
+    def listen(self, connection: Connection) -> None:
+        """LISTEN on every channel and read which tables have the trigger. Raises the
+        DatabaseError family."""
+        connection.listen(self.channels)
+        self.read_triggers(connection)
+
+    def read_triggers(self, connection: Connection) -> None:
+        """Which sources push now (a trigger may be dropped or created while the daemon
+        runs). Raises the DatabaseError family."""
+        try:
+            connection.begin_read()
+            rows = connection.query(self._dialect.statements["notify_triggers"])
+            connection.commit()
+        except BaseException:
+            connection.rollback()
+            raise
+        found = {(str(schema).casefold(), str(table).casefold()) for schema, table in rows}
+        self.pushed = {
+            key
+            for key, table in self._tables.items()
+            if ((table.schema or "").casefold(), table.table.casefold()) in found
+        }
+        unpushed = frozenset(
+            self._dialect.grammar.render(table)
+            for key, table in self._tables.items()
+            if key not in self.pushed
+        )
+        if unpushed and unpushed != self._told_unpushed:
+            log.warning(
+                "database '%s': %s without the push trigger (run 'sfbridge install', or have a "
+                "DBA run what 'sfbridge install --print-sql' shows): polled every peek interval",
+                self.database,
+                ", ".join(sorted(unpushed)),
+            )
+        self._told_unpushed = unpushed
+
+    def keys(self, channels: Iterable[str]) -> list[Key]:
+        """The sources the notified `channels` tell of."""
+        return [key for channel in channels for key in self._keys.get(channel, ())]

@@ -1,0 +1,169 @@
+"""Push on PostgreSQL: a message is picked up when its sender commits, not at the next poll;
+a lost listening connection or a missing trigger falls back to polling and misses nothing."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support import (
+    PgPair,
+    nsb_message_headers,
+    pg_connect,
+    pg_nsb_send,
+    pg_rows,
+    sfbridge,
+    wait_until,
+    write_config,
+)
+
+pytestmark = pytest.mark.integration
+
+PUSHING = "table(s) push (LISTEN/NOTIFY)"
+
+
+def database_name(connection_string: str) -> str:
+    return connection_string.split("Database=")[1].rstrip(";")
+
+
+def picked_up_within(pair: PgPair, seconds: float, count: int = 1) -> set[str]:
+    """Send `count` messages and wait (at most `seconds`) for them to be delivered."""
+    before = pair.delivered()
+    ids = pair.send(count)
+    wait_until(lambda: pair.delivered() == before + count, seconds, "the messages delivered")
+    return ids
+
+
+def test_a_message_is_pushed_to_the_daemon_though_polls_are_a_minute_apart(
+    pg_pair_factory: Any, tmp_path: Path
+) -> None:
+    pair = pg_pair_factory(forwarder={"peek_interval": "60s"})
+    with pair.daemon(tmp_path / "daemon.log") as daemon:
+        daemon.wait_for_output(PUSHING)
+        sent: set[str] = set()
+        for _ in range(5):
+            started = time.monotonic()
+            sent |= picked_up_within(pair, 10)
+            assert time.monotonic() - started < 10
+        assert daemon.stop() == 0, daemon.output()
+    assert pair.received() == Counter(sent)
+
+
+def test_messages_sent_while_the_listening_connection_is_down_are_delivered(
+    pg_pair_factory: Any, postgres: Any, tmp_path: Path
+) -> None:
+    pair = pg_pair_factory(forwarder={"peek_interval": "60s"})
+    name = database_name(pair.sender)
+    with pair.daemon(tmp_path / "daemon.log") as daemon:
+        daemon.wait_for_output(PUSHING)
+        sent = picked_up_within(pair, 10)
+        with pg_connect(pair.sender) as endpoint:  # opened while connections are allowed
+            with postgres.admin() as admin:
+                admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
+            try:
+                # Every connection of the bridge to the forwarding database, the watcher's
+                # with them; none can be opened again for now.
+                killed = pg_rows(
+                    pair.sender.replace(name, "postgres"),
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    f"WHERE datname = '{name}' AND application_name = 'sfbridge'",
+                )
+                assert len(killed) >= 1, "no connection of the bridge to kill"
+                daemon.wait_for_output("the listening connection is lost")
+                for _ in range(3):
+                    headers = nsb_message_headers(pair.queue)
+                    sent.add(str(headers["NServiceBus.MessageId"]))
+                    pg_nsb_send(endpoint, pair.forward, headers, b"x")
+                endpoint.commit()
+            finally:
+                with postgres.admin() as admin:
+                    admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
+        # Polls are a minute apart: the poll on listening again finds them.
+        wait_until(lambda: pair.delivered() == 4, 20, "what was sent meanwhile")
+        daemon.wait_for_output(PUSHING, count=2)
+        sent |= picked_up_within(pair, 10)  # and pushes again
+        assert daemon.stop() == 0, daemon.output()
+    assert pair.received() == Counter(sent)
+
+
+def test_a_queue_whose_trigger_was_dropped_is_polled(pg_pair_factory: Any, tmp_path: Path) -> None:
+    pair = pg_pair_factory(forwarder={"peek_interval": "200ms"})
+    with pg_connect(pair.sender) as dba:
+        dba.execute(f"DROP TRIGGER sfbridge_notify ON {pair.forward}")
+        dba.commit()
+    with pair.daemon(tmp_path / "daemon.log") as daemon:
+        daemon.wait_for_output("without the push trigger")
+        assert "1 of 2 table(s) push" in daemon.output()  # retry storage still does
+        sent: set[str] = set()
+        for _ in range(3):
+            # Well within the 5 s of the slow poll: the queue is polled every peek interval.
+            sent |= picked_up_within(pair, 3)
+        assert daemon.stop() == 0, daemon.output()
+    assert pair.received() == Counter(sent)
+
+
+def test_a_trigger_the_login_may_not_create_is_a_warning_and_the_queue_is_polled(
+    pg_pair_factory: Any, postgres: Any, tmp_path: Path
+) -> None:
+    pair = pg_pair_factory(forwarder={"peek_interval": "200ms"})
+    role = f"sfb_notrigger_{uuid.uuid4().hex[:8]}"
+    with postgres.admin() as admin:
+        admin.execute(f"CREATE ROLE {role} LOGIN")
+        for database in (pair.sender, pair.receiver):
+            admin.execute(
+                f'GRANT CONNECT, CREATE ON DATABASE "{database_name(database)}" TO {role}'
+            )
+    try:
+        # The bridge's tables belong to the role; the forwarding queue, as an endpoint's
+        # installer made it, does not: the role may use it but not put a trigger on it.
+        with pg_connect(pair.sender) as dba:
+            dba.execute(f"DROP TRIGGER sfbridge_notify ON {pair.forward}")
+            dba.execute(f"GRANT CREATE, USAGE ON SCHEMA public TO {role}")
+            for row in dba.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = 'public' "
+                "AND tablename LIKE 'sfbridge%'"
+            ).fetchall():
+                dba.execute(f'ALTER TABLE public."{row[0]}" OWNER TO {role}')
+            # Every right but TRIGGER.
+            dba.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON {pair.forward} TO {role}")
+            dba.execute(f"GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO {role}")
+            dba.execute(f'GRANT ALL ON public."error" TO {role}')
+            dba.commit()
+        with pg_connect(pair.receiver) as dba:
+            dba.execute(f"ALTER TABLE public.sfbridge_ledger OWNER TO {role}")
+            dba.execute(f"GRANT ALL ON SCHEMA public TO {role}")
+            dba.execute(f"GRANT ALL ON ALL TABLES IN SCHEMA public TO {role}")
+            dba.execute(f"GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO {role}")
+            dba.commit()
+        import yaml
+
+        raw = yaml.safe_load(pair.config.read_text())
+        for name in ("sender", "receiver"):
+            text = raw["databases"][name]["connection"]
+            raw["databases"][name]["connection"] = text.replace("Uid=postgres", f"Uid={role}")
+        write_config(pair.config, raw)
+        installed = sfbridge("-c", str(pair.config), "install")
+        assert installed.returncode == 0, installed.stdout + installed.stderr
+        output = installed.stdout + installed.stderr
+        assert "push trigger on forwarding queue" in output and "polls that table" in output
+        with pair.daemon(tmp_path / "daemon.log") as daemon:
+            daemon.wait_for_output("without the push trigger")
+            sent = picked_up_within(pair, 3) | picked_up_within(pair, 3)
+            assert daemon.stop() == 0, daemon.output()
+        assert pair.received() == Counter(sent)
+    finally:
+        with postgres.admin() as admin:
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = ?", role
+            )
+        for database in (pair.sender, pair.receiver):
+            with pg_connect(database) as dba:
+                dba.execute(f"REASSIGN OWNED BY {role} TO postgres")
+                dba.execute(f"DROP OWNED BY {role}")
+                dba.commit()
+        with postgres.admin() as admin:
+            admin.execute(f"DROP ROLE {role}")

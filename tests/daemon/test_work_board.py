@@ -1,0 +1,147 @@
+"""The work board's turns (round-robin, capped per forwarder, level-triggered) and the pool
+sizes the connection budget gives."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from bridge.config.model import (
+    BridgeConfig,
+    DatabaseConfig,
+    FixedDestination,
+    ForwarderConfig,
+    MetricsConfig,
+    RouteConfig,
+)
+from bridge.daemon.board import WorkBoard
+from bridge.daemon.budget import most_connections, pool_sizes
+
+
+def test_a_busy_queue_takes_turns_with_the_others() -> None:
+    board = WorkBoard({"busy": 2, "quiet": 2, "other": 2})
+    board.mark([("busy", "queue")])
+    taken = board.take(0)
+    assert taken is not None and taken.key == ("busy", "queue")
+    board.finish(taken, full=True)  # a backlog: it stays wanted
+    board.mark([("quiet", "queue"), ("other", "retry")])
+    order = []
+    for _ in range(6):
+        entry = board.take(0)
+        assert entry is not None
+        order.append(entry.key)
+        board.finish(entry, full=entry.forwarder == "busy")
+    # The busy queue comes round once per turn, not every time.
+    assert order[:3] == [("quiet", "queue"), ("other", "retry"), ("busy", "queue")]
+    assert order[3:] == [("busy", "queue")] * 3  # the others had nothing more
+
+
+def test_a_forwarder_never_runs_more_batches_than_its_concurrency() -> None:
+    board = WorkBoard({"one": 1, "two": 2})
+    board.mark([("one", "queue"), ("one", "retry"), ("two", "queue")])
+    first = board.take(0)
+    assert first is not None and first.key == ("one", "queue")
+    first.backlog = True
+    second = board.take(0)
+    # `one` is at its cap: its retries wait, `two` goes.
+    assert second is not None and second.key == ("two", "queue")
+    assert board.take(0) is None
+    board.finish(first)
+    third = board.take(0)
+    assert third is not None and third.key == ("one", "retry")
+
+
+def test_work_seen_during_a_batch_is_taken_again_after_it() -> None:
+    board = WorkBoard({"f": 1})
+    board.mark([("f", "queue")])
+    entry = board.take(0)
+    assert entry is not None
+    board.mark([("f", "queue")])  # a notification while the batch runs
+    board.finish(entry, full=False)
+    again = board.take(0)
+    assert again is not None and again.key == ("f", "queue")
+    board.finish(again, full=False)
+    assert board.take(0) is None
+
+
+def test_a_failed_source_is_held_back_then_taken_again_unmarked() -> None:
+    board = WorkBoard({"f": 1})
+    board.mark([("f", "queue")])
+    entry = board.take(0)
+    assert entry is not None
+    board.finish(entry, failing=True, hold=0.2)
+    assert board.failing() == {("f", "queue")}
+    started = time.monotonic()
+    again = board.take(5)
+    assert again is not None and again.key == ("f", "queue")
+    assert 0.15 <= time.monotonic() - started < 2
+    board.finish(again)
+    assert board.failing() == set()
+
+
+def test_a_waiting_worker_wakes_when_work_is_marked() -> None:
+    board = WorkBoard({"f": 1})
+    taken: list[Any] = []
+    waiter = threading.Thread(target=lambda: taken.append(board.take(10)))
+    waiter.start()
+    started = time.monotonic()
+    board.mark([("f", "retry")])
+    waiter.join(5)
+    assert taken and taken[0].key == ("f", "retry")
+    assert time.monotonic() - started < 1
+
+
+def test_close_ends_a_wait() -> None:
+    board = WorkBoard({"f": 1})
+    result: list[Any] = ["unset"]
+    waiter = threading.Thread(target=lambda: result.__setitem__(0, board.take(30)))
+    waiter.start()
+    board.close()
+    waiter.join(5)
+    assert result == [None]
+
+
+def _config(forwarders: int, **options: Any) -> BridgeConfig:
+    databases = {
+        "src": DatabaseConfig("src", "postgresql", "x", max_connections=options.get("src", 10)),
+        "dst": DatabaseConfig("dst", "postgresql", "x", max_connections=options.get("dst", 10)),
+    }
+    return BridgeConfig(
+        databases=databases,
+        forwarders=tuple(
+            ForwarderConfig(f"f{i}", "src", f"q{i}", concurrency=2) for i in range(forwarders)
+        ),
+        routes=(RouteConfig("*", "dst", transaction=options.get("mode")),),
+        metrics=MetricsConfig(listen=options.get("metrics")),
+    )
+
+
+def test_fifty_forwarders_share_a_pool_that_fits_max_connections() -> None:
+    config = _config(50)
+    # 10 minus the watcher and upkeep on the source; the destination has room for them.
+    assert pool_sizes(config) == {"src": 8}
+    assert most_connections(config, "src") == 10
+    assert most_connections(config, "dst") == 9  # 8 workers' deliveries and upkeep
+    assert pool_sizes(_config(1)) == {"src": 2}  # never more than the forwarders want
+
+
+def test_the_pool_fits_the_destination_too_and_records_count_twice() -> None:
+    assert pool_sizes(_config(50, dst=5)) == {"src": 4}
+    # At-least-once keeps its records on a second connection to the source.
+    config = _config(50, mode="at-least-once")
+    assert pool_sizes(config) == {"src": 4}
+    assert most_connections(config, "src") == 10
+    with_metrics = _config(50, metrics="127.0.0.1:9464")
+    assert pool_sizes(with_metrics) == {"src": 7}
+
+
+def test_a_proxy_counts_towards_its_destination() -> None:
+    config = _config(0, dst=6)
+    config = BridgeConfig(
+        databases=config.databases,
+        forwarders=(
+            ForwarderConfig("p", "src", "q", concurrency=8, destination=FixedDestination("dst")),
+        ),
+    )
+    assert pool_sizes(config) == {"src": 5}
