@@ -119,10 +119,11 @@ def _config(forwarders: int, **options: Any) -> BridgeConfig:
 
 def test_fifty_forwarders_share_a_pool_that_fits_max_connections() -> None:
     config = _config(50)
-    # 10 minus the watcher and upkeep on the source; the destination has room for them.
-    assert pool_sizes(config) == {"src": 8}
+    # 10 minus the watcher, the heartbeat and upkeep on the source; the destination has room
+    # for them.
+    assert pool_sizes(config) == {"src": 7}
     assert most_connections(config, "src") == 10
-    assert most_connections(config, "dst") == 9  # 8 workers' deliveries and upkeep
+    assert most_connections(config, "dst") == 8  # 7 workers' deliveries and upkeep
     assert pool_sizes(_config(1)) == {"src": 2}  # never more than the forwarders want
 
 
@@ -130,10 +131,10 @@ def test_the_pool_fits_the_destination_too_and_records_count_twice() -> None:
     assert pool_sizes(_config(50, dst=5)) == {"src": 4}
     # At-least-once keeps its records on a second connection to the source.
     config = _config(50, mode="at-least-once")
-    assert pool_sizes(config) == {"src": 4}
-    assert most_connections(config, "src") == 10
+    assert pool_sizes(config) == {"src": 3}
+    assert most_connections(config, "src") == 9  # a fourth worker would take two more
     with_metrics = _config(50, metrics="127.0.0.1:9464")
-    assert pool_sizes(with_metrics) == {"src": 7}
+    assert pool_sizes(with_metrics) == {"src": 6}
 
 
 def test_a_proxy_counts_towards_its_destination() -> None:
