@@ -20,7 +20,10 @@ import pstats
 import secrets
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -47,6 +50,32 @@ def backend_pid(connections: Connections, database: str) -> int:
     return pid
 
 
+STEPS = ("_claim", "_classify", "_deliver", "_settle", "_commit")
+
+
+@contextmanager
+def timed_steps(enabled: bool) -> Iterator[dict[str, list[float]]]:
+    """While open, each step of the spine adds up its wall time and this thread's CPU time."""
+    spent = {step: [0.0, 0.0] for step in STEPS}
+    originals = {step: getattr(BatchForwarder, step) for step in STEPS}
+    for step, original in originals.items() if enabled else ():
+
+        def timed(self: Any, *args: Any, _original: Any = original, _step: str = step) -> Any:
+            wall, cpu = time.perf_counter(), time.thread_time()
+            try:
+                return _original(self, *args)
+            finally:
+                spent[_step][0] += time.perf_counter() - wall
+                spent[_step][1] += time.thread_time() - cpu
+
+        setattr(BatchForwarder, step, timed)
+    try:
+        yield spent
+    finally:
+        for step, original in originals.items():
+            setattr(BatchForwarder, step, original)
+
+
 def forward_all(scenario: Scenario, config_path: Path, messages: int, profile: bool) -> str:
     ids = scenario.prepare(messages, secrets.token_bytes(1024))
     for name, value in scenario.environment.items():
@@ -57,15 +86,16 @@ def forward_all(scenario: Scenario, config_path: Path, messages: int, profile: b
         forwarder = BatchForwarder(config, config.forwarders[0], connections)
         pids = [backend_pid(connections, name) for name in ("source", "dest")]
         backends = [backend_cpu(pid) for pid in pids]
-        profiler = cProfile.Profile(time.process_time) if profile else None
-        wall, cpu = time.perf_counter(), time.process_time()
-        if profiler:
-            profiler.enable()
-        while forwarder.forward_batch().claimed:
-            pass
-        if profiler:
-            profiler.disable()
-        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        profiler = cProfile.Profile() if profile else None
+        with timed_steps(not profile) as spent:
+            wall, cpu = time.perf_counter(), time.process_time()
+            if profiler:
+                profiler.enable()
+            while forwarder.forward_batch().claimed:
+                pass
+            if profiler:
+                profiler.disable()
+            wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
         backends = [backend_cpu(pid) - before for pid, before in zip(pids, backends, strict=True)]
     finally:
         connections.close()
@@ -77,6 +107,15 @@ def forward_all(scenario: Scenario, config_path: Path, messages: int, profile: b
         f"destination backend {backends[1] * per:.1f} us; exactly once: {check}",
         flush=True,
     )
+    if not profiler:
+        print(
+            "  per step, wall/CPU us: "
+            + ", ".join(
+                f"{step[1:]} {spent[step][0] * per:.1f}/{spent[step][1] * per:.1f}"
+                for step in STEPS
+            ),
+            flush=True,
+        )
     if profiler:
         pstats.Stats(profiler).sort_stats("tottime").print_stats(30)
     return check
