@@ -34,7 +34,7 @@ from throughput.scenarios import Scenario
 
 from bridge.config import load_config
 from bridge.connections import Connections
-from bridge.forwarding.spine import BatchForwarder
+from bridge.forwarding.spine import BatchForwarder, tune_garbage_collection
 
 
 def backend_cpu(pid: int) -> float:
@@ -126,7 +126,14 @@ def main() -> int:
     parser.add_argument("--messages", type=int, default=100_000)
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument(
+        "--python-gc",
+        action="store_true",
+        help="keep Python's garbage collection thresholds (`sfbridge run` raises them)",
+    )
     args = parser.parse_args()
+    if not args.python_gc:
+        tune_garbage_collection()
     prefix = os.environ.get("SFBRIDGE_BENCH_PG", DEFAULT_PG_PREFIX)
     run = Run(prefix)
     try:
