@@ -34,7 +34,8 @@ from throughput.scenarios import Scenario
 
 from bridge.config import load_config
 from bridge.connections import Connections
-from bridge.forwarding.spine import BatchForwarder, tune_garbage_collection
+from bridge.forwarding import spine
+from bridge.forwarding.spine import BatchForwarder
 
 
 def backend_cpu(pid: int) -> float:
@@ -132,8 +133,10 @@ def main() -> int:
         help="keep Python's garbage collection thresholds (`sfbridge run` raises them)",
     )
     args = parser.parse_args()
-    if not args.python_gc:
-        tune_garbage_collection()
+    # An older sfbridge (PYTHONPATH=its checkout) has no tuning: it runs as it did.
+    tune = getattr(spine, "tune_garbage_collection", None)
+    if tune is not None and not args.python_gc:
+        tune()
     prefix = os.environ.get("SFBRIDGE_BENCH_PG", DEFAULT_PG_PREFIX)
     run = Run(prefix)
     try:
