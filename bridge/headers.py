@@ -63,7 +63,7 @@ def parse_headers(text: str | None) -> Headers:
 
     Raises PoisonHeaders for anything that is not a JSON object of string-or-null values.
     """
-    if text is None or text.strip() == "":
+    if not text or text.isspace():  # not text.strip(): that copies every message's headers
         return {}
     try:
         value = _loads(text)

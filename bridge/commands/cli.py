@@ -263,8 +263,10 @@ def _install(config: BridgeConfig, args: argparse.Namespace) -> int:
 def _run(config: BridgeConfig, args: argparse.Namespace) -> int:
     from bridge.daemon.observability import setup_sentry
     from bridge.daemon.runtime import Daemon
+    from bridge.forwarding.spine import tune_garbage_collection
 
     setup_sentry(config.sentry)
+    tune_garbage_collection()
     daemon = Daemon(config, reload_config=lambda: _load(args.config))
     daemon.install_signal_handlers()
     code = daemon.run()

@@ -57,7 +57,11 @@ def classify(message: ClaimedMessage, router: Router) -> Decision:
         return Expired()
     destination_header = headers.get(DESTINATION_HEADER)
     if destination_header is not None and destination_header.strip():
-        return _route(message, headers, destination_header, router)
+        # Routed once per destination text and database (the router remembers it).
+        routed = router.route(destination_header, headers.get(ADDRESS_DATABASE_HEADER))
+        if isinstance(routed, Unroutable):
+            return Reject(headers, "unroutable", routed.reason)
+        return _deliver(message, headers, routed, router)
     event_type = headers.get(EVENT_TYPE_HEADER)
     if router.proxy is not None and not (event_type and event_type.strip()):
         # A proxy queue: an ordinary send from an unchanged endpoint.
@@ -99,23 +103,14 @@ def classify(message: ClaimedMessage, router: Router) -> Decision:
     )
 
 
-def _route(
-    message: ClaimedMessage, headers: Headers, destination_header: str, router: Router
-) -> Reject | Forward:
-    decision = router.route(destination_header, headers.get(ADDRESS_DATABASE_HEADER))
-    if isinstance(decision, Unroutable):
-        return Reject(headers, "unroutable", decision.reason)
-    return _deliver(message, headers, decision, router)
-
-
 def _deliver(
     message: ClaimedMessage, headers: Headers, destination: Destination, router: Router
 ) -> Forward:
-    return Forward(
-        headers=headers,
-        destination=destination,
-        headers_text=serialize_headers(router.outgoing_headers(headers, destination)),
-        message_id=headers.get(MESSAGE_ID_HEADER) or str(message.row_id),
+    return Forward(  # by position: once per message
+        headers,
+        destination,
+        serialize_headers(router.outgoing_headers(headers, destination)),
+        headers.get(MESSAGE_ID_HEADER) or str(message.row_id),
     )
 
 

@@ -23,6 +23,7 @@ Tables of the bridge found missing on the way are created and the batch tried on
 
 from __future__ import annotations
 
+import gc
 import logging
 import time
 from datetime import UTC, datetime
@@ -370,6 +371,21 @@ def probe_interval(config: BridgeConfig) -> float:
     if config.retries.during_outage == "wait":
         return config.retries.delay
     return min(config.retries.delay, 5.0)
+
+
+# Container allocations between young-generation collections while forwarding (Python's
+# default is 700). A batch makes several containers per message (parsed headers, decisions,
+# rows), nearly all freed by reference counting, never in a cycle; at 700 the collector ran
+# a few times per hundred messages and walked the batch's survivors each time: 1.5 us of
+# the bridge's 17 us per message, measured in-process. Cycles now wait a little longer.
+YOUNG_COLLECTION_THRESHOLD = 10_000
+
+
+def tune_garbage_collection() -> None:
+    """Collect the young generation less often (`YOUNG_COLLECTION_THRESHOLD`), for a process
+    that forwards; the older generations keep their thresholds."""
+    _, middle, old = gc.get_threshold()
+    gc.set_threshold(YOUNG_COLLECTION_THRESHOLD, middle, old)
 
 
 def _utcnow() -> datetime:

@@ -41,6 +41,9 @@ from bridge.storage.tables import owned_table
 
 log = logging.getLogger(__name__)
 
+# One for every message delivered: a value, so the same can be shared.
+DELIVERED = Delivered()
+
 
 class QueueWriter:
     """Writes into queue tables the bridge did not create (`send`, `send_many`, `dead_letter`),
@@ -269,11 +272,8 @@ def _batched(
                     results[position] = Duplicate()
     by_address = _by_address(items, to_send)
     for address, positions in by_address.items():
-        ids = new_ids(dialect, len(positions))
         try:
-            rows = [
-                _row(dialect, items[p], row_id) for p, row_id in zip(positions, ids, strict=True)
-            ]
+            rows = _rows(dialect, [items[p] for p in positions])
             writer.write_rows(connection, dialect, "send_many", address, rows)
         except (TableNotFound, LockTimeout) as error:
             # The table's failure, not a row's: every item bound for it (`item_failure`).
@@ -282,8 +282,7 @@ def _batched(
             raise
         except (DatabaseError, ValueError, TypeError):
             raise NotIsolated() from None
-        for position in positions:
-            results[position] = Delivered()
+        results.update(dict.fromkeys(positions, DELIVERED))
     return results
 
 
@@ -380,8 +379,7 @@ def _one_by_one(
                     results[position] = Duplicate()
                     continue
             address = decision.destination.address
-            row = _row(dialect, item, new_ids(dialect, 1)[0])
-            writer.write(connection, dialect, "send", address, row)
+            writer.write(connection, dialect, "send", address, _rows(dialect, [item])[0])
         except (
             DatabaseUnavailable,
             TransientDatabaseError,
@@ -395,7 +393,7 @@ def _one_by_one(
         except (ValueError, TypeError) as error:  # UnicodeError is a ValueError
             problem = DatabaseError(connection.database, f"the message cannot be written: {error}")
             raise ItemWriteError(position, problem, retryable=False) from None
-        results[position] = Delivered()
+        results[position] = DELIVERED
     return results
 
 
@@ -436,12 +434,10 @@ def _uuid4(bits: int) -> uuid.UUID:
     return value
 
 
-def _row(dialect: Dialect, item: Item, row_id: Any) -> list[Any]:
-    """The `send` parameters of one message: its new row id, its Expires, headers and body."""
-    message, decision = item
+def _rows(dialect: Dialect, items: Sequence[Item]) -> list[tuple[Any, ...]]:
+    """The `send` parameters of each message: a new row id, its Expires, headers and body."""
+    encode_timestamp = dialect.encode_timestamp
     return [
-        row_id,
-        dialect.encode_timestamp(message.expires),
-        decision.headers_text,
-        message.body,
+        (row_id, encode_timestamp(message.expires), forward.headers_text, message.body)
+        for row_id, (message, forward) in zip(new_ids(dialect, len(items)), items, strict=True)
     ]

@@ -29,7 +29,7 @@ from bridge.dialects import dialect_for
 from bridge.exceptions import DatabaseError
 from bridge.forwarding.in_doubt import needs_resolving, resolve_in_doubt
 from bridge.forwarding.settle import CLAIMED
-from bridge.forwarding.spine import BatchForwarder
+from bridge.forwarding.spine import BatchForwarder, tune_garbage_collection
 from bridge.spark.ranges import rows_per_range, seq_ranges
 from bridge.spark.shipped import ShippedConfig
 from bridge.storage.tables import forwarder_tables
@@ -94,6 +94,7 @@ def plan_drain(
 
 def drain_partition(tasks: Iterable[DrainTask]) -> Iterator[dict[str, Any]]:
     """Runs on an executor: drain each task's range with the daemon's BatchForwarder."""
+    tune_garbage_collection()  # as the daemon does: this process forwards batches now
     for task in tasks:
         config = task.config.load()
         forwarder = config.forwarder(task.forwarder)

@@ -48,6 +48,8 @@ def ledger_key(message_id: str) -> str:
     and no NUL character (which PostgreSQL text cannot hold). A digest is `sha256:` and 64
     hex digits of the id's UTF-8 bytes (unpaired surrogates kept as they are).
     """
+    if len(message_id) <= MAX_STORED_KEY_BYTES // 4 and "\x00" not in message_id:
+        return message_id  # at most 4 bytes a character: fits without encoding it to know
     encoded = message_id.encode("utf-8", "surrogatepass")
     if len(encoded) <= MAX_STORED_KEY_BYTES and "\x00" not in message_id:
         return message_id

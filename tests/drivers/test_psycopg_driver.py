@@ -3,12 +3,14 @@ the dialects' `?` placeholders rewritten for psycopg without touching quoted tex
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from bridge.config.load import load_config
-from bridge.drivers.psycopg import libpq_parameters, pyformat_placeholders
+from bridge.drivers.psycopg import PsycopgConnection, libpq_parameters, pyformat_placeholders
 
 
 def test_an_odbc_string_gives_the_libpq_parameters_and_drops_psqlodbc_options() -> None:
@@ -106,3 +108,25 @@ def test_driver_mistakes_are_named_with_their_key_path(
     with pytest.raises(ConfigError) as raised:
         load_config(_config(tmp_path, database))
     assert message in str(raised.value)
+
+
+@pytest.mark.integration
+def test_uuids_read_in_binary_are_the_uuids_the_server_holds(new_pg_database: Any) -> None:
+    # The driver loads uuid columns without uuid.UUID's constructor (a claim loads thousands):
+    # each must still be the same value, equal, hashed, printed and versioned as one made by it.
+    texts = [str(uuid.uuid4()), str(uuid.uuid1()), "00000000-0000-0000-0000-000000000000"]
+    connection = PsycopgConnection("db", new_pg_database(), timeout=5)
+    try:
+        names, rows = connection.query_columns(
+            "SELECT x::uuid AS id FROM unnest(?::text[]) AS x", (texts,)
+        )
+    finally:
+        connection.close()
+    assert names == ["id"]
+    loaded = [row[0] for row in rows]
+    expected = [uuid.UUID(text) for text in texts]
+    assert all(type(value) is uuid.UUID for value in loaded)
+    assert loaded == expected and {*loaded} == {*expected}
+    assert [str(value) for value in loaded] == texts
+    assert [value.version for value in loaded] == [value.version for value in expected]
+    assert [value.bytes for value in loaded] == [value.bytes for value in expected]

@@ -141,6 +141,32 @@ def test_a_message_id_longer_than_the_ledger_column_is_delivered_once(
     )
 
 
+def test_the_ledger_compares_its_keys_as_bytes_and_still_tells_duplicates(
+    pg_pair: dict[str, Any],
+) -> None:
+    # Recording a message inserts into the key's index: under the database's locale every
+    # comparison there went through strcoll or ICU. Ids that a locale orders apart but that
+    # differ only in case or accents must stay distinct messages.
+    collations = pg_rows(
+        pg_pair["receiver"],
+        "SELECT a.attname, c.collname FROM pg_attribute a JOIN pg_collation c "
+        "ON c.oid = a.attcollation WHERE a.attrelid = 'public.sfbridge_ledger'::regclass "
+        "AND a.attname IN ('message_id', 'destination') ORDER BY a.attname",
+    )
+    assert collations == [("destination", "C"), ("message_id", "C")]
+    ids = ["Order-1", "order-1", "ordér-1"]
+    messages = [
+        (nsb_message_headers('"Good"', **{"NServiceBus.MessageId": id_}), id_.encode())
+        for id_ in ids
+    ]
+    send_all(pg_pair["sender"], messages)
+    assert pg_pair["forwarder"].forward_batch().counts == Counter({"delivered": 3})
+    send_all(pg_pair["sender"], messages)
+    assert pg_pair["forwarder"].forward_batch().counts == Counter({"duplicates-skipped": 3})
+    received = pg_nsb_receive_all(pg_pair["receiver"], '"public"."Good"')
+    assert sorted(m["headers"]["NServiceBus.MessageId"] for m in received) == sorted(ids)
+
+
 def test_sqlite_destination_batches_deduplicate_and_isolate_missing_queues(tmp_path: Path) -> None:
     edge, central = tmp_path / "edge.db", tmp_path / "central.db"
     config_path = write_config(

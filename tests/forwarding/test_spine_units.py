@@ -4,6 +4,7 @@ database is read."""
 
 from __future__ import annotations
 
+import gc
 import json
 import uuid
 from typing import Any
@@ -15,7 +16,11 @@ from bridge.config.model import (
     RouteConfig,
 )
 from bridge.connections import Connections
-from bridge.forwarding.spine import BatchForwarder
+from bridge.forwarding.spine import (
+    YOUNG_COLLECTION_THRESHOLD,
+    BatchForwarder,
+    tune_garbage_collection,
+)
 from bridge.headers import DESTINATION_HEADER, EVENT_TYPE_HEADER, parse_headers
 from bridge.messages import ClaimedMessage, Forward, NoSubscribers, Poison, Reject
 
@@ -67,3 +72,13 @@ def test_an_event_nobody_subscribes_to_is_one_unit_saying_so() -> None:
 def test_poison_and_rejects_are_one_unit_each() -> None:
     assert isinstance(units_of(claimed("not json"))[0].decision, Poison)
     assert isinstance(units_of(claimed({"x": "y"}))[0].decision, Reject)
+
+
+def test_forwarding_collects_the_young_generation_less_often_and_keeps_the_older_ones() -> None:
+    before = gc.get_threshold()
+    try:
+        tune_garbage_collection()
+        assert gc.get_threshold() == (YOUNG_COLLECTION_THRESHOLD, *before[1:])
+        assert before[0] < YOUNG_COLLECTION_THRESHOLD
+    finally:
+        gc.set_threshold(*before)
