@@ -104,8 +104,20 @@ class Heartbeat:
                 connection.rollback()
                 if attempt == 2 or not self.config.install.at_runtime:
                     raise
-                steps = forwarder_table_steps(self.config, forwarder)
-                create_tables(connection, dialect, steps, only_missing=True)
+                # Only the daemons table (and its schema): the forwarder's other tables are
+                # its workers' to create, with the warning that names each (`healing`).
+                steps = [
+                    step
+                    for step in forwarder_table_steps(self.config, forwarder)
+                    if step.table is None or step.table == table
+                ]
+                for step in create_tables(connection, dialect, steps, only_missing=True):
+                    if step.table is not None:
+                        log.warning(
+                            "created %s in database '%s' (it was missing)",
+                            step.description,
+                            database,
+                        )
 
 
 def _utcnow() -> datetime:
