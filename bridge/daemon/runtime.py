@@ -37,7 +37,6 @@ from bridge.daemon.systemd import notify, watchdog_interval
 from bridge.daemon.upkeep import Upkeep
 from bridge.daemon.watcher import WorkWatcher
 from bridge.daemon.workers import PoolWorker
-from bridge.dialects import dialect_for
 from bridge.exceptions import (
     BridgeTableMissing,
     DatabaseError,
@@ -49,13 +48,11 @@ from bridge.forwarding.in_doubt import SETTLE_INTERVAL_MAX, needs_resolving, res
 from bridge.forwarding.spine import probe_interval
 from bridge.forwarding.writes import QueueWriter
 from bridge.outages import OutageTracker
-from bridge.storage.grants import lacking_right
 from bridge.storage.ledger import (
     RUNTIME_DDL_OFF_ADVICE,
-    cannot_create_advice,
     cleanup_ledgers,
     ensure_ledger,
-    ledger_address,
+    ledger_grant_advice,
     ledger_problem,
 )
 from bridge.storage.tables import forwarder_tables
@@ -92,7 +89,7 @@ def probe_databases(config: BridgeConfig, tracker: OutageTracker) -> None:
                     database, "not-ready", ledger_problem(config, database, RUNTIME_DDL_OFF_ADVICE)
                 )
             except PermissionDenied as error:
-                advice = _grant_advice(config, connections, database, error)
+                advice = ledger_grant_advice(config, connections, database, error)
                 connections.discard(database)
                 tracker.record_trouble(
                     database, "not-ready", ledger_problem(config, database, advice)
@@ -102,19 +99,6 @@ def probe_databases(config: BridgeConfig, tracker: OutageTracker) -> None:
                 tracker.record_trouble(database, "unreachable", str(error))
     finally:
         connections.close()
-
-
-def _grant_advice(
-    config: BridgeConfig, connections: Connections, database: str, error: PermissionDenied
-) -> str:
-    """What to do about a ledger the login may not create: the exact GRANT it lacks."""
-    dialect = dialect_for(config.databases[database].dialect)
-    schema = ledger_address(config, database).schema
-    try:
-        lacking = lacking_right(connections.get(database), dialect, [schema])
-    except DatabaseError:
-        lacking = None
-    return cannot_create_advice(error.detail, lacking)
 
 
 class Daemon:

@@ -16,7 +16,7 @@ from typing import TypeVar
 from bridge.addressing import TableAddress
 from bridge.config.model import BridgeConfig, ForwarderConfig
 from bridge.connections import Connections
-from bridge.dialects import Dialect, dialect_for
+from bridge.dialects import Dialect
 from bridge.drivers import Connection
 from bridge.exceptions import (
     BridgeTableMissing,
@@ -30,7 +30,7 @@ from bridge.storage.ledger import (
     RUNTIME_DDL_OFF_ADVICE,
     cannot_create_advice,
     ensure_ledger,
-    ledger_address,
+    ledger_grant_advice,
 )
 from bridge.storage.tables import create_tables, forwarder_table_steps, upgrade_retry_table
 
@@ -160,14 +160,9 @@ def heal_ledger(
         ensure_ledger(connection, config, database, create=True)
         return None
     except PermissionDenied as error:
-        dialect = dialect_for(config.databases[database].dialect)
-        schema = ledger_address(config, database).schema
-        try:
-            lacking = lacking_right(connections.get(database), dialect, [schema])
-        except DatabaseError:
-            lacking = None
+        advice = ledger_grant_advice(config, connections, database, error)
         connections.discard(database)
-        return missing.with_advice(cannot_create_advice(error.detail, lacking)).detail
+        return missing.with_advice(advice).detail
     except DatabaseUnavailable:
         connections.discard(database)
         raise

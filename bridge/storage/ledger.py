@@ -18,9 +18,9 @@ from bridge.connections import Connections
 from bridge.dialects import dialect_for
 from bridge.dialects.base import LEDGER_TABLE
 from bridge.drivers import Connection
-from bridge.exceptions import DatabaseError, DatabaseUnavailable, TableNotFound
+from bridge.exceptions import DatabaseError, DatabaseUnavailable, PermissionDenied, TableNotFound
 from bridge.outages import OutageTracker
-from bridge.storage.grants import MissingRight
+from bridge.storage.grants import MissingRight, lacking_right
 from bridge.storage.tables import (
     TableStep,
     create_tables,
@@ -90,6 +90,20 @@ def cannot_create_advice(error_detail: str, lacking: MissingRight | None = None)
         "with the DDL from 'sfbridge install --print-sql' and grant the login SELECT, INSERT "
         "and DELETE on it, or grant the login CREATE"
     )
+
+
+def ledger_grant_advice(
+    config: BridgeConfig, connections: Connections, database: str, error: PermissionDenied
+) -> str:
+    """What to do about a ledger of `database` the login may not create: the exact GRANT it
+    lacks, when that can be read."""
+    dialect = dialect_for(config.databases[database].dialect)
+    schema = ledger_address(config, database).schema
+    try:
+        lacking = lacking_right(connections.get(database), dialect, [schema])
+    except DatabaseError:
+        lacking = None
+    return cannot_create_advice(error.detail, lacking)
 
 
 RUNTIME_DDL_OFF_ADVICE = (

@@ -104,6 +104,8 @@ def bridge_queue_names(config: BridgeConfig, database: str) -> frozenset[str]:
             tables = forwarder_tables(config, forwarder)
             names.update((tables.queue.table.casefold(), tables.error_queue.table.casefold()))
     return frozenset(names)
+
+
 # The function the push triggers call, in each table's schema (see `PUSH_STATEMENT_NAMES`).
 NOTIFY_FUNCTION = "sfbridge_notify"
 
@@ -304,6 +306,8 @@ def create_tables(
 def _schema_exists(connection: Connection, dialect: Dialect, schema: str | None) -> bool:
     rows = connection.query(dialect.sql("schema_exists"), (schema or "",))
     return bool(rows and rows[0][0])
+
+
 def _run_optional(connection: Connection, step: TableStep) -> bool:
     """Run an optional step in a transaction of its own; a refusal is a warning (False)."""
     try:
