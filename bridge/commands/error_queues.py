@@ -159,13 +159,15 @@ def replay_messages(
     writer: QueueWriter | None = None,
     batch_size: int = BATCH_SIZE,
     on_batch: Callable[[list[FailedMessage], str], None] | None = None,
+    in_batch: Callable[[Connection, int], None] | None = None,
 ) -> MoveReport:
     """Move `messages` (replayable ones, read from `queue`) back into the forwarding queues
     their `NServiceBus.FailedQ` names, without the failure headers; one transaction per batch.
 
-    `on_batch(moved, forwarder)` is called after each commit. Raises BridgeTableMissing for
-    a missing queue and the DatabaseError family; the batch in hand is then rolled back (the
-    batches before it are committed).
+    `in_batch(connection, moved)` runs in each batch's transaction before its commit (the
+    audit record counts what it moved), `on_batch(moved, forwarder)` after it. Raises
+    BridgeTableMissing for a missing queue and the DatabaseError family; the batch in hand is
+    then rolled back (the batches before it are committed).
     """
     writer = writer or QueueWriter()
     report = MoveReport()
@@ -178,7 +180,7 @@ def replay_messages(
         target = queue.forwarding_queues[forwarder]
         for start in range(0, len(chosen), batch_size):
             batch = chosen[start : start + batch_size]
-            moved = _replay_batch(connection, dialect, queue, target, batch, writer)
+            moved = _replay_batch(connection, dialect, queue, target, batch, writer, in_batch)
             report.moved += moved
             moved_seqs = {message.seq for message in moved}
             report.gone += [message for message in batch if message.seq not in moved_seqs]
@@ -194,6 +196,7 @@ def _replay_batch(
     target: TableAddress,
     batch: Sequence[FailedMessage],
     writer: QueueWriter,
+    in_batch: Callable[[Connection, int], None] | None = None,
 ) -> list[FailedMessage]:
     by_seq = {message.seq: message for message in batch}
     try:
@@ -216,6 +219,8 @@ def _replay_batch(
                 ]
             with owned_table("forwarding queue", dialect.grammar.render(target)):
                 writer.write(connection, dialect, "send_many", target, parameters, len(claimed))
+            if in_batch is not None:
+                in_batch(connection, len(claimed))
         connection.commit()
     except BaseException:
         connection.rollback()
@@ -230,20 +235,25 @@ def purge_messages(
     messages: Sequence[FailedMessage],
     *,
     batch_size: int = BATCH_SIZE,
+    in_batch: Callable[[Connection, int], None] | None = None,
 ) -> int:
     """Delete `messages` from `queue`, one transaction per batch; returns how many rows were
-    deleted (fewer when someone else took some meanwhile). Raises the DatabaseError family."""
+    deleted (fewer when someone else took some meanwhile). `in_batch(connection, deleted)`
+    runs in each batch's transaction before its commit. Raises the DatabaseError family."""
     deleted = 0
     for start in range(0, len(messages), batch_size):
         batch = messages[start : start + batch_size]
         try:
             connection.begin()
             with owned_table("error queue", queue.name):
-                deleted += connection.execute(
+                count = connection.execute(
                     dialect.sql("error_queue_delete_many", rows=len(batch), queue=queue.address),
                     [message.seq for message in batch],
                 )
+            if in_batch is not None:
+                in_batch(connection, count)
             connection.commit()
+            deleted += count
         except BaseException:
             connection.rollback()
             raise

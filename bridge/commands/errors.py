@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
-from bridge.commands.audit import record_command
+from bridge.commands.audit import open_command
 from bridge.commands.error_queues import (
     ErrorQueue,
     error_queues,
@@ -366,21 +366,26 @@ def _replay(
             for message in batch:
                 _say(describe_move("moved", message))
 
+        database = each.queue.database
         try:
-            result = replay_messages(
-                connections.get(each.queue.database), each.dialect, each.queue, replayable,
-                on_batch=report,
-            )  # fmt: skip
+            connection = connections.get(database)
+            # Recorded first, each batch adding its count as it commits: exact if killed.
+            audit = open_command(
+                config, connection, database, "errors replay", f"{each.queue.name} {filters}"
+            )
+            try:
+                result = replay_messages(
+                    connection, each.dialect, each.queue, replayable, on_batch=report,
+                    in_batch=audit.add,
+                )  # fmt: skip
+            finally:
+                audit.close()
         except DatabaseError as error:
-            connections.discard(each.queue.database)
+            connections.discard(database)
             problems.append(error)
             continue
         moved += len(result.moved)
         gone += len(result.gone)
-        record_command(
-            config, connections, each.queue.database, "errors replay",
-            f"{each.queue.name} {filters}", len(result.moved),
-        )  # fmt: skip
         for message in result.gone:
             _say(f"gone    {message.row_id}: no longer in {each.queue.name} (taken meanwhile)")
     total = sum(len(each.messages) for each in found)
@@ -473,19 +478,23 @@ def _purge(
         ):
             _say(f"kept the messages in error queue {name}")
             continue
+        database = each.queue.database
         try:
-            deleted = purge_messages(
-                connections.get(each.queue.database), each.dialect, each.queue, each.messages
+            connection = connections.get(database)
+            audit = open_command(
+                config, connection, database, "errors purge", f"{each.queue.name} {filters}"
             )
+            try:
+                deleted = purge_messages(
+                    connection, each.dialect, each.queue, each.messages, in_batch=audit.add
+                )
+            finally:
+                audit.close()
         except DatabaseError as error:
-            connections.discard(each.queue.database)
+            connections.discard(database)
             problems.append(error)
             continue
         _say(f"deleted {deleted} message(s) from error queue {name}")
-        record_command(
-            config, connections, each.queue.database, "errors purge",
-            f"{each.queue.name} {filters}", deleted,
-        )  # fmt: skip
     return ExitCode.OK
 
 

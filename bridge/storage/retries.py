@@ -201,12 +201,15 @@ def fail_messages(
     write_rows: RowWriter,
     chunk_size: int = CHUNK_SIZE,
     on_chunk: Callable[[str, int], None] | None = None,
+    in_chunk: Callable[[Connection, int], None] | None = None,
 ) -> int:
     """Move `messages` into their forwarders' error queues with the failure headers (reason
     `failed-by-operator`), one transaction per chunk of one forwarder; returns how many moved
-    (fewer when a batch held some meanwhile). `on_chunk(forwarder, moved)` is called after each
-    commit. Raises BridgeTableMissing for a missing error queue and the DatabaseError family;
-    the chunk in hand is then rolled back (the chunks before it are committed)."""
+    (fewer when a batch held some meanwhile). `in_chunk(connection, moved)` runs in each
+    chunk's transaction before its commit (the audit record counts what it moved), and
+    `on_chunk(forwarder, moved)` after it. Raises BridgeTableMissing for a missing error
+    queue and the DatabaseError family; the chunk in hand is then rolled back (the chunks
+    before it are committed)."""
     moved = 0
     by_forwarder: dict[str, list[WaitingMessage]] = {}
     for message in messages:
@@ -216,7 +219,7 @@ def fail_messages(
         host = processing_host(forwarder)
         for chunk in _chunks(chosen, chunk_size):
             count = _fail_chunk(
-                connection, dialect, store, tables, chunk, write_rows, host, operator, now
+                connection, dialect, store, tables, chunk, write_rows, host, operator, now, in_chunk
             )
             moved += count
             if on_chunk is not None:
@@ -234,6 +237,7 @@ def _fail_chunk(
     host: ProcessingHost,
     operator: Operator,
     now: datetime,
+    in_chunk: Callable[[Connection, int], None] | None = None,
 ) -> int:
     try:
         connection.begin()
@@ -257,6 +261,8 @@ def _fail_chunk(
             error_queue = tables.error_queue
             with owned_table("error queue", dialect.grammar.render(error_queue)):
                 write_rows(connection, error_queue, failed)
+            if in_chunk is not None:
+                in_chunk(connection, len(rows))
         connection.commit()
     except BaseException:
         connection.rollback()

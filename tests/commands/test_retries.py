@@ -151,11 +151,16 @@ def test_a_fail_killed_after_its_first_chunk_loses_and_duplicates_nothing(
         assert not (set(waiting) & set(failed))
         assert max((waiting + failed).values()) == 1
         assert set(waiting) | set(failed) == ids
+        # Its audit record, written first and counted up by each chunk as it committed, says
+        # exactly what it moved before it was killed.
+        audit = "SELECT affected FROM public.sfbridge_audit WHERE command = 'retries fail'"
+        assert pg_rows(pair.sender, audit) == [(sum(failed.values()),)]
 
         again = pair.cli("retries", "fail", timeout=120)
         assert again.returncode == 0, again.stderr
         waiting, failed = places()
         assert not waiting and failed == Counter({message_id: 1 for message_id in ids})
+        assert sum(row[0] for row in pg_rows(pair.sender, audit)) == count
         assert daemon.process.poll() is None
 
 
