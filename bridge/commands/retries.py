@@ -48,7 +48,9 @@ from bridge.storage.retries import (
     retry_stores,
 )
 
-ERROR_WIDTH = 80
+# LAST ERROR, the last column, in the text listing: long enough for the bridge's own errors
+# with their advice (a line may wrap on a narrow terminal); `--json` has the full text.
+ERROR_WIDTH = 400
 _HEADINGS = (
     "MESSAGE ID",
     "FORWARDER",

@@ -68,6 +68,8 @@ def test_list_then_now_delivers_at_once_once_the_cause_is_fixed(
         assert "5 message(s)" in listed.stdout
         assert all(message_id in listed.stdout for message_id in ids)
         assert "MESSAGE ID" in listed.stdout and "LAST ERROR" in listed.stdout
+        # The last error whole, with its advice (it ends far beyond 80 characters).
+        assert "or fix the route or the destination header" in listed.stdout, listed.stdout
         as_json = json.loads(pair.cli("retries", "list", "--json").stdout)
         assert {entry["message_id"] for entry in as_json} == ids
         assert {entry["forwarder"] for entry in as_json} == {"sender"}
