@@ -23,6 +23,7 @@ from bridge.dialects import Dialect, dialect_for
 from bridge.drivers import Connection
 from bridge.exceptions import TableNotFound
 from bridge.forwarding.claim import decode_row
+from bridge.forwarding.proxies import proxy_destination
 from bridge.forwarding.writes import QueueWriter
 from bridge.headers import parse_headers, serialize_headers
 from bridge.storage.tables import forwarder_tables, owned_table
@@ -44,9 +45,19 @@ class ErrorQueue:
     forwarders: tuple[str, ...]
     owners: QueueOwners
     forwarding_queues: dict[str, TableAddress] = field(compare=False)
+    # Proxy forwarders of the database and where they deliver (a queue, as canonical text):
+    # their messages carry no routing header, so this is their destination.
+    proxies: dict[str, str] = field(compare=False, default_factory=dict)
 
     def describe(self) -> str:
         return f"error queue {self.name} in database '{self.database}'"
+
+    def destination_of(self, message: FailedMessage) -> str | None:
+        """Where `message` was going: its proxy forwarder's destination, else its routing
+        header (`FailedMessage.destination`)."""
+        if message.forwarder in self.proxies:
+            return self.proxies[message.forwarder]
+        return message.destination
 
 
 def error_queues(config: BridgeConfig, forwarder: str | None = None) -> list[ErrorQueue]:
@@ -84,6 +95,12 @@ def error_queues(config: BridgeConfig, forwarder: str | None = None) -> list[Err
                     default_catalog=database_catalog(settings),
                 ),
                 forwarding_queues=drained,
+                proxies={
+                    f.name: f"{fixed.canonical} in database '{fixed.database}'"
+                    for f in config.forwarders
+                    if f.database == database
+                    and (fixed := proxy_destination(config, f)) is not None
+                },
             )
         )
     return queues

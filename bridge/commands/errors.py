@@ -206,7 +206,7 @@ def _print_list(found: list[Found], *, as_json: bool) -> None:
         if not each.messages:
             continue
         rows: list[tuple[str, ...]] = [_HEADINGS]
-        rows += [tuple(inert(cell) for cell in _row(message)) for message in each.messages]
+        rows += [tuple(inert(cell) for cell in _row(each, message)) for message in each.messages]
         for line in _columns(rows):
             _say("  " + line)
         reasons = Counter(m.not_replayable for m in each.messages if m.not_replayable)
@@ -214,14 +214,14 @@ def _print_list(found: list[Found], *, as_json: bool) -> None:
             _say(f"  not replayed by 'errors replay': {count} message(s) marked '-': {why}")
 
 
-def _row(message: FailedMessage) -> tuple[str, ...]:
+def _row(found: Found, message: FailedMessage) -> tuple[str, ...]:
     failed_at = message.failed_at
     return (
         message.row_id,
         message.message_id or "-",
         failed_at.strftime("%Y-%m-%d %H:%M:%S") if failed_at else "-",
         message.reason or "-",
-        message.destination or "-",
+        found.queue.destination_of(message) or "-",
         "-" if message.attempts is None else str(message.attempts),
         message.forwarder or "-",
         one_line(_masked(message.exception_message), EXCEPTION_WIDTH),
@@ -249,7 +249,7 @@ def _as_json(found: Found, message: FailedMessage) -> dict[str, Any]:
         "not_replayable_because": message.not_replayable,
         "time_of_failure": failed_at.isoformat() if failed_at else None,
         "reason": message.reason,
-        "destination": message.destination,
+        "destination": found.queue.destination_of(message),
         "attempts": message.attempts,
         "exception_type": message.header("NServiceBus.ExceptionInfo.ExceptionType"),
         "exception_message": _masked(message.exception_message),
@@ -411,7 +411,8 @@ def _move_line(
         assert message.forwarder is not None
         target = found.dialect.grammar.render(found.queue.forwarding_queues[message.forwarder])
         text = (
-            f"{verb} {message.row_id} ({message.reason or '-'}, {message.destination or '-'}) "
+            f"{verb} {message.row_id} ({message.reason or '-'}, "
+            f"{found.queue.destination_of(message) or '-'}) "
             f"to {target} (forwarder '{message.forwarder}')"
         )
         if message.seq in still_unroutable:

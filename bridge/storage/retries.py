@@ -36,6 +36,12 @@ RowWriter = Callable[[Connection, TableAddress, Sequence[Sequence[object]]], Non
 
 # Rows per transaction (and per multi-row statement) when making due or failing.
 CHUNK_SIZE = 100
+# A message `fail` moves is counted as the daemon counts a claim that ends in the error queue
+# (`bridge.forwarding.settle`'s CLAIMED and ERRORS), so `status` shows it among the
+# forwarder's sent-to-error-queue and `spark reconcile` still finds claims equal to outcomes;
+# in a counters slot of its own (workers count from 0, the in-doubt sweep in -1).
+OPERATOR_COUNTS = ("claimed", "sent-to-error-queue")
+OPERATOR_COUNTER_SLOT = -2
 # Rows per read of retry storage.
 PAGE_SIZE = 500
 # The reason written into `$.sfbridge.failure-reason` for a message an operator gave up on.
@@ -261,6 +267,13 @@ def _fail_chunk(
             error_queue = tables.error_queue
             with owned_table("error queue", dialect.grammar.render(error_queue)):
                 write_rows(connection, error_queue, failed)
+            # Counted with the move, as the daemon counts a claim that ends in the error queue.
+            with owned_table("counters", dialect.grammar.render(tables.counters)):
+                for counter in OPERATOR_COUNTS:
+                    connection.execute(
+                        dialect.sql("counters_add", counters=tables.counters),
+                        (chunk[0].forwarder, counter, OPERATOR_COUNTER_SLOT, len(rows)),
+                    )
             if in_chunk is not None:
                 in_chunk(connection, len(rows))
         connection.commit()
