@@ -64,6 +64,7 @@ def run_checks(config: BridgeConfig) -> list[Finding]:
                 findings.append(Finding(True, f"database '{name}'", "reachable"))
             except DatabaseError as error:
                 findings.append(Finding(False, f"database '{name}'", f"{error.detail}"))
+        checked: set[tuple[str, TableAddress]] = set()
         for forwarder in config.forwarders:
             if forwarder.database not in reachable:
                 continue
@@ -71,10 +72,14 @@ def run_checks(config: BridgeConfig) -> list[Finding]:
             dialect = dialect_for(config.databases[forwarder.database].dialect)
             connection = connections.get(forwarder.database)
             label = f"forwarder '{forwarder.name}'"
-            # Every table `install` and the daemon create (one list, so check cannot miss one).
+            # Every table `install` and the daemon create (one list, so check cannot miss one);
+            # the tables forwarders of one database share, once.
             for step in forwarder_table_steps(config, forwarder):
                 if step.table is None or step.optional:
                     continue  # schemas: asked for with their tables; push triggers: optional
+                if (forwarder.database, step.table) in checked:
+                    continue
+                checked.add((forwarder.database, step.table))
                 if step.table == tables.queue:
                     subject, check = f"{label} queue", _check_queue
                 elif step.table == tables.error_queue:

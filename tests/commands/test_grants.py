@@ -216,6 +216,11 @@ def test_check_looks_at_every_bridge_table_and_says_a_dba_must_create_what_the_l
 ) -> None:
     drop_sender_tables(pg_pair, "sfbridge_pauses", "sfbridge_audit")
     config = as_role(pg_pair, dml_role, tmp_path / "as-role.yaml")
+    # A second forwarder in the same database: its own queue is missing too; the tables the
+    # two share are looked at (and counted) once.
+    raw = yaml.safe_load(config.read_text())
+    raw["forwarders"].append({"name": "second", "database": "sender", "queue": "second_forward"})
+    write_config(config, raw)
 
     check = sfbridge("-c", str(config), "check")
     lines = check.stdout.splitlines()
@@ -228,7 +233,8 @@ def test_check_looks_at_every_bridge_table_and_says_a_dba_must_create_what_the_l
     assert '"public"."sfbridge_daemons" exists' in check.stdout
     assert '"public"."sfbridge_transactions" exists' in check.stdout
     [summary] = [ln for ln in lines if "bridge tables:" in ln]
-    assert "2 missing" in summary and "creates them all now" not in summary, summary
+    assert '"public"."second_forward" is missing' in check.stdout
+    assert "3 missing" in summary and "creates them all now" not in summary, summary
     assert "a DBA must run the DDL of 'sfbridge install --print-sql'" in summary
     assert check.returncode == 1
 
