@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from bridge.config.model import BridgeConfig
 from bridge.connections import Connections
 from bridge.dialects import dialect_for
-from bridge.exceptions import DatabaseError, TableNotFound
+from bridge.exceptions import DatabaseError, DatabaseUnavailable, TableNotFound
 from bridge.storage.daemons import DaemonRecord, forget_daemons, save_daemon, this_daemon
 from bridge.storage.grants import lacking_right
 from bridge.storage.tables import create_tables, forwarder_table_steps, forwarder_tables
@@ -83,7 +83,11 @@ class Heartbeat:
                         "show this daemon as missing there; %s",
                         database,
                         error,
-                        self._advice(connections, database),
+                        # Unreachable: the outage is logged as such; asking again would wait
+                        # out another connect timeout.
+                        "it is written again once the database answers"
+                        if isinstance(error, DatabaseUnavailable)
+                        else self._advice(connections, database),
                     )
                 else:
                     log.debug("heartbeat not written to '%s': %s", database, error)
