@@ -20,7 +20,12 @@ from bridge.dialects import dialect_for
 from bridge.exceptions import DatabaseError, DatabaseUnavailable, TableNotFound
 from bridge.storage.daemons import DaemonRecord, forget_daemons, save_daemon, this_daemon
 from bridge.storage.grants import lacking_right
-from bridge.storage.tables import create_tables, forwarder_table_steps, forwarder_tables
+from bridge.storage.tables import (
+    create_tables,
+    forwarder_table_steps,
+    forwarder_tables,
+    log_created,
+)
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +159,8 @@ class Heartbeat:
                 if attempt == 2 or not self.config.install.at_runtime:
                     raise
                 steps = forwarder_table_steps(self.config, forwarder)
-                create_tables(connection, dialect, steps, only_missing=True)
+                created = create_tables(connection, dialect, steps, only_missing=True)
+                log_created(forwarder.name, database, created)
 
 
 def _utcnow() -> datetime:
