@@ -11,13 +11,22 @@ from __future__ import annotations
 import getpass
 import logging
 import socket
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from bridge.addressing import TableAddress
 from bridge.config.model import BridgeConfig, ForwarderConfig
 from bridge.connections import Connections
 from bridge.dialects import dialect_for
+from bridge.drivers import Connection
 from bridge.exceptions import BridgeTableMissing, DatabaseError
-from bridge.storage.audit import AuditEntry, read_entries, record_entry
+from bridge.storage.audit import (
+    AuditEntry,
+    add_affected,
+    open_entry,
+    read_entries,
+    record_entry,
+)
 from bridge.storage.tables import create_tables, forwarder_table_steps, forwarder_tables
 
 log = logging.getLogger("sfbridge.audit")
@@ -42,23 +51,8 @@ def record_command(
     """Log and record that `command` (e.g. `retries fail`) on `target` (its forwarder,
     destination or filters) affected `affected` messages or rows in the forwarding database
     `database`. Never raises for the record: warns instead."""
-    entry = AuditEntry(
-        recorded_at=datetime.now(UTC).replace(tzinfo=None),
-        operator=operator_name(),
-        host=socket.gethostname(),
-        command=command,
-        target=target,
-        affected=affected,
-    )
-    log.info(
-        "audit: %s@%s ran '%s' on %s in database '%s': %d affected",
-        entry.operator,
-        entry.host,
-        command,
-        target,
-        database,
-        affected,
-    )
+    entry = _entry(command, target, affected)
+    _log(entry, database, affected)
     forwarder = next((f for f in config.forwarders if f.database == database), None)
     if forwarder is None:
         return
@@ -89,12 +83,7 @@ def _record(
         except BridgeTableMissing:
             if not config.install.at_runtime:
                 raise
-            steps = [
-                step
-                for step in forwarder_table_steps(config, forwarder)
-                if step.table == table or (step.table is None and step.schema == table.schema)
-            ]
-            create_tables(connection, dialect, steps, only_missing=True)
+            _create(config, connection, forwarder, table)
             record_entry(connection, dialect, table, entry)
     except DatabaseError as error:
         connections.discard(database, "audit")
@@ -105,6 +94,101 @@ def _record(
             database,
             error,
         )
+
+
+@dataclass
+class OpenCommand:
+    """A command of several transactions recorded before it starts (`open_command`): each of
+    its transactions adds what it moved (`add`), so its record is exact even when it is
+    killed half way; `close` logs the total."""
+
+    config: BridgeConfig
+    database: str
+    entry: AuditEntry
+    seq: int | None  # None: its row could not be written (warned); the log line still comes
+    affected: int = 0
+
+    def add(self, connection: Connection, count: int) -> None:
+        """Count `count` more in the caller's transaction on `connection` (the forwarding
+        database's, the one that moved them)."""
+        self.affected += count
+        if self.seq is None or count == 0:
+            return
+        forwarder = next(f for f in self.config.forwarders if f.database == self.database)
+        dialect = dialect_for(self.config.databases[self.database].dialect)
+        table = forwarder_tables(self.config, forwarder).audit
+        add_affected(connection, dialect, table, self.seq, count)
+
+    def close(self) -> None:
+        _log(self.entry, self.database, self.affected)
+
+
+def open_command(
+    config: BridgeConfig, connection: Connection, database: str, command: str, target: str
+) -> OpenCommand:
+    """Record in `database`'s audit log, on `connection` (no transaction open, none left
+    open), that `command` on `target` starts, with nothing affected yet. Never raises for
+    the record: warns instead, and the command runs unrecorded in the table."""
+    entry = _entry(command, target, 0)
+    forwarder = next((f for f in config.forwarders if f.database == database), None)
+    if forwarder is None:
+        return OpenCommand(config, database, entry, None)
+    dialect = dialect_for(config.databases[database].dialect)
+    table = forwarder_tables(config, forwarder).audit
+    try:
+        try:
+            seq = open_entry(connection, dialect, table, entry)
+        except BridgeTableMissing:
+            if not config.install.at_runtime:
+                raise
+            _create(config, connection, forwarder, table)
+            seq = open_entry(connection, dialect, table, entry)
+    except DatabaseError as error:
+        log.warning(
+            "could not record '%s' in the audit log of database '%s' (%s); the command runs "
+            "unrecorded there",
+            command,
+            database,
+            error,
+        )
+        return OpenCommand(config, database, entry, None)
+    return OpenCommand(config, database, entry, seq)
+
+
+def _entry(command: str, target: str, affected: int) -> AuditEntry:
+    return AuditEntry(
+        recorded_at=datetime.now(UTC).replace(tzinfo=None),
+        operator=operator_name(),
+        host=socket.gethostname(),
+        command=command,
+        target=target,
+        affected=affected,
+    )
+
+
+def _log(entry: AuditEntry, database: str, affected: int) -> None:
+    log.info(
+        "audit: %s@%s ran '%s' on %s in database '%s': %d affected",
+        entry.operator,
+        entry.host,
+        entry.command,
+        entry.target,
+        database,
+        affected,
+    )
+
+
+def _create(
+    config: BridgeConfig, connection: Connection, forwarder: ForwarderConfig, table: TableAddress
+) -> None:
+    """Create the audit log (and its schema where missing), as the daemon would."""
+    dialect = dialect_for(config.databases[forwarder.database].dialect)
+    steps = [
+        step
+        for step in forwarder_table_steps(config, forwarder)
+        if step.table == table or (step.table is None and step.schema == table.schema)
+    ]
+    create_tables(connection, dialect, steps, only_missing=True)
 
 
 def recent_commands(

@@ -26,7 +26,7 @@ from bridge.messages import Forward, NoSubscribers, Publish
 from bridge.routing import Router
 from bridge.storage.grants import missing_create_right
 from bridge.storage.ledger import ledger_address, ledger_databases
-from bridge.storage.tables import forwarder_tables
+from bridge.storage.tables import forwarder_table_steps, forwarder_tables
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,8 @@ class Finding:
     detail: str
     warning: bool = False
     missing_table: bool = False  # a table the bridge owns (and `install` creates) is missing
+    # Missing, and the bridge's login may not create it: a DBA must (or grant the right).
+    needs_dba: bool = False
 
     def __str__(self) -> str:
         label = "PROBLEM" if not self.ok else "WARNING" if self.warning else "ok     "
@@ -62,6 +64,7 @@ def run_checks(config: BridgeConfig) -> list[Finding]:
                 findings.append(Finding(True, f"database '{name}'", "reachable"))
             except DatabaseError as error:
                 findings.append(Finding(False, f"database '{name}'", f"{error.detail}"))
+        checked: set[tuple[str, TableAddress]] = set()
         for forwarder in config.forwarders:
             if forwarder.database not in reachable:
                 continue
@@ -69,24 +72,21 @@ def run_checks(config: BridgeConfig) -> list[Finding]:
             dialect = dialect_for(config.databases[forwarder.database].dialect)
             connection = connections.get(forwarder.database)
             label = f"forwarder '{forwarder.name}'"
-            findings.extend(
-                _check_queue(config, connection, dialect, tables.queue, f"{label} queue")
-            )
-            findings.extend(
-                _check_queue(
-                    config, connection, dialect, tables.error_queue, f"{label} error queue"
-                )
-            )
-            for address, what in (
-                (tables.retry, "retry storage"),
-                (tables.counters, "counters"),
-                (tables.event_types, "event types"),
-                (tables.destination_states, "destination states"),
-                (tables.forwarder_states, "forwarder states"),
-            ):
-                findings.extend(
-                    _check_exists(config, connection, dialect, address, f"{label} {what}")
-                )
+            # Every table `install` and the daemon create (one list, so check cannot miss one);
+            # the tables forwarders of one database share, once.
+            for step in forwarder_table_steps(config, forwarder):
+                if step.table is None or step.optional:
+                    continue  # schemas: asked for with their tables; push triggers: optional
+                if (forwarder.database, step.table) in checked:
+                    continue
+                checked.add((forwarder.database, step.table))
+                if step.table == tables.queue:
+                    subject, check = f"{label} queue", _check_queue
+                elif step.table == tables.error_queue:
+                    subject, check = f"{label} error queue", _check_queue
+                else:
+                    subject, check = f"{label} {step.description}", _check_exists
+                findings.extend(check(config, connection, dialect, step.table, subject))
         for forwarder in config.forwarders:
             if forwarder.destination is not None:
                 findings.extend(_check_proxy(config, forwarder, connections, reachable))
@@ -109,21 +109,25 @@ def run_checks(config: BridgeConfig) -> list[Finding]:
                     dialect,
                     ledger_address(config, name),
                     f"database '{name}' dedup ledger",
+                    "the messages routed there wait in retry storage",
                 )
             )
     finally:
         connections.close()
     missing = sum(1 for finding in findings if finding.missing_table)
     if missing:
-        findings.append(
-            Finding(
-                True,
-                "bridge tables",
-                f"{missing} missing: 'sfbridge install' creates them all now (a DBA can run "
-                "the DDL of 'sfbridge install --print-sql' instead)",
-                warning=True,
+        if any(finding.needs_dba for finding in findings):
+            advice = (
+                "the bridge's login may not create some of them (see the lines above): a DBA "
+                "must run the DDL of 'sfbridge install --print-sql', or grant the login the "
+                "right named above and then run 'sfbridge install'"
             )
-        )
+        else:
+            advice = (
+                "'sfbridge install' creates them all now (a DBA can run the DDL of "
+                "'sfbridge install --print-sql' instead)"
+            )
+        findings.append(Finding(True, "bridge tables", f"{missing} missing: {advice}", True))
     return findings
 
 
@@ -277,12 +281,13 @@ def _check_exists(
     dialect: Dialect,
     address: TableAddress,
     subject: str,
+    meanwhile: str = "the daemon cannot forward from this database",
 ) -> Iterator[Finding]:
     rendered = dialect.grammar.render(address)
     if _columns(connection, dialect, address):
         yield Finding(True, subject, f"{rendered} exists")
         return
-    yield _missing_owned_table(config, connection, dialect, address, subject)
+    yield _missing_owned_table(config, connection, dialect, address, subject, meanwhile)
 
 
 def _missing_owned_table(
@@ -291,6 +296,7 @@ def _missing_owned_table(
     dialect: Dialect,
     address: TableAddress,
     subject: str,
+    meanwhile: str = "the daemon cannot forward from this database",
 ) -> Finding:
     """A table the bridge owns is missing: fine when the daemon will create it, else say who
     must."""
@@ -318,9 +324,9 @@ def _missing_owned_table(
         return Finding(
             False,
             subject,
-            f"{rendered} is missing and {lacking.advice()}; until then its messages wait in "
-            "retry storage",
+            f"{rendered} is missing and {lacking.advice()}; until then {meanwhile}",
             missing_table=True,
+            needs_dba=True,
         )
     return Finding(
         True,

@@ -395,7 +395,7 @@ def _send(config: BridgeConfig, args: argparse.Namespace) -> int:
     print(inert(f"sent {len(ids)} message(s) to {where} through forwarder '{name}'"))
     if len(ids) <= 10:
         for message_id in ids:
-            print(f"  {message_id}")
+            print(f"  {inert(message_id)}")
     return ExitCode.OK
 
 

@@ -23,6 +23,7 @@ from bridge.dialects import Dialect, dialect_for
 from bridge.drivers import Connection
 from bridge.exceptions import TableNotFound
 from bridge.forwarding.claim import decode_row
+from bridge.forwarding.proxies import proxy_destination
 from bridge.forwarding.writes import QueueWriter
 from bridge.headers import parse_headers, serialize_headers
 from bridge.storage.tables import forwarder_tables, owned_table
@@ -44,9 +45,19 @@ class ErrorQueue:
     forwarders: tuple[str, ...]
     owners: QueueOwners
     forwarding_queues: dict[str, TableAddress] = field(compare=False)
+    # Proxy forwarders of the database and where they deliver (a queue, as canonical text):
+    # their messages carry no routing header, so this is their destination.
+    proxies: dict[str, str] = field(compare=False, default_factory=dict)
 
     def describe(self) -> str:
         return f"error queue {self.name} in database '{self.database}'"
+
+    def destination_of(self, message: FailedMessage) -> str | None:
+        """Where `message` was going: its proxy forwarder's destination, else its routing
+        header (`FailedMessage.destination`)."""
+        if message.forwarder in self.proxies:
+            return self.proxies[message.forwarder]
+        return message.destination
 
 
 def error_queues(config: BridgeConfig, forwarder: str | None = None) -> list[ErrorQueue]:
@@ -84,6 +95,12 @@ def error_queues(config: BridgeConfig, forwarder: str | None = None) -> list[Err
                     default_catalog=database_catalog(settings),
                 ),
                 forwarding_queues=drained,
+                proxies={
+                    f.name: f"{fixed.canonical} in database '{fixed.database}'"
+                    for f in config.forwarders
+                    if f.database == database
+                    and (fixed := proxy_destination(config, f)) is not None
+                },
             )
         )
     return queues
@@ -159,13 +176,15 @@ def replay_messages(
     writer: QueueWriter | None = None,
     batch_size: int = BATCH_SIZE,
     on_batch: Callable[[list[FailedMessage], str], None] | None = None,
+    in_batch: Callable[[Connection, int], None] | None = None,
 ) -> MoveReport:
     """Move `messages` (replayable ones, read from `queue`) back into the forwarding queues
     their `NServiceBus.FailedQ` names, without the failure headers; one transaction per batch.
 
-    `on_batch(moved, forwarder)` is called after each commit. Raises BridgeTableMissing for
-    a missing queue and the DatabaseError family; the batch in hand is then rolled back (the
-    batches before it are committed).
+    `in_batch(connection, moved)` runs in each batch's transaction before its commit (the
+    audit record counts what it moved), `on_batch(moved, forwarder)` after it. Raises
+    BridgeTableMissing for a missing queue and the DatabaseError family; the batch in hand is
+    then rolled back (the batches before it are committed).
     """
     writer = writer or QueueWriter()
     report = MoveReport()
@@ -178,7 +197,7 @@ def replay_messages(
         target = queue.forwarding_queues[forwarder]
         for start in range(0, len(chosen), batch_size):
             batch = chosen[start : start + batch_size]
-            moved = _replay_batch(connection, dialect, queue, target, batch, writer)
+            moved = _replay_batch(connection, dialect, queue, target, batch, writer, in_batch)
             report.moved += moved
             moved_seqs = {message.seq for message in moved}
             report.gone += [message for message in batch if message.seq not in moved_seqs]
@@ -194,6 +213,7 @@ def _replay_batch(
     target: TableAddress,
     batch: Sequence[FailedMessage],
     writer: QueueWriter,
+    in_batch: Callable[[Connection, int], None] | None = None,
 ) -> list[FailedMessage]:
     by_seq = {message.seq: message for message in batch}
     try:
@@ -216,6 +236,8 @@ def _replay_batch(
                 ]
             with owned_table("forwarding queue", dialect.grammar.render(target)):
                 writer.write(connection, dialect, "send_many", target, parameters, len(claimed))
+            if in_batch is not None:
+                in_batch(connection, len(claimed))
         connection.commit()
     except BaseException:
         connection.rollback()
@@ -230,20 +252,25 @@ def purge_messages(
     messages: Sequence[FailedMessage],
     *,
     batch_size: int = BATCH_SIZE,
+    in_batch: Callable[[Connection, int], None] | None = None,
 ) -> int:
     """Delete `messages` from `queue`, one transaction per batch; returns how many rows were
-    deleted (fewer when someone else took some meanwhile). Raises the DatabaseError family."""
+    deleted (fewer when someone else took some meanwhile). `in_batch(connection, deleted)`
+    runs in each batch's transaction before its commit. Raises the DatabaseError family."""
     deleted = 0
     for start in range(0, len(messages), batch_size):
         batch = messages[start : start + batch_size]
         try:
             connection.begin()
             with owned_table("error queue", queue.name):
-                deleted += connection.execute(
+                count = connection.execute(
                     dialect.sql("error_queue_delete_many", rows=len(batch), queue=queue.address),
                     [message.seq for message in batch],
                 )
+            if in_batch is not None:
+                in_batch(connection, count)
             connection.commit()
+            deleted += count
         except BaseException:
             connection.rollback()
             raise

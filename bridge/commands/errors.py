@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
-from bridge.commands.audit import record_command
+from bridge.commands.audit import open_command
 from bridge.commands.error_queues import (
     ErrorQueue,
     error_queues,
@@ -206,7 +206,7 @@ def _print_list(found: list[Found], *, as_json: bool) -> None:
         if not each.messages:
             continue
         rows: list[tuple[str, ...]] = [_HEADINGS]
-        rows += [tuple(inert(cell) for cell in _row(message)) for message in each.messages]
+        rows += [tuple(inert(cell) for cell in _row(each, message)) for message in each.messages]
         for line in _columns(rows):
             _say("  " + line)
         reasons = Counter(m.not_replayable for m in each.messages if m.not_replayable)
@@ -214,14 +214,14 @@ def _print_list(found: list[Found], *, as_json: bool) -> None:
             _say(f"  not replayed by 'errors replay': {count} message(s) marked '-': {why}")
 
 
-def _row(message: FailedMessage) -> tuple[str, ...]:
+def _row(found: Found, message: FailedMessage) -> tuple[str, ...]:
     failed_at = message.failed_at
     return (
         message.row_id,
         message.message_id or "-",
         failed_at.strftime("%Y-%m-%d %H:%M:%S") if failed_at else "-",
         message.reason or "-",
-        message.destination or "-",
+        found.queue.destination_of(message) or "-",
         "-" if message.attempts is None else str(message.attempts),
         message.forwarder or "-",
         one_line(_masked(message.exception_message), EXCEPTION_WIDTH),
@@ -249,7 +249,7 @@ def _as_json(found: Found, message: FailedMessage) -> dict[str, Any]:
         "not_replayable_because": message.not_replayable,
         "time_of_failure": failed_at.isoformat() if failed_at else None,
         "reason": message.reason,
-        "destination": message.destination,
+        "destination": found.queue.destination_of(message),
         "attempts": message.attempts,
         "exception_type": message.header("NServiceBus.ExceptionInfo.ExceptionType"),
         "exception_message": _masked(message.exception_message),
@@ -366,21 +366,26 @@ def _replay(
             for message in batch:
                 _say(describe_move("moved", message))
 
+        database = each.queue.database
         try:
-            result = replay_messages(
-                connections.get(each.queue.database), each.dialect, each.queue, replayable,
-                on_batch=report,
-            )  # fmt: skip
+            connection = connections.get(database)
+            # Recorded first, each batch adding its count as it commits: exact if killed.
+            audit = open_command(
+                config, connection, database, "errors replay", f"{each.queue.name} {filters}"
+            )
+            try:
+                result = replay_messages(
+                    connection, each.dialect, each.queue, replayable, on_batch=report,
+                    in_batch=audit.add,
+                )  # fmt: skip
+            finally:
+                audit.close()
         except DatabaseError as error:
-            connections.discard(each.queue.database)
+            connections.discard(database)
             problems.append(error)
             continue
         moved += len(result.moved)
         gone += len(result.gone)
-        record_command(
-            config, connections, each.queue.database, "errors replay",
-            f"{each.queue.name} {filters}", len(result.moved),
-        )  # fmt: skip
         for message in result.gone:
             _say(f"gone    {message.row_id}: no longer in {each.queue.name} (taken meanwhile)")
     total = sum(len(each.messages) for each in found)
@@ -406,7 +411,8 @@ def _move_line(
         assert message.forwarder is not None
         target = found.dialect.grammar.render(found.queue.forwarding_queues[message.forwarder])
         text = (
-            f"{verb} {message.row_id} ({message.reason or '-'}, {message.destination or '-'}) "
+            f"{verb} {message.row_id} ({message.reason or '-'}, "
+            f"{found.queue.destination_of(message) or '-'}) "
             f"to {target} (forwarder '{message.forwarder}')"
         )
         if message.seq in still_unroutable:
@@ -473,19 +479,23 @@ def _purge(
         ):
             _say(f"kept the messages in error queue {name}")
             continue
+        database = each.queue.database
         try:
-            deleted = purge_messages(
-                connections.get(each.queue.database), each.dialect, each.queue, each.messages
+            connection = connections.get(database)
+            audit = open_command(
+                config, connection, database, "errors purge", f"{each.queue.name} {filters}"
             )
+            try:
+                deleted = purge_messages(
+                    connection, each.dialect, each.queue, each.messages, in_batch=audit.add
+                )
+            finally:
+                audit.close()
         except DatabaseError as error:
-            connections.discard(each.queue.database)
+            connections.discard(database)
             problems.append(error)
             continue
         _say(f"deleted {deleted} message(s) from error queue {name}")
-        record_command(
-            config, connections, each.queue.database, "errors purge",
-            f"{each.queue.name} {filters}", deleted,
-        )  # fmt: skip
     return ExitCode.OK
 
 

@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from bridge.addressing import TableAddress
-from bridge.commands.audit import operator_name, record_command
+from bridge.commands.audit import OpenCommand, open_command, operator_name, record_command
 from bridge.commands.failed_messages import one_line
 from bridge.config.model import BridgeConfig
 from bridge.connections import Connections
@@ -48,7 +48,9 @@ from bridge.storage.retries import (
     retry_stores,
 )
 
-ERROR_WIDTH = 80
+# LAST ERROR, the last column, in the text listing: long enough for the bridge's own errors
+# with their advice (a line may wrap on a narrow terminal); `--json` has the full text.
+ERROR_WIDTH = 400
 _HEADINGS = (
     "MESSAGE ID",
     "FORWARDER",
@@ -319,19 +321,23 @@ def _fail(
         skipped += len(each.messages) - len(chosen)
         if not chosen:
             continue
+        database = each.store.database
         try:
-            count, left = _fail_passes(
-                config, connections.get(each.store.database), each, chosen, operator, writer
-            )
+            connection = connections.get(database)
+            # Recorded first, each chunk adding its count as it commits: exact if killed.
+            audit = open_command(config, connection, database, "retries fail", filters.describe())
+            try:
+                count, left = _fail_passes(
+                    config, connection, each, chosen, operator, writer, audit
+                )
+            finally:
+                audit.close()
         except DatabaseError as error:
-            connections.discard(each.store.database)
+            connections.discard(database)
             problems.append(error)
             continue
         moved += count
         busy += left
-        record_command(
-            config, connections, each.store.database, "retries fail", filters.describe(), count
-        )
     if moved + skipped + busy == 0 and not problems:
         print("no messages in retry storage match; nothing to do")
         return
@@ -355,6 +361,7 @@ def _fail_passes(
     chosen: Sequence[WaitingMessage],
     operator: Operator,
     writer: QueueWriter,
+    audit: OpenCommand,
 ) -> tuple[int, int]:
     """Fail `chosen`; a row a batch held is looked for again (under its new key, by its Id and
     destination) a few times. Returns (moved, still held or gone)."""
@@ -375,6 +382,7 @@ def _fail_passes(
         count = fail_messages(
             connection, dialect, found.store, pending, operator=operator,
             now=datetime.now(UTC).replace(tzinfo=None), write_rows=write_rows, on_chunk=report,
+            in_chunk=audit.add,
         )  # fmt: skip
         moved += count
         if count == len(pending) or attempt == FAIL_PASSES - 1:

@@ -5,8 +5,9 @@ The message is classified by the data path's own `classify` with the forwarder's
 (routes, proxy destination, SQL Server catalogs), so the answer is the daemon's, suggestions
 included. Nothing is read from a database, except the subscribers of a published event from
 the `subscription_tables`, when the config lists any. Every text that came from a database
-or from the command line is printed quoted (`repr`), and every line goes through `inert`, so
-nothing in it can act on a terminal.
+or from the command line is printed between single quotes as it is (backslashes and quotes
+kept, not Python's `repr`), and every line goes through `inert`, so nothing in it can act on
+a terminal.
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ def run_route(config: BridgeConfig, args: argparse.Namespace) -> int:
     name = args.forwarder or names[0]
     if name not in names:
         _say(
-            f"sfbridge route: no forwarder named {name!r} (forwarders: {', '.join(names)})",
+            f"sfbridge route: no forwarder named '{name}' (forwarders: {', '.join(names)})",
             file=sys.stderr,
         )
         return ExitCode.USAGE
@@ -103,9 +104,9 @@ def _heading(
     source = config.databases[forwarder.database]
     what = []
     if address is not None:
-        what.append(f"destination {address!r}")
+        what.append(f"destination '{address}'")
     if event_type is not None:
-        what.append(f"event type {event_type!r}")
+        what.append(f"event type '{event_type}'")
     if not what:
         what.append("no routing header")
     return (
@@ -153,7 +154,7 @@ def _delivery_lines(
     )
     if choice.route is not None:
         route = config.routes[choice.route]
-        lines.append(f"     by routes[{choice.route}] (match {route.match!r}), {crossing}")
+        lines.append(f"     by routes[{choice.route}] (match '{route.match}'), {crossing}")
     else:
         lines.append(f"     by its catalog, no route needed, {crossing}")
     if choice.catalog is not None:
@@ -176,7 +177,7 @@ def _error_queue_line(
 def _publish(
     config: BridgeConfig, forwarder: ForwarderConfig, router: Router, publish: Publish
 ) -> int:
-    topics = ", ".join(repr(topic) for topic in publish.topics)
+    topics = ", ".join(f"'{topic}'" for topic in publish.topics)
     _say(f"  subscribers are looked up for the topics {topics}")
     lookup = SubscriberDirectory(config, forwarder.database).lookup(publish.topics)
     fanned = fan_out(publish, lookup.subscribers, router, fallback_message_id="sfbridge-route")
@@ -187,12 +188,12 @@ def _publish(
                 "(publish.no_subscribers: drop)"
             )
             return ExitCode.OK
-        reason = f"published event {publish.topics[0]!r} has no subscribers"
+        reason = f"published event '{publish.topics[0]}' has no subscribers"
         _say(_error_queue_line(config, forwarder, "no-subscribers", reason))
         return ExitCode.FAILED
     failed = False
     for copy in fanned.copies:
-        listed = "; ".join(f"{s.address!r} ({s.source})" for s in copy.subscribers)
+        listed = "; ".join(f"'{s.address}' ({s.source})" for s in copy.subscribers)
         _say(f"  subscriber {listed}:")
         decision = copy.decision
         if isinstance(decision, Forward):

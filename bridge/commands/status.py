@@ -167,7 +167,7 @@ def _destinations(
         else:
             row = state
             age = (now - row["updated_at"]).total_seconds()
-            reporter = daemons.get(row["reported_by"])
+            reporter = _reporter(daemons, row["reported_by"])
             entry.update(
                 state=row["state"],
                 since=_iso(row["since"]),
@@ -184,9 +184,19 @@ def _destinations(
     return result
 
 
+def _reporter(daemons: dict[str, str], reported_by: str) -> str | None:
+    """The liveness of the daemon that wrote a state row: `running`, `stopped`, `missing`, or
+    `gone` when the daemons table has rows but none of it (a daemon starting on its host
+    forgets the host's earlier daemons that stopped or went missing: it replaced them). None
+    when no daemon has recorded itself (an sfbridge from before the daemons table)."""
+    if reported_by in daemons:
+        return daemons[reported_by]
+    return "gone" if daemons else None
+
+
 def _stale(reporter: str | None, age: float) -> bool:
     """Whether a state row no longer describes now: its daemon is known and not running, or
-    (a daemon the daemons table does not know) it was not refreshed for long."""
+    (no daemon recorded at all) it was not refreshed for long."""
     if reporter is not None:
         return reporter != "running"
     return age > STALE_STATE_SECONDS
@@ -315,7 +325,7 @@ def _failing(
     failing = []
     for row in rows:
         age = (now - row["updated_at"]).total_seconds()
-        stale = _stale(daemons.get(row["reported_by"]), age)
+        stale = _stale(_reporter(daemons, row["reported_by"]), age)
         if row["forwarder"] != forwarder or row["state"] != "failing" or stale:
             continue
         failing.append(
@@ -436,6 +446,8 @@ def _render_destination(entry: dict[str, Any]) -> list[str]:
     seen = f"seen {_human(entry['seen_seconds_ago'])} ago by {entry['reported_by']}"
     if entry.get("reporter_state") in ("stopped", "missing"):
         seen += f", which is {entry['reporter_state']}: not current"
+    elif entry.get("reporter_state") == "gone":
+        seen += ", which no longer runs: not current"
     elif entry["stale"]:
         seen += " - stale: is the daemon running?"
     if state == "up":

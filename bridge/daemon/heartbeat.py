@@ -17,9 +17,15 @@ from datetime import UTC, datetime
 from bridge.config.model import BridgeConfig
 from bridge.connections import Connections
 from bridge.dialects import dialect_for
-from bridge.exceptions import DatabaseError, TableNotFound
+from bridge.exceptions import DatabaseError, DatabaseUnavailable, TableNotFound
 from bridge.storage.daemons import DaemonRecord, forget_daemons, save_daemon, this_daemon
-from bridge.storage.tables import create_tables, forwarder_table_steps, forwarder_tables
+from bridge.storage.grants import lacking_right
+from bridge.storage.tables import (
+    create_tables,
+    forwarder_table_steps,
+    forwarder_tables,
+    log_created,
+)
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +43,9 @@ class Heartbeat:
         self._guard = threading.Lock()
         self._stopping = False
         self._introduced: set[str] = set()  # databases where earlier daemons were forgotten
+        # Databases whose heartbeat failed and was logged: one warning per failure, not per
+        # beat, and again once it recovered and failed anew.
+        self._failing: set[str] = set()
 
     def forwarding_databases(self) -> list[str]:
         return list(dict.fromkeys(forwarder.database for forwarder in self.config.forwarders))
@@ -72,8 +81,53 @@ class Heartbeat:
             try:
                 self._write(connections, database, state)
             except DatabaseError as error:
+                if database not in self._failing:
+                    self._failing.add(database)
+                    log.warning(
+                        "heartbeat not written to database '%s' (%s): 'sfbridge status' will "
+                        "show this daemon as missing there; %s",
+                        database,
+                        error,
+                        # Unreachable: the outage is logged as such; asking again would wait
+                        # out another connect timeout.
+                        "it is written again once the database answers"
+                        if isinstance(error, DatabaseUnavailable)
+                        else self._advice(connections, database),
+                    )
+                else:
+                    log.debug("heartbeat not written to '%s': %s", database, error)
                 connections.discard(database)
-                log.debug("heartbeat not written to '%s': %s", database, error)
+                return
+            if database in self._failing:
+                self._failing.discard(database)
+                log.info("heartbeat written to database '%s' again", database)
+
+    def _advice(self, connections: Connections, database: str) -> str:
+        """What to do about a heartbeat that failed: the GRANT the login lacks to create the
+        daemons table when that is the cause, else where to look."""
+        forwarder = next(f for f in self.config.forwarders if f.database == database)
+        table = forwarder_tables(self.config, forwarder).daemons
+        dialect = dialect_for(self.config.databases[database].dialect)
+        rendered = dialect.grammar.render(table)
+        try:
+            connection = connections.get(database)
+            exists = bool(
+                connection.query(
+                    dialect.sql("table_columns", queue=table), (table.schema, table.table)
+                )
+            )
+            connection.rollback()
+            lacking = None if exists else lacking_right(connection, dialect, [table.schema])
+        except DatabaseError:
+            return f"'sfbridge check' says what is wrong with {rendered}"
+        if lacking is not None:
+            return f"{rendered} is missing and {lacking.advice()}"
+        if not exists:
+            return f"{rendered} is missing: run 'sfbridge install'"
+        return (
+            f"the login needs SELECT, INSERT, UPDATE and DELETE on {rendered} "
+            "('sfbridge check' says more)"
+        )
 
     def _write(self, connections: Connections, database: str, state: str) -> None:
         forwarder = next(f for f in self.config.forwarders if f.database == database)
@@ -105,19 +159,14 @@ class Heartbeat:
                 if attempt == 2 or not self.config.install.at_runtime:
                     raise
                 # Only the daemons table (and its schema): the forwarder's other tables are
-                # its workers' to create, with the warning that names each (`healing`).
+                # its workers' to create (`healing`).
                 steps = [
                     step
                     for step in forwarder_table_steps(self.config, forwarder)
                     if step.table is None or step.table == table
                 ]
-                for step in create_tables(connection, dialect, steps, only_missing=True):
-                    if step.table is not None:
-                        log.warning(
-                            "created %s in database '%s' (it was missing)",
-                            step.description,
-                            database,
-                        )
+                created = create_tables(connection, dialect, steps, only_missing=True)
+                log_created(forwarder.name, database, created)
 
 
 def _utcnow() -> datetime:

@@ -17,7 +17,12 @@ from bridge.drivers import Connection
 from bridge.exceptions import DatabaseError, TableNotFound
 from bridge.outages import OutageTracker
 from bridge.storage.daemons import this_daemon
-from bridge.storage.tables import create_tables, forwarder_table_steps, forwarder_tables
+from bridge.storage.tables import (
+    create_tables,
+    forwarder_table_steps,
+    forwarder_tables,
+    log_created,
+)
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +124,8 @@ class StatePublisher:
                 if attempt == 2 or not self._config.install.at_runtime:
                     raise
                 steps = forwarder_table_steps(self._config, forwarder)
-                create_tables(connection, dialect, steps, only_missing=True)
+                created = create_tables(connection, dialect, steps, only_missing=True)
+                log_created(forwarder.name, forwarder.database, created)
 
 
 def _one_forwarder_per_database(config: BridgeConfig) -> list[Any]:

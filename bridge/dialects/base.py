@@ -226,6 +226,8 @@ STATEMENT_NAMES = frozenset(
         "retry_take_row",
         "create_audit_table",
         "audit_record",
+        "audit_open",
+        "audit_add",
         "audit_read",
         "work_queue",
         "work_retry",

@@ -378,6 +378,12 @@ STATEMENTS: dict[str, str] = {
     "audit_record": """
         INSERT INTO {audit} (recorded_at, operator, host, command, target, affected)
         VALUES (?, ?, ?, ?, ?, ?)""",
+    # A command of several transactions: its row first (affected 0), its seq back; each
+    # transaction then adds what it moved.
+    "audit_open": """
+        INSERT INTO {audit} (recorded_at, operator, host, command, target, affected)
+        VALUES (?, ?, ?, ?, ?, 0) RETURNING seq""",
+    "audit_add": "UPDATE {audit} SET affected = affected + ? WHERE seq = ?",
     "audit_read": """
         SELECT recorded_at, operator, host, command, target, affected FROM {audit}
         ORDER BY seq DESC LIMIT ?""",

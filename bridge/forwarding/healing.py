@@ -32,7 +32,12 @@ from bridge.storage.ledger import (
     ensure_ledger,
     ledger_grant_advice,
 )
-from bridge.storage.tables import create_tables, forwarder_table_steps, upgrade_retry_table
+from bridge.storage.tables import (
+    create_tables,
+    forwarder_table_steps,
+    log_created,
+    upgrade_retry_table,
+)
 
 log = logging.getLogger(__name__)
 
@@ -96,15 +101,7 @@ class TableHealer:
                 connection, self._dialect, [s.table.schema for s in steps if s.table]
             )
             raise missing.with_advice(cannot_create_advice(error.detail, lacking)) from None
-        for step in created:
-            if step.table is None:
-                continue  # a schema: created only if absent, and only with a table
-            log.warning(
-                "forwarder '%s': created %s in database '%s' (it was missing)",
-                self._forwarder.name,
-                step.description,
-                database,
-            )
+        log_created(self._forwarder.name, database, created)
         self._retry_table_checked = False
         return bool(created)
 

@@ -51,6 +51,41 @@ def record_entry(
         raise
 
 
+def open_entry(
+    connection: Connection, dialect: Dialect, table: TableAddress, entry: AuditEntry
+) -> int:
+    """Insert `entry` with nothing affected yet, in its own transaction, before a command of
+    several transactions starts; its row's seq, for `add_affected`. A command killed half way
+    then leaves a record of exactly what it did. Raises BridgeTableMissing when the table is
+    not there, and the DatabaseError family."""
+    try:
+        connection.begin()
+        with owned_table("audit log", dialect.grammar.render(table)):
+            rows = connection.query(
+                dialect.sql("audit_open", audit=table),
+                (
+                    dialect.encode_timestamp(entry.recorded_at),
+                    entry.operator[:200],
+                    entry.host[:200],
+                    entry.command[:100],
+                    entry.target,
+                ),
+            )
+        connection.commit()
+    except BaseException:
+        connection.rollback()
+        raise
+    return int(rows[0][0])
+
+
+def add_affected(
+    connection: Connection, dialect: Dialect, table: TableAddress, seq: int, count: int
+) -> None:
+    """Add `count` to the row `open_entry` made, in the caller's transaction: the one that
+    moved them, so the record and the messages commit (or roll back) together."""
+    connection.execute(dialect.sql("audit_add", audit=table), (count, seq))
+
+
 def read_entries(
     connection: Connection, dialect: Dialect, table: TableAddress, limit: int
 ) -> list[AuditEntry]:

@@ -36,6 +36,12 @@ RowWriter = Callable[[Connection, TableAddress, Sequence[Sequence[object]]], Non
 
 # Rows per transaction (and per multi-row statement) when making due or failing.
 CHUNK_SIZE = 100
+# A message `fail` moves is counted as the daemon counts a claim that ends in the error queue
+# (`bridge.forwarding.settle`'s CLAIMED and ERRORS), so `status` shows it among the
+# forwarder's sent-to-error-queue and `spark reconcile` still finds claims equal to outcomes;
+# in a counters slot of its own (workers count from 0, the in-doubt sweep in -1).
+OPERATOR_COUNTS = ("claimed", "sent-to-error-queue")
+OPERATOR_COUNTER_SLOT = -2
 # Rows per read of retry storage.
 PAGE_SIZE = 500
 # The reason written into `$.sfbridge.failure-reason` for a message an operator gave up on.
@@ -201,12 +207,15 @@ def fail_messages(
     write_rows: RowWriter,
     chunk_size: int = CHUNK_SIZE,
     on_chunk: Callable[[str, int], None] | None = None,
+    in_chunk: Callable[[Connection, int], None] | None = None,
 ) -> int:
     """Move `messages` into their forwarders' error queues with the failure headers (reason
     `failed-by-operator`), one transaction per chunk of one forwarder; returns how many moved
-    (fewer when a batch held some meanwhile). `on_chunk(forwarder, moved)` is called after each
-    commit. Raises BridgeTableMissing for a missing error queue and the DatabaseError family;
-    the chunk in hand is then rolled back (the chunks before it are committed)."""
+    (fewer when a batch held some meanwhile). `in_chunk(connection, moved)` runs in each
+    chunk's transaction before its commit (the audit record counts what it moved), and
+    `on_chunk(forwarder, moved)` after it. Raises BridgeTableMissing for a missing error
+    queue and the DatabaseError family; the chunk in hand is then rolled back (the chunks
+    before it are committed)."""
     moved = 0
     by_forwarder: dict[str, list[WaitingMessage]] = {}
     for message in messages:
@@ -216,7 +225,7 @@ def fail_messages(
         host = processing_host(forwarder)
         for chunk in _chunks(chosen, chunk_size):
             count = _fail_chunk(
-                connection, dialect, store, tables, chunk, write_rows, host, operator, now
+                connection, dialect, store, tables, chunk, write_rows, host, operator, now, in_chunk
             )
             moved += count
             if on_chunk is not None:
@@ -234,6 +243,7 @@ def _fail_chunk(
     host: ProcessingHost,
     operator: Operator,
     now: datetime,
+    in_chunk: Callable[[Connection, int], None] | None = None,
 ) -> int:
     try:
         connection.begin()
@@ -257,6 +267,15 @@ def _fail_chunk(
             error_queue = tables.error_queue
             with owned_table("error queue", dialect.grammar.render(error_queue)):
                 write_rows(connection, error_queue, failed)
+            # Counted with the move, as the daemon counts a claim that ends in the error queue.
+            with owned_table("counters", dialect.grammar.render(tables.counters)):
+                for counter in OPERATOR_COUNTS:
+                    connection.execute(
+                        dialect.sql("counters_add", counters=tables.counters),
+                        (chunk[0].forwarder, counter, OPERATOR_COUNTER_SLOT, len(rows)),
+                    )
+            if in_chunk is not None:
+                in_chunk(connection, len(rows))
         connection.commit()
     except BaseException:
         connection.rollback()

@@ -303,6 +303,20 @@ def create_tables(
     raise AssertionError("unreachable")
 
 
+def log_created(forwarder: str, database: str, created: Sequence[TableStep]) -> None:
+    """Warn about each table `create_tables` created at run time (whoever in the daemon found
+    it missing first: a batch, the heartbeat, the state publisher): it was gone."""
+    for step in created:
+        if step.table is None:
+            continue  # a schema: created only if absent, and only with a table
+        log.warning(
+            "forwarder '%s': created %s in database '%s' (it was missing)",
+            forwarder,
+            step.description,
+            database,
+        )
+
+
 def _schema_exists(connection: Connection, dialect: Dialect, schema: str | None) -> bool:
     rows = connection.query(dialect.sql("schema_exists"), (schema or "",))
     return bool(rows and rows[0][0])

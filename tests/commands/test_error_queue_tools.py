@@ -27,12 +27,15 @@ from support import (
     write_config,
 )
 
+from bridge.commands.audit import open_command
 from bridge.commands.error_queues import error_queues, read_failed_messages, replay_messages
 from bridge.config import load_config
 from bridge.connections import Connections, connect
 from bridge.dialects import dialect_for
 from bridge.exceptions import ConnectionLost
 from bridge.forwarding.spine import BatchForwarder
+from bridge.storage.audit import read_entries
+from bridge.storage.tables import forwarder_tables
 
 pytestmark = pytest.mark.integration
 
@@ -460,18 +463,34 @@ def test_a_replay_that_dies_before_its_commit_leaves_every_message_in_the_error_
     config, _ = load_config(world.path)
     [queue] = error_queues(config)
     dialect = dialect_for(config.databases["sender"].dialect)
+    # The audit record is written first; each batch counts itself in its own transaction.
+    recorder = connect(config.databases["sender"])
+    audit = open_command(config, recorder, "sender", "errors replay", "test")
+    assert audit.seq is not None
+
+    def affected() -> int:
+        [entry] = read_entries(
+            recorder, dialect, forwarder_tables(config, config.forwarders[0]).audit, 5
+        )
+        return entry.affected
+
     connection = CommitFailsOnce(connect(config.databases["sender"]))
     try:
         messages = read_failed_messages(connection, dialect, queue)
         assert messages is not None and len(messages) == 3
         with pytest.raises(ConnectionLost):
-            replay_messages(connection, dialect, queue, messages, batch_size=2)
+            replay_messages(connection, dialect, queue, messages, batch_size=2, in_batch=audit.add)
         assert sorted(row_id for row_id, _ in world.rows(ERROR)) == sorted(sent)
         assert world.rows(FORWARD) == []
+        assert affected() == 0  # the batch that died counted nothing
 
-        report = replay_messages(connection, dialect, queue, messages, batch_size=2)
+        report = replay_messages(
+            connection, dialect, queue, messages, batch_size=2, in_batch=audit.add
+        )
+        assert affected() == 3
     finally:
         connection.close()
+        recorder.close()
     assert sorted(m.row_id for m in report.moved) == sorted(sent) and report.gone == []
     assert world.rows(ERROR) == []
     assert sorted(row_id for row_id, _ in world.rows(FORWARD)) == sorted(sent)

@@ -5,6 +5,7 @@ public): a real non-superuser role on the receiver database, whose dedup ledger 
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -13,7 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
-from support import DaemonProcess, pg_connect, wait_until, write_config
+from support import DaemonProcess, pg_connect, pg_rows, sfbridge, wait_until, write_config
 from support.pairs import PgPair
 
 pytestmark = pytest.mark.integration
@@ -161,3 +162,118 @@ def test_check_the_daemon_and_install_agree_on_what_the_login_may_create(
     else:
         assert install.returncode == 3, install.stdout + install.stderr
         assert "permission denied" in install.stderr and f"have a DBA run {grant}" in install.stderr
+
+
+@pytest.fixture
+def dml_role(postgres: Any, pg_pair: PgPair) -> Iterator[str]:
+    """A login with CREATE on the forwarding database only (so none in schema public, on
+    PostgreSQL 15+) and SELECT, INSERT, UPDATE, DELETE on every table there and on the
+    receiver: what a DBA grants after installing as the owner."""
+    name = f"sfb_dml_{uuid.uuid4().hex[:8]}"
+    database = pg_pair.sender.split("Database=")[1].rstrip(";")
+    with postgres.admin() as admin:
+        admin.execute(f"CREATE ROLE {name} LOGIN")
+        admin.execute(f'GRANT CREATE ON DATABASE "{database}" TO {name}')
+    for connection_string in (pg_pair.sender, pg_pair.receiver):
+        with pg_connect(connection_string) as connection:
+            connection.execute(
+                f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {name}"
+            )
+            connection.execute(f"GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO {name}")
+            connection.commit()
+    yield name
+    with postgres.admin() as admin:
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = ?", name
+        )
+    for connection_string in (pg_pair.sender, pg_pair.receiver):
+        with pg_connect(connection_string) as connection:
+            connection.execute(f"DROP OWNED BY {name}")
+            connection.commit()
+    with postgres.admin() as admin:
+        admin.execute(f'REVOKE ALL ON DATABASE "{database}" FROM {name}')
+        admin.execute(f"DROP ROLE {name}")
+
+
+def as_role(pair: PgPair, role: str, path: Path) -> Path:
+    """The pair's configuration with both databases reached as `role`, written to `path`."""
+    raw = yaml.safe_load(pair.config.read_text())
+    for entry in raw["databases"].values():
+        entry["connection"] = entry["connection"].replace("Uid=postgres", f"Uid={role}")
+        assert role in entry["connection"]
+    return write_config(path, raw)
+
+
+def drop_sender_tables(pair: PgPair, *tables: str) -> None:
+    with pg_connect(pair.sender) as connection:
+        for table in tables:
+            connection.execute(f"DROP TABLE public.{table}")
+        connection.commit()
+
+
+def test_check_looks_at_every_bridge_table_and_says_a_dba_must_create_what_the_login_cannot(
+    pg_pair: PgPair, dml_role: str, tmp_path: Path
+) -> None:
+    drop_sender_tables(pg_pair, "sfbridge_pauses", "sfbridge_audit")
+    config = as_role(pg_pair, dml_role, tmp_path / "as-role.yaml")
+    # A second forwarder in the same database: its own queue is missing too; the tables the
+    # two share are looked at (and counted) once.
+    raw = yaml.safe_load(config.read_text())
+    raw["forwarders"].append({"name": "second", "database": "sender", "queue": "second_forward"})
+    write_config(config, raw)
+
+    check = sfbridge("-c", str(config), "check")
+    lines = check.stdout.splitlines()
+    grant = f'GRANT CREATE ON SCHEMA "public" TO "{dml_role}";'
+    for table in ("sfbridge_pauses", "sfbridge_audit"):
+        [line] = [ln for ln in lines if f'"public"."{table}"' in ln]
+        assert line.startswith("PROBLEM") and f"have a DBA run {grant}" in line, check.stdout
+        assert "the daemon cannot forward from this database" in line
+    # The tables that exist are looked at too: all eleven of install's.
+    assert '"public"."sfbridge_daemons" exists' in check.stdout
+    assert '"public"."sfbridge_transactions" exists' in check.stdout
+    [summary] = [ln for ln in lines if "bridge tables:" in ln]
+    assert '"public"."second_forward" is missing' in check.stdout
+    assert "3 missing" in summary and "creates them all now" not in summary, summary
+    assert "a DBA must run the DDL of 'sfbridge install --print-sql'" in summary
+    assert check.returncode == 1
+
+
+def test_a_heartbeat_that_cannot_be_written_is_a_warning_once_naming_the_grant(
+    pg_pair: PgPair, dml_role: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from bridge.config.load import load_config
+    from bridge.daemon.heartbeat import Heartbeat
+
+    drop_sender_tables(pg_pair, "sfbridge_daemons")
+    config, _ = load_config(as_role(pg_pair, dml_role, tmp_path / "as-role.yaml"))
+    grant = f'GRANT CREATE ON SCHEMA "public" TO "{dml_role}";'
+
+    def warnings() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+
+    heartbeat = Heartbeat(config)
+    with caplog.at_level(logging.DEBUG, logger="bridge.daemon.heartbeat"):
+        for _ in range(3):
+            heartbeat.beat("sender")
+        [warning] = warnings()
+        assert "heartbeat not written to database 'sender'" in warning
+        assert '"public"."sfbridge_daemons" is missing' in warning and grant in warning
+
+        # A DBA creates it: the heartbeat is written again...
+        assert pg_pair.cli("install").returncode == 0
+        with pg_connect(pg_pair.sender) as connection:
+            connection.execute(
+                f"GRANT SELECT, INSERT, UPDATE, DELETE ON sfbridge_daemons TO {dml_role}"
+            )
+            connection.commit()
+        heartbeat.beat("sender")
+        assert pg_rows(pg_pair.sender, "SELECT count(*) FROM sfbridge_daemons") == [(1,)]
+        assert len(warnings()) == 1
+
+        # ...and a new failure is a new warning.
+        drop_sender_tables(pg_pair, "sfbridge_daemons")
+        heartbeat.beat("sender")
+        heartbeat.beat("sender")
+        assert len(warnings()) == 2, warnings()
+    heartbeat.stopped()

@@ -68,6 +68,8 @@ def test_list_then_now_delivers_at_once_once_the_cause_is_fixed(
         assert "5 message(s)" in listed.stdout
         assert all(message_id in listed.stdout for message_id in ids)
         assert "MESSAGE ID" in listed.stdout and "LAST ERROR" in listed.stdout
+        # The last error whole, with its advice (it ends far beyond 80 characters).
+        assert "or fix the route or the destination header" in listed.stdout, listed.stdout
         as_json = json.loads(pair.cli("retries", "list", "--json").stdout)
         assert {entry["message_id"] for entry in as_json} == ids
         assert {entry["forwarder"] for entry in as_json} == {"sender"}
@@ -151,11 +153,16 @@ def test_a_fail_killed_after_its_first_chunk_loses_and_duplicates_nothing(
         assert not (set(waiting) & set(failed))
         assert max((waiting + failed).values()) == 1
         assert set(waiting) | set(failed) == ids
+        # Its audit record, written first and counted up by each chunk as it committed, says
+        # exactly what it moved before it was killed.
+        audit = "SELECT affected FROM public.sfbridge_audit WHERE command = 'retries fail'"
+        assert pg_rows(pair.sender, audit) == [(sum(failed.values()),)]
 
         again = pair.cli("retries", "fail", timeout=120)
         assert again.returncode == 0, again.stderr
         waiting, failed = places()
         assert not waiting and failed == Counter({message_id: 1 for message_id in ids})
+        assert sum(row[0] for row in pg_rows(pair.sender, audit)) == count
         assert daemon.process.poll() is None
 
 
@@ -176,3 +183,36 @@ def test_fail_beside_a_daemon_retrying_the_same_rows_gives_each_message_one_owne
         assert waiting == 0, result.stdout
         assert failed == Counter({message_id: 1 for message_id in ids})
         assert daemon.process.poll() is None
+
+
+def test_a_proxys_failed_messages_show_its_destination_and_count_as_sent_to_error_queue(
+    pg_pair_factory: Callable[..., PgPair], tmp_path: Path
+) -> None:
+    from bridge.forwarding.settle import CLAIMED, ERRORS
+    from bridge.storage.retries import OPERATOR_COUNTS
+
+    assert OPERATOR_COUNTS == (CLAIMED, ERRORS)  # the daemon's names for the same counts
+    # A proxy: messages carry no routing header; the receiver's queue is missing, so they wait.
+    pair = pg_pair_factory(
+        create_queue=False,
+        retries=AN_HOUR,
+        forward='"public"."Samples.Receiver"',
+        forwarder={"destination": {"database": "receiver"}},
+    )
+    with pair.daemon(tmp_path / "daemon.log") as daemon:
+        pair.send(2, destination=None)
+        wait_until(lambda: pg_count(pair.sender, RETRY_TABLE) == 2, 60, "2 in retry storage")
+        before = pair.status()["forwarders"][0]["counters"]
+        result = pair.cli("retries", "fail")
+        assert result.returncode == 0 and "moved 2 message(s)" in result.stdout, result.stderr
+        after = pair.status()["forwarders"][0]["counters"]
+        assert after.get(ERRORS, 0) - before.get(ERRORS, 0) == 2, (before, after)
+        assert after[CLAIMED] - before[CLAIMED] == 2
+        assert daemon.process.poll() is None
+
+    listed = pair.cli("errors", "list")
+    where = '"public"."Samples.Receiver" in database \'receiver\''
+    rows = [line for line in listed.stdout.splitlines() if "failed-by-operator" in line]
+    assert len(rows) == 2 and all(where in row for row in rows), listed.stdout
+    as_json = json.loads(pair.cli("errors", "list", "--json").stdout)
+    assert [entry["destination"] for entry in as_json] == [where, where]

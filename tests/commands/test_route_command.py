@@ -242,3 +242,16 @@ def test_the_readmes_catalog_examples_are_what_sfbridge_route_says(tmp_path: Pat
     for command, output in examples:
         result = sfbridge("-c", str(config), "route", command, env=env)
         assert result.stdout == output, command
+
+
+def test_the_address_is_echoed_as_given_between_quotes_not_as_python_repr(
+    tmp_path: Path, silent_server: socket.socket
+) -> None:
+    # A quote and a backslash as they are (repr would switch to double quotes and double the
+    # backslash); a control character inert, as everywhere else.
+    config = _two_sqlserver_databases(tmp_path, silent_server.getsockname()[1])
+    result = _route(config, "O'Brien\\Q\x1b[2J")
+    heading = result.stdout.splitlines()[0]
+    assert heading.startswith("a message with destination 'O'Brien\\Q\\x1b[2J' in forwarder"), (
+        result.stdout
+    )

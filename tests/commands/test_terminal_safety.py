@@ -74,6 +74,10 @@ def test_hostile_header_text_prints_inert_everywhere(
         _assert_inert(pair.cli("errors", "replay", "--dry-run"), "errors replay")
         _assert_inert(pair.cli("route", HOSTILE_QUEUE), "route")
         _assert_inert(pair.cli("send", HOSTILE_QUEUE), "send")
+        # The MessageIds it echoes are the sender's text too.
+        sent = pair.cli("send", "R", "--header", f"NServiceBus.MessageId=evil-{HOSTILE}")
+        assert sent.returncode == 0 and "evil-\\x1b[2J" in sent.stdout, sent.stdout + sent.stderr
+        _assert_inert(sent, "send --header NServiceBus.MessageId")
         assert daemon.process.poll() is None
         log = daemon.output()
         assert ACTIVE.search(log) is None, log

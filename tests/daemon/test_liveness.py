@@ -84,12 +84,20 @@ def test_no_daemon_then_running_then_stopped_at_once_by_sigterm(
     [receiver_line] = [line for line in lines if line.strip().startswith("receiver")]
     assert "was up since" in receiver_line and "which is stopped: not current" in receiver_line
 
-    # A restart on the same host replaces the stopped daemon's row.
+    # A restart on the same host replaces the stopped daemon's row; the states the stopped
+    # one wrote stay the past, though the daemons table no longer knows their writer.
     again = start_daemon(pg_pair.config, "again.log")
     wait_running(pg_pair, again)
     _, current = status(pg_pair)
     assert [d["pid"] for d in current["daemons"]] == [again.process.pid]
-    assert again.stop() == 0
+    [receiver] = [d for d in current["destinations"] if d["database"] == "receiver"]
+    assert receiver["reported_by"].endswith(f":{daemon.process.pid}"), receiver
+    assert receiver["stale"] is True and receiver["reporter_state"] == "gone", receiver
+    again.kill()
+    [receiver_line] = [
+        line for line in pg_pair.cli("status").stdout.splitlines() if "receiver" in line
+    ]
+    assert "was up since" in receiver_line and "no longer runs: not current" in receiver_line
 
 
 def test_a_killed_daemon_shows_as_missing_within_a_few_heartbeats(

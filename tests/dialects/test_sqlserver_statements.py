@@ -210,6 +210,11 @@ def _runs() -> list[tuple[str, Run]]:
         ("pauses_read", Run(("sender",), query=True, check=_pause)),
         ("pause_clear", Run(("sender", ""), check=lambda count: count == 1)),
         ("audit_record", Run((NOW, "ops", "bridge-host", "retries fail", "(all)", 3))),
+        (
+            "audit_open",
+            Run((NOW, "ops", "bridge-host", "errors replay", "(all)"), query=True, check=_one_row),
+        ),
+        ("audit_add", Run((5, 2), check=lambda count: count == 1)),
         ("audit_read", Run((5,), query=True, check=_one_row)),
         ("table_probe", Run(query=True, check=lambda rows: rows == [])),
         ("list_tables", Run(query=True, check=_lists_the_queue)),

@@ -366,6 +366,12 @@ STATEMENTS: dict[str, str] = {
     "audit_record": """
         INSERT INTO {audit} (recorded_at, operator, host, command, target, affected)
         VALUES (?, ?, ?, ?, ?, ?)""",
+    # A command of several transactions: its row first (affected 0), its seq back; each
+    # transaction then adds what it moved.
+    "audit_open": """
+        INSERT INTO {audit} (recorded_at, operator, host, command, target, affected)
+        OUTPUT inserted.seq VALUES (?, ?, ?, ?, ?, 0)""",
+    "audit_add": "UPDATE {audit} SET affected = affected + ? WHERE seq = ?",
     "audit_read": """
         SELECT TOP (?) recorded_at, operator, host, command, target, affected FROM {audit}
         ORDER BY seq DESC""",
