@@ -1,0 +1,69 @@
+"""Copies of one published event that go to the error queue go there each once, and the rest of
+their batch is delivered: the copies share the event's row, whose Id is the key of
+PostgreSQL's queue tables."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support import (
+    SAMPLES_RECEIVER,
+    pg_connect,
+    pg_nsb_receive_all,
+    pg_nsb_send,
+    pg_rows,
+)
+from test_multicast import CONCRETE, published_event, subscribe
+
+pytestmark = pytest.mark.integration
+
+UNROUTABLE = ('"public"."Nowhere.A"', '"public"."Nowhere.B"')
+
+
+def forward_one_batch(config_path: Path) -> Counter[str]:
+    from bridge.config import load_config
+    from bridge.connections import Connections
+    from bridge.forwarding.spine import BatchForwarder
+
+    config, _ = load_config(config_path)
+    connections = Connections(config.databases)
+    try:
+        return BatchForwarder(config, config.forwarders[0], connections).forward_batch().counts
+    finally:
+        connections.close()
+
+
+def test_two_unroutable_copies_of_one_event_both_reach_the_error_queue_and_the_batch_delivers(
+    pg_pair_factory: Any,
+) -> None:
+    # Only the receiver's queues are routed: the other subscribers' addresses match no route.
+    pair = pg_pair_factory(
+        route={"match": "Samples*"}, subscription_tables=[{"database": "sender"}]
+    )
+    for endpoint, address in (("A", UNROUTABLE[0]), ("B", UNROUTABLE[1])):
+        subscribe(pair.sender, endpoint, address, CONCRETE)
+    subscribe(pair.sender, "Receiver", SAMPLES_RECEIVER, CONCRETE)
+    event = published_event()
+    with pg_connect(pair.sender) as connection:
+        pg_nsb_send(connection, pair.forward, event, b"event")
+        connection.commit()
+    unicast = pair.send(3)
+
+    counts = forward_one_batch(pair.config)
+
+    assert counts == Counter({"delivered": 4, "sent-to-error-queue": 2})
+    received = pair.received()
+    assert received == Counter({**{i: 1 for i in unicast}, event["NServiceBus.MessageId"]: 1})
+    errors = pg_nsb_receive_all(pair.sender, '"public"."error"')
+    assert sorted(e["headers"]["$.store-and-forward.destination"] for e in errors) == sorted(
+        UNROUTABLE
+    )
+    # Each copy keeps the event's message id: NServiceBus's retry of it is the same message.
+    assert {e["headers"]["NServiceBus.MessageId"] for e in errors} == {
+        event["NServiceBus.MessageId"]
+    }
+    assert {e["body"] for e in errors} == {b"event"}
+    assert pg_rows(pair.sender, f"SELECT count(*) FROM {pair.forward}") == [(0,)]
