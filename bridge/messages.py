@@ -126,12 +126,20 @@ class Unit:
 
     `retry_headers_text` is what retry storage keeps (and routes again later) if the unit is
     not delivered now: the message's own headers, or a copy's headers as a unicast to its
-    subscriber.
+    subscriber. `copy_row_id` is a copy's own Id (`bridge.forwarding.fan_out.copy_row_id`).
     """
 
     message: ClaimedMessage
     decision: UnitDecision
     retry_headers_text: str
+    copy_row_id: uuid.UUID | None = None
+
+    @property
+    def row_id(self) -> uuid.UUID:
+        """The Id of the unit's row in retry storage or the error queue. The copies of one
+        event share its row, and the error queue keys on Id (PostgreSQL), so each copy has its
+        own."""
+        return self.copy_row_id or self.message.row_id
 
 
 # -- delivery results (bridge.forwarding.deliver)

@@ -8,7 +8,9 @@ destination), so each subscriber gets the event exactly once, whatever happens t
 
 A copy that cannot be delivered now becomes a unicast message to its subscriber
 (`copy_as_unicast`): it waits in retry storage and, if it never gets through, lands in the
-error queue alone, while the copies that were delivered stay delivered.
+error queue alone, while the copies that were delivered stay delivered. Its row there has
+its own Id (`copy_row_id`): the error queue keys on Id, and one event's copies may all end up
+in it. Its `NServiceBus.MessageId` stays the event's.
 
 `fan_out` is pure, given the subscribers. `PublishedEvents` is the data path's side of it: it
 looks the subscribers up (`subscriptions`), fans the event out into one `Unit` per copy, and
@@ -18,7 +20,9 @@ has what `status` shows per event type recorded (`bridge.storage.event_types`).
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -91,7 +95,9 @@ def fan_out(
                 outgoing = router.outgoing_headers(publish.headers, routed)
                 outgoing_texts[routed.database] = serialize_headers(outgoing)
             decision: Forward | Reject = Forward(
-                headers=copy_as_unicast(publish.headers, subscriber, router.source_database),
+                headers=copy_as_unicast(
+                    publish.headers, subscriber, router.source_database, message_id
+                ),
                 destination=routed,
                 headers_text=outgoing_texts[routed.database],
                 message_id=message_id,
@@ -99,7 +105,7 @@ def fan_out(
         else:
             key = ("unroutable", subscriber.address_database, subscriber.address)
             decision = Reject(
-                copy_as_unicast(publish.headers, subscriber, router.source_database),
+                copy_as_unicast(publish.headers, subscriber, router.source_database, message_id),
                 "unroutable",
                 f"subscriber {subscriber.address!r} ({subscriber.source}) of "
                 f"{publish.event_type!r}: {_reason(routed)}",
@@ -110,22 +116,35 @@ def fan_out(
     return Fanout(publish, copies)
 
 
-def copy_as_unicast(headers: Headers, subscriber: Subscriber, forwarding_database: str) -> Headers:
+def copy_as_unicast(
+    headers: Headers, subscriber: Subscriber, forwarding_database: str, message_id: str
+) -> Headers:
     """The headers of one subscriber's copy as a unicast message through the bridge.
 
     Used for retry storage and the error queue: the event type header goes, the destination
     header names the subscriber, and when the address is written in another database's
     grammar (it came from that database's subscription table), a bridge header says which.
+    An event without `NServiceBus.MessageId` gets `message_id` (its row's Id), the one the
+    ledger knows it by: the copy's own row Id (`copy_row_id`) is another.
     """
     result: Headers = {
         key: value
         for key, value in headers.items()
         if key not in (EVENT_TYPE_HEADER, DESTINATION_HEADER, ADDRESS_DATABASE_HEADER)
     }
+    if not result.get(MESSAGE_ID_HEADER):
+        result[MESSAGE_ID_HEADER] = message_id
     result[DESTINATION_HEADER] = subscriber.address
     if subscriber.address_database != forwarding_database:
         result[ADDRESS_DATABASE_HEADER] = subscriber.address_database
     return result
+
+
+def copy_row_id(event_row_id: uuid.UUID, subscriber: Subscriber) -> uuid.UUID:
+    """The Id of a copy's row in retry storage or the error queue: derived from the event's
+    row and the subscriber's address, so the same copy has the same Id every time the event is
+    fanned out (a batch rolled back and tried again)."""
+    return uuid.uuid5(event_row_id, json.dumps([subscriber.address_database, subscriber.address]))
 
 
 def _reason(routed: Destination | Unroutable) -> str:
@@ -190,7 +209,12 @@ class PublishedEvents:
             return [Unit(message, fanned, own_headers)]
         # A copy that is not delivered now waits alone, as a unicast to its subscriber.
         return [
-            Unit(message, copy.decision, serialize_headers(copy.decision.headers))
+            Unit(
+                message,
+                copy.decision,
+                serialize_headers(copy.decision.headers),
+                copy_row_id(message.row_id, copy.subscriber),
+            )
             for copy in fanned.copies
         ]
 

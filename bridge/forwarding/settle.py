@@ -23,7 +23,6 @@ from bridge.forwarding.writes import QueueWriter
 from bridge.headers import Headers, serialize_headers, with_failure_headers
 from bridge.messages import (
     UNREADABLE_ROW,
-    ClaimedMessage,
     Delivered,
     DeliveryResult,
     Duplicate,
@@ -275,17 +274,17 @@ class Settlement:
                 self._tables.queue_canonical,
                 fate.reason,
             )
-            self._dead_letter(message, message.headers_text or "")
+            self._dead_letter(unit, message.headers_text or "")
             self.counts[ERRORS] += 1
         elif isinstance(fate, DeadLetter):
             if fate.attempts is None:
                 log.warning("message %s: %s; moved to the error queue", message.row_id, fate.reason)
             else:
                 self._given_up[(fate.destination or "?", fate.reason)] += 1
-            self._dead_letter_with_reason(message, fate)
+            self._dead_letter_with_reason(unit, fate)
             self.counts[ERRORS] += 1
         else:
-            self._store_for_retry(message, fate)
+            self._store_for_retry(unit, fate)
             self.counts[RETRIES] += 1
 
     def _log_counted(self, unit: Unit, fate: Count) -> None:
@@ -303,13 +302,14 @@ class Settlement:
                 outcome.publish.topics[0],
             )
 
-    def _store_for_retry(self, message: ClaimedMessage, fate: StoreForRetry) -> None:
+    def _store_for_retry(self, unit: Unit, fate: StoreForRetry) -> None:
+        message = unit.message
         dialect = self._dialect
         with owned_table("retry storage", dialect.grammar.render(self._tables.retry)):
             self._connection.execute(
                 dialect.sql("retry_store", retry=self._tables.retry),
                 (
-                    dialect.encode_id(message.row_id),
+                    dialect.encode_id(unit.row_id),
                     self._forwarder.name,
                     fate.destination,
                     fate.destination_database,
@@ -364,7 +364,7 @@ class Settlement:
             )
         return Counter({k: v for k, v in self.counts.items() if k not in (CLAIMED, FAN_OUT_COPIES)})
 
-    def _dead_letter(self, message: ClaimedMessage, headers_text: str) -> None:
+    def _dead_letter(self, unit: Unit, headers_text: str) -> None:
         error_queue = self._tables.error_queue
         with owned_table("error queue", self._dialect.grammar.render(error_queue)):
             self._writer.write(
@@ -372,10 +372,10 @@ class Settlement:
                 self._dialect,
                 "dead_letter",
                 error_queue,
-                (self._dialect.encode_id(message.row_id), headers_text, message.body),
+                (self._dialect.encode_id(unit.row_id), headers_text, unit.message.body),
             )
 
-    def _dead_letter_with_reason(self, message: ClaimedMessage, fate: DeadLetter) -> None:
+    def _dead_letter_with_reason(self, unit: Unit, fate: DeadLetter) -> None:
         failure_headers = with_failure_headers(
             fate.headers,
             failed_queue=self._tables.failed_queue,
@@ -384,7 +384,7 @@ class Settlement:
             reason=fate.code,
             failed_at=self._now,
             processed_by=processing_host(self._forwarder.name),
-            row_id=str(message.row_id),
+            row_id=str(unit.message.row_id),
             attempts=fate.attempts,
         )
-        self._dead_letter(message, serialize_headers(failure_headers))
+        self._dead_letter(unit, serialize_headers(failure_headers))

@@ -67,3 +67,33 @@ def test_two_unroutable_copies_of_one_event_both_reach_the_error_queue_and_the_b
     }
     assert {e["body"] for e in errors} == {b"event"}
     assert pg_rows(pair.sender, f"SELECT count(*) FROM {pair.forward}") == [(0,)]
+
+
+def test_copies_given_up_on_later_join_a_copy_rejected_earlier_in_the_error_queue(
+    pg_pair_factory: Any,
+) -> None:
+    pair = pg_pair_factory(
+        route={"match": "Samples*"}, subscription_tables=[{"database": "sender"}]
+    )
+    # Routed, but their queues do not exist: they wait in retry storage.
+    missing = ('"public"."Samples.MissingA"', '"public"."Samples.MissingB"')
+    for endpoint, address in (("A", UNROUTABLE[0]), ("MA", missing[0]), ("MB", missing[1])):
+        subscribe(pair.sender, endpoint, address, CONCRETE)
+    event = published_event()
+    with pg_connect(pair.sender) as connection:
+        pg_nsb_send(connection, pair.forward, event, b"event")
+        connection.commit()
+
+    counts = forward_one_batch(pair.config)
+    assert counts == Counter({"sent-to-error-queue": 1, "retries-scheduled": 2})
+    failed = pair.cli("retries", "fail")
+    assert failed.returncode == 0, failed.stdout + failed.stderr
+
+    errors = pg_nsb_receive_all(pair.sender, '"public"."error"')
+    assert sorted(e["headers"]["$.store-and-forward.destination"] for e in errors) == sorted(
+        (UNROUTABLE[0], *missing)
+    )
+    assert {e["headers"]["NServiceBus.MessageId"] for e in errors} == {
+        event["NServiceBus.MessageId"]
+    }
+    assert pg_rows(pair.sender, 'SELECT count(*) FROM "public"."sfbridge_retry"') == [(0,)]
