@@ -12,9 +12,11 @@ import pytest
 from support import (
     SAMPLES_RECEIVER,
     pg_connect,
+    pg_count,
     pg_nsb_receive_all,
     pg_nsb_send,
     pg_rows,
+    wait_until,
 )
 from test_multicast import CONCRETE, published_event, subscribe
 
@@ -97,3 +99,26 @@ def test_copies_given_up_on_later_join_a_copy_rejected_earlier_in_the_error_queu
         event["NServiceBus.MessageId"]
     }
     assert pg_rows(pair.sender, 'SELECT count(*) FROM "public"."sfbridge_retry"') == [(0,)]
+
+
+def test_the_daemon_delivers_a_batch_whose_event_has_two_rejected_copies(
+    pg_pair_factory: Any, tmp_path: Path
+) -> None:
+    pair = pg_pair_factory(
+        route={"match": "Samples*"}, subscription_tables=[{"database": "sender"}]
+    )
+    for endpoint, address in (("A", UNROUTABLE[0]), ("B", UNROUTABLE[1])):
+        subscribe(pair.sender, endpoint, address, CONCRETE)
+    with pg_connect(pair.sender) as connection:
+        pg_nsb_send(connection, pair.forward, published_event(), b"event")
+        connection.commit()
+    unicast = pair.send(3)
+    with pair.daemon(tmp_path / "daemon.log") as daemon:
+        wait_until(
+            lambda: pair.delivered() == 3 and pg_count(pair.sender, '"public"."error"') == 2,
+            30,
+            "the sends delivered and both copies in the error queue",
+        )
+        assert daemon.stop() == 0, daemon.output()
+    assert pair.received() == Counter({i: 1 for i in unicast})
+    assert pair.queued() == 0
