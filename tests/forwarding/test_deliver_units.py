@@ -227,12 +227,13 @@ def test_deliveries_that_record_in_the_source_run_one_after_the_other_on_the_cal
 
 def test_a_delivery_that_raises_beside_others_raises_after_they_have_all_returned() -> None:
     finished: list[str] = []
+    raised = threading.Event()
 
     class Slow(FakeDelivery):
         independent = True
 
         def deliver(self, items: Sequence[Item], transactions: object) -> list[DeliveryResult]:
-            time.sleep(0.2)  # still running when the other one raises
+            assert raised.wait(10)  # still running when the other one raises
             finished.append("slow")
             return super().deliver(items, transactions)
 
@@ -240,6 +241,7 @@ def test_a_delivery_that_raises_beside_others_raises_after_they_have_all_returne
         independent = True
 
         def deliver(self, items: Sequence[Item], transactions: object) -> list[DeliveryResult]:
+            raised.set()
             raise RuntimeError("a bug")
 
     deliveries = {"broken": Broken(), "slow": Slow()}
@@ -268,9 +270,10 @@ def test_a_delivery_that_never_returns_does_not_keep_the_process_from_exiting() 
 import threading, time
 from bridge.forwarding.side_by_side import SideBySide
 side_by_side = SideBySide(2, "stuck")
-calls = [lambda: None, lambda: time.sleep(3600)]
+stuck = threading.Event()
+calls = [lambda: None, lambda: (stuck.set(), threading.Event().wait())]
 threading.Thread(target=side_by_side.run, args=(calls,), daemon=True).start()
-time.sleep(0.5)
+assert stuck.wait(10)
 print("leaving", flush=True)
 """
     started = time.monotonic()
