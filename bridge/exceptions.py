@@ -9,11 +9,11 @@ advice was already given.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from enum import IntEnum
-from typing import TYPE_CHECKING
+from typing import Literal
 
-if TYPE_CHECKING:
-    from bridge.config.problems import Problem
+from bridge.secrets import mask_secrets
 
 
 class ExitCode(IntEnum):
@@ -41,6 +41,35 @@ class TypeNameError(ValueError):
 
 class PoisonHeaders(ValueError):
     """The Headers column is not a JSON object of strings."""
+
+
+Severity = Literal["error", "warning"]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a configuration.
+
+    `path` locates it: a key path such as `routes[2].database`, `<file>:line:col` for YAML
+    syntax errors, the file name for unreadable files, or "" for the document as a whole.
+    Secrets in `path` and `message` are masked on construction, so a Problem is always safe to
+    print or log.
+    """
+
+    path: str
+    message: str
+    severity: Severity = "error"
+
+    def __post_init__(self) -> None:
+        # Frozen, so bypass __setattr__; masking here protects every producer of Problems,
+        # including future ones that forget to mask.
+        object.__setattr__(self, "path", mask_secrets(self.path))
+        object.__setattr__(self, "message", mask_secrets(self.message))
+
+    def __str__(self) -> str:
+        prefix = f"{self.path}: " if self.path else ""
+        label = "warning: " if self.severity == "warning" else ""
+        return f"{prefix}{label}{self.message}"
 
 
 class ConfigError(Exception):
