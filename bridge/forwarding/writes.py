@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
@@ -410,26 +411,44 @@ def _record_one(
 
 
 def new_ids(dialect: Dialect, count: int) -> list[Any]:
-    """`count` new random (version 4) row ids, encoded for `dialect`, from one read of the
-    system's random source instead of one per id."""
-    entropy = os.urandom(16 * count)
-    return [
-        dialect.encode_id(_uuid4(int.from_bytes(entropy[16 * i : 16 * i + 16])))
-        for i in range(count)
-    ]
+    """`count` new row ids for rows written together, encoded for `dialect`: time-ordered
+    UUIDs (version 7 of RFC 9562: 48 bits of Unix milliseconds, then 74 random bits), one
+    random start per call and consecutive after it.
+
+    Why not random (version 4): every id goes into the destination queue's primary key, and
+    random keys land on random pages of that index, each insert a page to find (rarely in
+    cache once the index outgrows it) and splits all over it; keys that grow land on its right
+    edge. PostgreSQL's backend spent about a third less CPU per row written (5 against 7.5 us
+    for a 1 KiB message; `bench/profile_forwarding.py` shows the destination backend's CPU).
+    Unique still: two calls in the same millisecond share an id only if their 74 random bits
+    put their ranges over each other.
+    """
+    random_bits = int.from_bytes(os.urandom(10))  # 80 bits: 12 for rand_a, 61 for the start
+    first = (
+        (time.time_ns() // 1_000_000 & _MILLISECONDS) << 80
+        | _VERSION_7
+        | (random_bits >> 68) << 64
+        | _RFC_VARIANT
+        | random_bits & _COUNTER_START
+    )
+    encode_id = dialect.encode_id
+    return [encode_id(_uuid(first + offset)) for offset in range(count)]
 
 
-_VERSION_4_CLEAR = ~((0xF000 << 64) | (0xC000 << 48))
-_VERSION_4_SET = (0x4000 << 64) | (0x8000 << 48)
+_MILLISECONDS = (1 << 48) - 1
+_VERSION_7 = 0x7 << 76
+_RFC_VARIANT = 0b10 << 62
+# The start of the 62-bit rand_b field leaves its top bit clear, so adding up to 2**61 rows
+# never carries into the variant bits.
+_COUNTER_START = (1 << 61) - 1
 _SAFE_UNKNOWN = uuid.SafeUUID.unknown  # an enum member: looked up once, not per id
 
 
-def _uuid4(bits: int) -> uuid.UUID:
-    """`uuid.UUID(int=bits, version=4)` without its checks and keyword handling, which cost
-    more than the rest of writing a row: the version and variant bits are set as it sets
-    them, and the two slots filled as its constructor fills them."""
+def _uuid(bits: int) -> uuid.UUID:
+    """`uuid.UUID(int=bits)` without its checks and keyword handling, which cost more than the
+    rest of writing a row: the two slots filled as its constructor fills them."""
     value = object.__new__(uuid.UUID)
-    object.__setattr__(value, "int", (bits & _VERSION_4_CLEAR) | _VERSION_4_SET)
+    object.__setattr__(value, "int", bits)
     object.__setattr__(value, "is_safe", _SAFE_UNKNOWN)
     return value
 
