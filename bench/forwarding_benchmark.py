@@ -158,8 +158,15 @@ def parse_args() -> argparse.Namespace:
         help="as --previous-code, with the sfbridge of git revision REV of this repository "
         "(e.g. main, HEAD~3), extracted with `git archive` into the run's temp folder",
     )
+    parser.add_argument(
+        "--rows",
+        help="only these rows of pg-pg, sqlite-pg and pg-sqlite, e.g. 'previous,defaults' (of "
+        "previous, previous-settings, defaults, best, naive); the ceiling always runs, since "
+        "every ratio is to it",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     args = parser.parse_args()
+    args.row_keys = None if args.rows is None else {k.strip() for k in args.rows.split(",")}
     if args.previous_code is not None and args.previous_rev is not None:
         parser.error("give --previous-code or --previous-rev, not both")
     if args.previous_code is not None:
@@ -291,7 +298,11 @@ def run_benchmark(args: argparse.Namespace, run: Run) -> dict[str, Any]:
             messages = default_messages(args, body_size)
             body = os.urandom(body_size)  # incompressible: TOAST cannot shrink it
             progress.label = f"{name}, {format_size(body_size)}"
-            specs = standard_rows(args.best, args.previous_code)
+            specs = [
+                spec
+                for spec in standard_rows(args.best, args.previous_code)
+                if args.row_keys is None or spec.key in args.row_keys or spec.key == "ceiling"
+            ]
             if key == "pg-10pg":
                 specs = fan_out_rows(args.previous_code)
             elif args.transaction_modes:
