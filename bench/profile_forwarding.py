@@ -118,7 +118,7 @@ def forward_all(scenario: Scenario, config_path: Path, messages: int, profile: b
             flush=True,
         )
     if profiler:
-        pstats.Stats(profiler).sort_stats(os.environ.get("PSORT", "tottime")).print_stats(int(os.environ.get("PN", "30")))
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(30)
     return check
 
 
