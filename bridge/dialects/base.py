@@ -196,6 +196,7 @@ STATEMENT_NAMES = frozenset(
         "can_create_schemas",
         "schema_exists",
         "current_login",
+        "can_insert",
         "retry_add_destination_database",
         "retry_waiting",
         "create_destination_states_table",

@@ -433,6 +433,8 @@ STATEMENTS: dict[str, str] = {
     "can_create_schemas": "SELECT 1",
     "schema_exists": "SELECT coalesce(?1, '') = coalesce(?1, '')",
     "current_login": "SELECT '', 'main'",
+    # No grants: whoever may write the file may write every table (?1, the table, is unused).
+    "can_insert": "SELECT coalesce(?1, '') = coalesce(?1, ''), NULL",
     "savepoint": "SAVEPOINT sfbridge_local",
     "rollback_to_savepoint": "ROLLBACK TO SAVEPOINT sfbridge_local",
     "release_savepoint": "RELEASE SAVEPOINT sfbridge_local",

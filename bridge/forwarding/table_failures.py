@@ -14,10 +14,17 @@ from collections.abc import Callable, Collection, Sequence
 from bridge.addressing import TableAddress
 from bridge.dialects import Dialect
 from bridge.drivers import Connection
-from bridge.exceptions import DatabaseError, ItemWriteError, LockTimeout, TableNotFound
+from bridge.exceptions import (
+    DatabaseError,
+    ItemWriteError,
+    LockTimeout,
+    PermissionDenied,
+    TableNotFound,
+)
 from bridge.messages import Delivered, DeliveryResult, Failed, Item
 from bridge.outages import OutageTracker
 from bridge.routing import nearest_table
+from bridge.storage.grants import MissingRight, missing_insert_right
 
 
 def item_failure(
@@ -33,7 +40,11 @@ def item_failure(
     never hinting at the bridge's own queues, `not_suggested`), and so does a table someone
     else kept locked past the query timeout; any other failure only the item that caused it."""
     error = failure.error
-    if not isinstance(error, (TableNotFound, LockTimeout)):
+    denied = None
+    if isinstance(error, PermissionDenied):
+        address = items[failure.position].forward.destination.address
+        denied = missing_insert_right(connection, dialect, address)
+    if denied is None and not isinstance(error, (TableNotFound, LockTimeout)):
         return [failure.position], Failed(str(error), retryable=failure.retryable)
     destination = items[failure.position].forward.destination
     offsets = [
@@ -41,10 +52,26 @@ def item_failure(
         for offset, (_, decision) in enumerate(items)
         if decision.destination.address == destination.address
     ]
+    if denied is not None:
+        detail = error.detail if isinstance(error, DatabaseError) else str(error)
+        return offsets, denied_queue_failure(dialect, database, destination.address, denied, detail)
     if isinstance(error, LockTimeout):
         return offsets, locked_table_failure(dialect, database, destination.address, error)
     return offsets, missing_queue_failure(
         connection, dialect, database, destination.address, not_suggested
+    )
+
+
+def denied_queue_failure(
+    dialect: Dialect, database: str, address: TableAddress, lacking: MissingRight, detail: str
+) -> Failed:
+    """A Failed result for a destination table the bridge's login may not write, for every
+    message bound for it (a DBA's decision, undone by the GRANT it names), retried as usual."""
+    table = dialect.grammar.render(address)
+    advice = f"; have a DBA run {lacking.grant}" if lacking.grant else ""
+    return Failed(
+        f"the bridge's login may not write rows into destination queue {table} in database "
+        f"'{database}' ({detail}){advice}"
     )
 
 

@@ -98,15 +98,24 @@ class QueueWriter:
             )
         except NotSupported as error:
             (address,) = table.values()
-            with self._lock:
-                self._refuse_copy.add(self._key(connection, dialect, address))
-            log.warning(
-                "%s in database '%s' does not take COPY (%s); writing it with INSERT from now on",
-                dialect.grammar.render(address),
-                connection.database,
-                error.detail,
-            )
+            self._no_copy(connection, dialect, address, error.detail)
             raise
+
+    def _no_copy(
+        self, connection: Connection, dialect: Dialect, table: TableAddress, why: str
+    ) -> None:
+        """Write `table` with statements from now on, and say so once."""
+        key = self._key(connection, dialect, table)
+        with self._lock:
+            if key in self._refuse_copy:
+                return
+            self._refuse_copy.add(key)
+        log.warning(
+            "%s in database '%s' does not take COPY (%s); writing it with INSERT from now on",
+            dialect.grammar.render(table),
+            connection.database,
+            why,
+        )
 
     @staticmethod
     def _key(connection: Connection, dialect: Dialect, table: TableAddress) -> tuple[str, str, str]:
@@ -137,7 +146,14 @@ class QueueWriter:
         """Write `rows` into `queue` with the multi-row statement `name`: streamed with COPY
         where `copies` says so, else in as few statements as the dialect and the driver allow
         (`Dialect.rows_statements`). Raises the DatabaseError family."""
-        if self.copies(connection, dialect, name, queue=queue):
+        try:
+            copies = self.copies(connection, dialect, name, queue=queue)
+        except PermissionDenied as error:
+            # The login may write the table but not read it (INSERT without SELECT, as a DBA
+            # may grant a bridge): the column types COPY needs cannot be read, so statements.
+            self._no_copy(connection, dialect, queue, f"its columns cannot be read: {error.detail}")
+            raise
+        if copies:
             self.copy_rows(connection, dialect, name, rows, queue=queue)
             return
         for attempt in (1, 2):

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from bridge.addressing import TableAddress
 from bridge.dialects import Dialect
 from bridge.drivers import Connection
 from bridge.exceptions import DatabaseError
@@ -91,3 +92,29 @@ def _missing(
 def _one(connection: Connection, statement: str, parameters: tuple[object, ...]) -> bool:
     rows = connection.query(statement, parameters)
     return bool(rows and rows[0][0])
+
+
+def missing_insert_right(
+    connection: Connection, dialect: Dialect, table: TableAddress
+) -> MissingRight | None:
+    """What the login lacks to write rows into the queue `table`: INSERT on it, and on
+    PostgreSQL USAGE on the sequence of a serial column (the transport's `Seq`), with the
+    GRANTs that give it; None when it lacks none, or that cannot be read (a permission denied
+    for another reason, such as a row-level security policy). Reads only, inside whatever
+    transaction `connection` has (a batch's source transaction, for a queue of the forwarding
+    database): the caller ends it. Never raises."""
+    rendered = dialect.grammar.render(table)
+    try:
+        allowed, sequences = connection.query(dialect.sql("can_insert"), (rendered,))[0]
+        lacking = [name for name in str(sequences or "").split("\n") if name]
+        if allowed and not lacking:
+            return None
+        login = connection.query(dialect.sql("current_login"))[0][0]
+    except DatabaseError:
+        return None
+    login_name = dialect.grammar.quote_identifier(str(login))
+    insert = dialect.grants.get("insert", "")
+    use = dialect.grants.get("use_sequence", "")
+    grants = [] if allowed or not insert else [insert.format(table=rendered, login=login_name)]
+    grants += [use.format(sequence=name, login=login_name) for name in lacking if use]
+    return MissingRight(f"write rows into {rendered}", "; ".join(grants) + ";" if grants else "")

@@ -205,6 +205,10 @@ def _runs() -> list[tuple[str, Run]]:
         ("schema_exists", Run(("no_such_schema",), query=True, check=lambda rows: rows[0][0] == 0)),
         ("can_create_schemas", Run(query=True, check=lambda rows: rows[0][0] in (0, 1))),
         ("current_login", Run(query=True, check=lambda rows: len(rows[0]) == 2)),
+        (
+            "can_insert",
+            Run((f"[{SCHEMA}].[Samples.Receiver]",), query=True, check=_may_insert),
+        ),
         ("pause_set", Run(("sender", "", NOW, "upgrade"))),
         ("pause_set", Run(("sender", "", later, "still"))),
         ("pauses_read", Run(("sender",), query=True, check=_pause)),
@@ -268,6 +272,10 @@ def _queue_columns(rows: Any) -> bool:
         "body": "varbinary",
         "rowversion": "bigint",
     }
+
+
+def _may_insert(rows: Any) -> bool:
+    return bool(rows[0][0] == 1 and rows[0][1] is None)  # the test's login owns the table
 
 
 def _statements_run_here() -> set[str]:

@@ -125,5 +125,7 @@ DIALECT = Dialect(
     grants={
         "create_tables": "GRANT CREATE ON SCHEMA {schema} TO {login}",
         "create_schemas": "GRANT CREATE ON DATABASE {database} TO {login}",
+        "insert": "GRANT INSERT ON {table} TO {login}",
+        "use_sequence": "GRANT USAGE ON SEQUENCE {sequence} TO {login}",
     },
 )

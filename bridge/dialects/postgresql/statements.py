@@ -452,6 +452,19 @@ STATEMENTS: dict[str, str] = {
     "can_create_schemas": "SELECT has_database_privilege(current_database(), 'CREATE')",
     "schema_exists": "SELECT count(*) FROM pg_namespace WHERE nspname = ?",
     "current_login": "SELECT current_user, current_database()",
+    # Whether this login may write rows into a queue: INSERT on the table, and the sequences of
+    # its serial columns (the transport's Seq; an identity column needs no right of its own)
+    # that it may not use, one a line.
+    "can_insert": """
+        WITH t AS (SELECT CAST(? AS regclass) AS r)
+        SELECT has_table_privilege(t.r, 'INSERT'),
+               (SELECT string_agg(s.name, E'\\n') FROM (
+                    SELECT pg_get_serial_sequence(t.r::text, a.attname) AS name
+                    FROM pg_attribute AS a
+                    WHERE a.attrelid = t.r AND a.attnum > 0 AND NOT a.attisdropped
+                      AND a.attidentity = '') AS s
+                WHERE s.name IS NOT NULL AND NOT has_sequence_privilege(s.name, 'USAGE'))
+        FROM t""",
     # Transaction records (`bridge.forwarding.transactions`), one table per forwarding database: a
     # two-phase commit decision ('C' commit, 'A' abort) under the prepared transaction's gid;
     # an at-least-once delivery in flight ('P', with its message ids); '$store' holds the

@@ -229,5 +229,6 @@ DIALECT = Dialect(
         ),
         # A schema the login creates is its own; its tables still need CREATE TABLE.
         "create_schemas": "GRANT CREATE SCHEMA, CREATE TABLE TO {login}",
+        "insert": "GRANT INSERT ON {table} TO {login}",
     },
 )

@@ -446,6 +446,9 @@ STATEMENTS: dict[str, str] = {
     "can_create_schemas": "SELECT HAS_PERMS_BY_NAME(DB_NAME(), 'DATABASE', 'CREATE SCHEMA')",
     "schema_exists": "SELECT COUNT(*) FROM sys.schemas WHERE name = ?",
     "current_login": "SELECT USER_NAME(), DB_NAME()",
+    # Whether this login may write rows into a queue (an IDENTITY column needs no right of
+    # its own).
+    "can_insert": "SELECT HAS_PERMS_BY_NAME(?, 'OBJECT', 'INSERT'), CAST(NULL AS nvarchar(1))",
     "savepoint": "SAVE TRANSACTION sfbridge_local",
     "rollback_to_savepoint": "ROLLBACK TRANSACTION sfbridge_local",
     "release_savepoint": "",

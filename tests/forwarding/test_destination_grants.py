@@ -1,0 +1,136 @@
+"""A destination queue the bridge's login may not write, or may write but not read: the first
+waits in retry storage with the exact GRANT a DBA must run, the second is written with INSERT
+statements, since the column types COPY needs cannot be read."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from support import ERROR_QUEUE as ERROR
+from support import RETRY_TABLE as RETRY
+from support import SAMPLES_RECEIVER as RECEIVER
+from support import SENDER_FORWARD as FORWARD
+from support import (
+    DaemonProcess,
+    message_ids,
+    pg_connect,
+    pg_count,
+    pg_create_queue,
+    pg_rows,
+    pg_send,
+    sfbridge,
+    wait_until,
+    write_config,
+)
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def world(tmp_path: Path, postgres: Any) -> Iterator[dict[str, Any]]:
+    """A sender and a receiver database, installed, the receiver's queue created, and a login
+    `role` that may connect to the receiver and use the bridge's ledger there, but has no
+    right on the queue yet; the config reaches the receiver as that login."""
+    names = {"sender": postgres.create_database(), "receiver": postgres.create_database()}
+    strings = {key: postgres.connection_string(name) for key, name in names.items()}
+    role = f"sfb_grants_{uuid.uuid4().hex[:8]}"
+    config = {
+        "databases": {
+            "sender": {"dialect": "postgresql", "connection": strings["sender"]},
+            "receiver": {"dialect": "postgresql", "connection": strings["receiver"]},
+        },
+        "forwarders": [{"name": "sender", "database": "sender", "queue": FORWARD}],
+        "routes": [{"match": "*", "database": "receiver"}],
+        "retries": {"delay": "1s"},
+    }
+    path = write_config(tmp_path / "sfbridge.yaml", config)
+    result = sfbridge("-c", str(path), "install")
+    assert result.returncode == 0, result.stdout + result.stderr
+    pg_create_queue(strings["receiver"], RECEIVER)
+    with postgres.admin() as admin:
+        admin.execute(f"CREATE ROLE {role} LOGIN")
+        admin.execute(f'GRANT CONNECT ON DATABASE "{names["receiver"]}" TO {role}')
+    with pg_connect(strings["receiver"]) as connection:
+        connection.execute(f"GRANT SELECT, INSERT, DELETE ON public.sfbridge_ledger TO {role}")
+        connection.commit()
+    raw = yaml.safe_load(path.read_text())
+    raw["databases"]["receiver"]["connection"] = strings["receiver"].replace(
+        "Uid=postgres", f"Uid={role}"
+    )
+    write_config(path, raw)
+    try:
+        yield {"config": path, "role": role, **strings}
+    finally:
+        with postgres.admin() as admin:
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = ?", role
+            )
+            for name in names.values():
+                admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+            admin.execute(f"DROP ROLE {role}")
+
+
+def grant(world: dict[str, Any], *statements: str) -> None:
+    with pg_connect(world["receiver"]) as connection:
+        for statement in statements:
+            connection.execute(statement.format(role=world["role"], queue=RECEIVER))
+        connection.commit()
+
+
+def test_a_queue_the_login_may_not_write_keeps_its_messages_waiting_with_the_grant_to_run(
+    world: dict[str, Any], tmp_path: Path
+) -> None:
+    grant(world, "GRANT SELECT ON {queue} TO {role}")  # may read, may not write
+    with DaemonProcess(world["config"], tmp_path / "daemon.log") as daemon:
+        ids = pg_send(world["sender"], FORWARD, 12, body=b"x" * 100)
+
+        def waiting() -> list[tuple[Any, ...]]:
+            return pg_rows(world["sender"], f"SELECT last_error, attempts FROM {RETRY}")
+
+        wait_until(lambda: len(waiting()) == 12, 30, "every message in retry storage")
+        errors = {error for error, _ in waiting()}
+        assert len(errors) == 1, errors
+        (error,) = errors
+        role = world["role"]
+        assert "may not write rows into destination queue" in error
+        assert "permission denied" in error
+        # Both rights it lacks, exactly: INSERT on the queue and its Seq column's sequence.
+        assert f'GRANT INSERT ON "public"."Samples.Receiver" TO "{role}";' in error
+        assert f'GRANT USAGE ON SEQUENCE public."Samples.Receiver_seq_seq" TO "{role}";' in error
+        grant(
+            world,
+            "GRANT INSERT ON {queue} TO {role}",
+            'GRANT USAGE ON SEQUENCE public."Samples.Receiver_seq_seq" TO {role}',
+        )
+        wait_until(lambda: pg_count(world["receiver"], RECEIVER) == 12, 30, "delivery")
+        assert daemon.stop() == 0, daemon.output()
+    received = message_ids(world["receiver"], RECEIVER)
+    assert set(received) == ids and max(received.values()) == 1
+    assert pg_count(world["sender"], RETRY) == 0
+    assert pg_count(world["sender"], ERROR) == 0
+
+
+def test_a_queue_the_login_may_write_but_not_read_is_written_with_statements(
+    world: dict[str, Any], tmp_path: Path
+) -> None:
+    grant(
+        world,
+        "GRANT INSERT ON {queue} TO {role}",  # no SELECT: least privilege
+        'GRANT USAGE ON SEQUENCE public."Samples.Receiver_seq_seq" TO {role}',
+    )
+    with DaemonProcess(world["config"], tmp_path / "daemon.log") as daemon:
+        ids = pg_send(world["sender"], FORWARD, 40, body=b"x" * 100)
+        wait_until(lambda: pg_count(world["receiver"], RECEIVER) == 40, 30, "first delivery")
+        ids |= pg_send(world["sender"], FORWARD, 40, body=b"y" * 100)
+        wait_until(lambda: pg_count(world["receiver"], RECEIVER) == 80, 30, "second delivery")
+        assert daemon.stop() == 0, daemon.output()
+    received = message_ids(world["receiver"], RECEIVER)
+    assert set(received) == ids and max(received.values()) == 1
+    assert pg_count(world["sender"], RETRY) == 0
+    output = daemon.output()
+    assert output.count("does not take COPY (its columns cannot be read") == 1, output
