@@ -48,6 +48,8 @@ class ErrorQueue:
     # Proxy forwarders of the database and where they deliver (a queue, as canonical text):
     # their messages carry no routing header, so this is their destination.
     proxies: dict[str, str] = field(compare=False, default_factory=dict)
+    # The same destinations as `errors --destination` matches them: canonical address, table.
+    proxy_targets: dict[str, tuple[str, str]] = field(compare=False, default_factory=dict)
 
     def describe(self) -> str:
         return f"error queue {self.name} in database '{self.database}'"
@@ -81,6 +83,11 @@ def error_queues(config: BridgeConfig, forwarder: str | None = None) -> list[Err
             for f in config.forwarders
             if f.database == database
         }
+        fixed_destinations = {
+            f.name: fixed
+            for f in config.forwarders
+            if f.database == database and (fixed := proxy_destination(config, f)) is not None
+        }
         queues.append(
             ErrorQueue(
                 database=database,
@@ -96,10 +103,12 @@ def error_queues(config: BridgeConfig, forwarder: str | None = None) -> list[Err
                 ),
                 forwarding_queues=drained,
                 proxies={
-                    f.name: f"{fixed.canonical} in database '{fixed.database}'"
-                    for f in config.forwarders
-                    if f.database == database
-                    and (fixed := proxy_destination(config, f)) is not None
+                    name: f"{fixed.canonical} in database '{fixed.database}'"
+                    for name, fixed in fixed_destinations.items()
+                },
+                proxy_targets={
+                    name: (fixed.canonical, fixed.address.table)
+                    for name, fixed in fixed_destinations.items()
                 },
             )
         )

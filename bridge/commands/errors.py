@@ -173,7 +173,11 @@ def _read(
             connections.discard(queue.database)
             problems.append(error)
             continue
-        chosen = [m for m in messages or () if selection.selects(m, dialect.grammar)]
+        chosen = [
+            m
+            for m in messages or ()
+            if selection.selects(m, dialect.grammar, queue.proxy_targets.get(m.forwarder or "", ()))
+        ]
         found.append(Found(queue, dialect, chosen, len(messages or ()), messages is not None))
     return found
 

@@ -198,9 +198,16 @@ class Selection:
     since: datetime | None = None
     ids: frozenset[str] = frozenset()
 
-    def selects(self, message: FailedMessage, grammar: AddressGrammar | None = None) -> bool:
+    def selects(
+        self,
+        message: FailedMessage,
+        grammar: AddressGrammar | None = None,
+        proxy_destination: Sequence[str] = (),
+    ) -> bool:
         """Whether `message` is selected; `grammar` (the forwarding database's) reads the
-        destination address for the table-name match."""
+        destination address for the table-name match. `proxy_destination`: where the
+        message's forwarder delivers when it is a proxy (its queue's canonical address and
+        table name), since a proxy's messages carry no routing header."""
         if self.ids and not message.known_as & self.ids:
             return False
         if self.forwarder is not None and message.forwarder != self.forwarder:
@@ -212,12 +219,17 @@ class Selection:
             if failed_at is None or failed_at < self.since:
                 return False
         if self.destination is not None:
-            return self._destination_matches(message, grammar)
+            return self._destination_matches(message, grammar, proxy_destination)
         return True
 
-    def _destination_matches(self, message: FailedMessage, grammar: AddressGrammar | None) -> bool:
+    def _destination_matches(
+        self,
+        message: FailedMessage,
+        grammar: AddressGrammar | None,
+        proxy_destination: Sequence[str],
+    ) -> bool:
         assert self.destination is not None
-        candidates: list[str] = []
+        candidates: list[str] = list(proxy_destination)
         header = message.header(DESTINATION_HEADER)
         if header is not None and header.strip():
             candidates.append(header)

@@ -480,3 +480,12 @@ def test_no_body_and_an_empty_body_are_said_so() -> None:
 )
 def test_one_line_flattens_and_cuts(text: str | None, width: int, expected: str) -> None:
     assert one_line(text, width) == expected
+
+
+def test_a_destination_glob_matches_a_proxys_destination_for_its_header_less_messages() -> None:
+    proxied = failed({})  # a proxy's message: no routing header
+    target = ('"public"."Samples.Receiver"', "Samples.Receiver")
+    assert Selection(destination="Samples.*").selects(proxied, PG, target)
+    assert Selection(destination='"public"."Samples.Receiver"').selects(proxied, PG, target)
+    assert not Selection(destination="Billing.*").selects(proxied, PG, target)
+    assert not Selection(destination="Samples.*").selects(proxied, PG)

@@ -216,3 +216,7 @@ def test_a_proxys_failed_messages_show_its_destination_and_count_as_sent_to_erro
     assert len(rows) == 2 and all(where in row for row in rows), listed.stdout
     as_json = json.loads(pair.cli("errors", "list", "--json").stdout)
     assert [entry["destination"] for entry in as_json] == [where, where]
+    # `--destination` matches the proxy's destination, as it does a routing header.
+    for glob, count in (("Samples.Rec*", 2), ('"public"."Samples.Receiver"', 2), ("Other*", 0)):
+        chosen = json.loads(pair.cli("errors", "list", "--destination", glob, "--json").stdout)
+        assert len(chosen) == count, (glob, chosen)
