@@ -302,6 +302,8 @@ def _forwarder_status(
     except DatabaseError as error:
         connections.discard(forwarder.database)
         status["error"] = str(error)
+        # A table of the bridge's missing is a state of the database, as for a destination.
+        status["error_state"] = "not-ready" if isinstance(error, TableNotFound) else "unavailable"
     return status
 
 
@@ -479,7 +481,13 @@ def _render_forwarders(statuses: list[dict[str, Any]]) -> list[str]:
             )
             lines.append(f"                     last error: {failing['last_error']}")
         if "error" in status:
-            lines.append(f"  UNAVAILABLE: {status['error']}")
+            if status.get("error_state") == "not-ready":
+                lines.append(
+                    f"  NOT READY: {status['error']} ('sfbridge check' says what is missing and "
+                    "who may create it)"
+                )
+            else:
+                lines.append(f"  UNAVAILABLE: {status['error']}")
             continue
         for pause in status["paused"]:
             what = (
