@@ -306,14 +306,15 @@ def create_tables(
 def log_created(forwarder: str, database: str, created: Sequence[TableStep]) -> None:
     """Warn about each table `create_tables` created at run time (whoever in the daemon found
     it missing first: a batch, the heartbeat, the state publisher): it was gone."""
-    for step in created:
-        if step.table is None:
-            continue  # a schema: created only if absent, and only with a table
+    # One line for all: a first start without 'sfbridge install' creates a dozen at once.
+    # A schema is left out: created only if absent, and only with a table.
+    tables = [step.description for step in created if step.table is not None]
+    if tables:
         log.warning(
-            "forwarder '%s': created %s in database '%s' (it was missing)",
+            "forwarder '%s': created what was missing in database '%s': %s",
             forwarder,
-            step.description,
             database,
+            "; ".join(tables),
         )
 
 
