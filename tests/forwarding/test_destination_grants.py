@@ -134,3 +134,60 @@ def test_a_queue_the_login_may_write_but_not_read_is_written_with_statements(
     assert pg_count(world["sender"], RETRY) == 0
     output = daemon.output()
     assert output.count("does not take COPY (its columns cannot be read") == 1, output
+
+
+def test_a_queue_in_the_forwarding_database_the_login_may_not_write_fails_alone(
+    tmp_path: Path, postgres: Any
+) -> None:
+    """Local delivery runs inside the batch's source transaction: the rights are read there,
+    and the messages for other queues in the same batch still go."""
+    name = postgres.create_database()
+    string = postgres.connection_string(name)
+    role = f"sfb_local_{uuid.uuid4().hex[:8]}"
+    local = '"public"."Samples.Local"'
+    config: dict[str, Any] = {
+        "databases": {"sender": {"dialect": "postgresql", "connection": string}},
+        "forwarders": [{"name": "sender", "database": "sender", "queue": FORWARD}],
+        "routes": [{"match": "*", "database": "sender"}],
+        "retries": {"delay": "1s"},
+    }
+    path = write_config(tmp_path / "sfbridge.yaml", config)
+    result = sfbridge("-c", str(path), "install")
+    assert result.returncode == 0, result.stdout + result.stderr
+    pg_create_queue(string, RECEIVER)
+    pg_create_queue(string, local)
+    with postgres.admin() as admin:
+        admin.execute(f"CREATE ROLE {role} LOGIN")
+        admin.execute(f'GRANT CONNECT ON DATABASE "{name}" TO {role}')
+    with pg_connect(string) as connection:
+        connection.execute(f"GRANT ALL ON ALL TABLES IN SCHEMA public TO {role}")
+        connection.execute(f"GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO {role}")
+        connection.execute(f"REVOKE INSERT ON {local} FROM {role}")
+        connection.commit()
+    config["databases"]["sender"]["connection"] = string.replace("Uid=postgres", f"Uid={role}")
+    write_config(path, config)
+    try:
+        with DaemonProcess(path, tmp_path / "daemon.log") as daemon:
+            good = pg_send(string, FORWARD, 10, body=b"x" * 10)
+            held = pg_send(string, FORWARD, 5, destination=local, body=b"y" * 10)
+            wait_until(lambda: pg_count(string, RECEIVER) == 10, 30, "the other queue's messages")
+            wait_until(lambda: pg_count(string, RETRY) == 5, 30, "the local queue's in retries")
+            (error,) = {row[0] for row in pg_rows(string, f"SELECT last_error FROM {RETRY}")}
+            assert f'GRANT INSERT ON "public"."Samples.Local" TO "{role}";' in error, error
+            grant_all = f"GRANT INSERT ON {local} TO {role}"
+            with pg_connect(string) as connection:
+                connection.execute(grant_all)
+                connection.commit()
+            wait_until(lambda: pg_count(string, local) == 5, 30, "the local queue's delivery")
+            assert daemon.stop() == 0, daemon.output()
+        assert set(message_ids(string, RECEIVER)) == good
+        received = message_ids(string, local)
+        assert set(received) == held and max(received.values()) == 1
+        assert pg_count(string, RETRY) == 0 and pg_count(string, ERROR) == 0
+    finally:
+        with postgres.admin() as admin:
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = ?", role
+            )
+            admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+            admin.execute(f"DROP ROLE {role}")
