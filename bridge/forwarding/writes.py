@@ -434,8 +434,8 @@ def new_ids(dialect: Dialect, count: int) -> list[Any]:
     Why not random (version 4): every id goes into the destination queue's primary key, and
     random keys land on random pages of that index, each insert a page to find (rarely in
     cache once the index outgrows it) and splits all over it; keys that grow land on its right
-    edge. PostgreSQL's backend spent about a third less CPU per row written (5 against 7.5 us
-    for a 1 KiB message; `bench/profile_forwarding.py` shows the destination backend's CPU).
+    edge. The destination's PostgreSQL backend spent 10.3-10.5 us per 1 KiB message against
+    11.9-14.3 with random ids (`bench/profile_forwarding.py`, which shows that backend's CPU).
     Unique still: two calls in the same millisecond share an id only if their 74 random bits
     put their ranges over each other.
     """
