@@ -86,6 +86,15 @@ class PushChannels:
                 self.database,
                 ", ".join(sorted(unpushed)),
             )
+        elif self._told_unpushed and not unpushed:
+            # Said, so that the warning above is not the last word (a first start without
+            # 'sfbridge install' creates the tables, triggers included, a moment after it).
+            log.info(
+                "database '%s': every forwarding queue and retry storage has the push trigger "
+                "now: pushed, polled every %g s",
+                self.database,
+                PUSH_POLL_INTERVAL,
+            )
         self._told_unpushed = unpushed
 
     def keys(self, channels: Iterable[str]) -> list[Key]:

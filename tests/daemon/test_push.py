@@ -102,6 +102,10 @@ def test_a_queue_whose_trigger_was_dropped_is_polled(pg_pair_factory: Any, tmp_p
         for _ in range(3):
             # Well within the 5 s of the slow poll: the queue is polled every peek interval.
             sent |= picked_up_within(pair, 3)
+        result = sfbridge("-c", str(pair.config), "install")  # what the warning says to run
+        assert result.returncode == 0, result.stdout + result.stderr
+        daemon.wait_for_output("has the push trigger now")
+        sent |= picked_up_within(pair, 3)
         assert daemon.stop() == 0, daemon.output()
     assert pair.received() == Counter(sent)
 
