@@ -26,6 +26,7 @@ from bridge.forwarding.claim import decode_row
 from bridge.forwarding.proxies import proxy_destination
 from bridge.forwarding.writes import QueueWriter
 from bridge.headers import parse_headers, serialize_headers
+from bridge.routing import Destination
 from bridge.storage.tables import forwarder_tables, owned_table
 
 # Rows per replay or purge transaction (and per multi-row statement).
@@ -45,11 +46,9 @@ class ErrorQueue:
     forwarders: tuple[str, ...]
     owners: QueueOwners
     forwarding_queues: dict[str, TableAddress] = field(compare=False)
-    # Proxy forwarders of the database and where they deliver (a queue, as canonical text):
-    # their messages carry no routing header, so this is their destination.
-    proxies: dict[str, str] = field(compare=False, default_factory=dict)
-    # The same destinations as `errors --destination` matches them: canonical address, table.
-    proxy_targets: dict[str, tuple[str, str]] = field(compare=False, default_factory=dict)
+    # Proxy forwarders of the database and where they deliver: their messages carry no
+    # routing header, so this is their destination.
+    proxies: dict[str, Destination] = field(compare=False, default_factory=dict)
 
     def describe(self) -> str:
         return f"error queue {self.name} in database '{self.database}'"
@@ -57,9 +56,16 @@ class ErrorQueue:
     def destination_of(self, message: FailedMessage) -> str | None:
         """Where `message` was going: its proxy forwarder's destination, else its routing
         header (`FailedMessage.destination`)."""
-        if message.forwarder in self.proxies:
-            return self.proxies[message.forwarder]
+        fixed = self.proxies.get(message.forwarder or "")
+        if fixed is not None:
+            return f"{fixed.canonical} in database '{fixed.database}'"
         return message.destination
+
+    def proxy_names(self, message: FailedMessage) -> tuple[str, ...]:
+        """What `errors --destination` matches for a proxy forwarder's message: its proxy's
+        destination queue, as canonical address and as table name; nothing for others."""
+        fixed = self.proxies.get(message.forwarder or "")
+        return () if fixed is None else (fixed.canonical, fixed.address.table)
 
 
 def error_queues(config: BridgeConfig, forwarder: str | None = None) -> list[ErrorQueue]:
@@ -83,11 +89,6 @@ def error_queues(config: BridgeConfig, forwarder: str | None = None) -> list[Err
             for f in config.forwarders
             if f.database == database
         }
-        fixed_destinations = {
-            f.name: fixed
-            for f in config.forwarders
-            if f.database == database and (fixed := proxy_destination(config, f)) is not None
-        }
         queues.append(
             ErrorQueue(
                 database=database,
@@ -103,12 +104,10 @@ def error_queues(config: BridgeConfig, forwarder: str | None = None) -> list[Err
                 ),
                 forwarding_queues=drained,
                 proxies={
-                    name: f"{fixed.canonical} in database '{fixed.database}'"
-                    for name, fixed in fixed_destinations.items()
-                },
-                proxy_targets={
-                    name: (fixed.canonical, fixed.address.table)
-                    for name, fixed in fixed_destinations.items()
+                    f.name: fixed
+                    for f in config.forwarders
+                    if f.database == database
+                    and (fixed := proxy_destination(config, f)) is not None
                 },
             )
         )

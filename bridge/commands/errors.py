@@ -174,9 +174,7 @@ def _read(
             problems.append(error)
             continue
         chosen = [
-            m
-            for m in messages or ()
-            if selection.selects(m, dialect.grammar, queue.proxy_targets.get(m.forwarder or "", ()))
+            m for m in messages or () if selection.selects(m, dialect.grammar, queue.proxy_names(m))
         ]
         found.append(Found(queue, dialect, chosen, len(messages or ()), messages is not None))
     return found

@@ -53,8 +53,9 @@ def item_failure(
         if decision.destination.address == destination.address
     ]
     if denied is not None:
-        detail = error.detail if isinstance(error, DatabaseError) else str(error)
-        return offsets, denied_queue_failure(dialect, database, destination.address, denied, detail)
+        return offsets, denied_queue_failure(
+            dialect, database, destination.address, denied, error.detail
+        )
     if isinstance(error, LockTimeout):
         return offsets, locked_table_failure(dialect, database, destination.address, error)
     return offsets, missing_queue_failure(
