@@ -219,6 +219,21 @@ class Run:
         self.stack.callback(database.close)
         return database
 
+    def pg_pg_defaults(self) -> tuple[Scenario, Path]:
+        """A PG -> PG scenario on two fresh databases (progress to stderr) and the YAML of
+        its daemon at the defaults, for the scripts that time one thing in detail."""
+        scenario = Scenario(
+            "pg-pg",
+            self.database("PG", "source"),
+            self.database("PG", "destination"),
+            self.workdir,
+            False,
+            stderr,
+        )
+        return scenario, write_config(
+            self.workdir / "defaults.yaml", scenario.daemon_config({}, {})
+        )
+
     def driver_key_supported(self) -> bool:
         """Validate a tiny YAML with `driver: odbc` once with `sfbridge check`."""
         config = {

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from forwarding_benchmark import Run
 from throughput.baselines import time_ceiling
-from throughput.daemon import sfbridge_command, write_config
+from throughput.daemon import sfbridge_command
 from throughput.databases import DEFAULT_PG_PREFIX, RECEIVER
 from throughput.scenarios import Scenario
 
@@ -73,15 +73,7 @@ def main() -> int:
     run = Run(os.environ.get("SFBRIDGE_BENCH_PG", DEFAULT_PG_PREFIX))
     rates: dict[str, list[float]] = {row: [] for row in ROWS}
     try:
-        scenario = Scenario(
-            "pg-pg",
-            run.database("PG", "source"),
-            run.database("PG", "destination"),
-            run.workdir,
-            False,
-            lambda text: print(text, file=sys.stderr),
-        )
-        config = write_config(run.workdir / "defaults.yaml", scenario.daemon_config({}, {}))
+        scenario, config = run.pg_pg_defaults()
         body = secrets.token_bytes(1024)
         for number in range(1, args.rounds + 1):
             ids = scenario.prepare(args.messages, body)

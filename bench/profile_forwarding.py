@@ -28,7 +28,6 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from forwarding_benchmark import Run
-from throughput.daemon import write_config
 from throughput.databases import DEFAULT_PG_PREFIX
 from throughput.scenarios import Scenario
 
@@ -140,15 +139,7 @@ def main() -> int:
     prefix = os.environ.get("SFBRIDGE_BENCH_PG", DEFAULT_PG_PREFIX)
     run = Run(prefix)
     try:
-        scenario = Scenario(
-            "pg-pg",
-            run.database("PG", "source"),
-            run.database("PG", "destination"),
-            run.workdir,
-            False,
-            lambda text: print(text, file=sys.stderr),
-        )
-        config_path = write_config(run.workdir / "defaults.yaml", scenario.daemon_config({}, {}))
+        scenario, config_path = run.pg_pg_defaults()
         checks = [
             forward_all(scenario, config_path, args.messages, args.profile)
             for _ in range(args.repeat)

@@ -5,7 +5,8 @@ statements, since the column types COPY needs cannot be read."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,50 @@ from support import (
 pytestmark = pytest.mark.integration
 
 
+def installed(tmp_path: Path, strings: dict[str, str], destination: str) -> Path:
+    """A config whose forwarder in `sender` routes everything to `destination`, installed."""
+    config = {
+        "databases": {
+            key: {"dialect": "postgresql", "connection": string} for key, string in strings.items()
+        },
+        "forwarders": [{"name": "sender", "database": "sender", "queue": FORWARD}],
+        "routes": [{"match": "*", "database": destination}],
+        "retries": {"delay": "1s"},
+    }
+    path = write_config(tmp_path / "sfbridge.yaml", config)
+    result = sfbridge("-c", str(path), "install")
+    assert result.returncode == 0, result.stdout + result.stderr
+    return path
+
+
+def connect_as(path: Path, database: str, role: str) -> None:
+    """The config reaches `database` as `role` from now on."""
+    raw = yaml.safe_load(path.read_text())
+    connection = raw["databases"][database]["connection"]
+    raw["databases"][database]["connection"] = connection.replace("Uid=postgres", f"Uid={role}")
+    write_config(path, raw)
+
+
+@contextmanager
+def login(postgres: Any, connect_to: str, databases: Iterable[str]) -> Iterator[str]:
+    """A new login that may connect to database `connect_to` and nothing more; at the end it
+    and `databases` are dropped."""
+    role = f"sfb_grants_{uuid.uuid4().hex[:8]}"
+    with postgres.admin() as admin:
+        admin.execute(f"CREATE ROLE {role} LOGIN")
+        admin.execute(f'GRANT CONNECT ON DATABASE "{connect_to}" TO {role}')
+    try:
+        yield role
+    finally:
+        with postgres.admin() as admin:
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = ?", role
+            )
+            for name in databases:
+                admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+            admin.execute(f"DROP ROLE {role}")
+
+
 @pytest.fixture
 def world(tmp_path: Path, postgres: Any) -> Iterator[dict[str, Any]]:
     """A sender and a receiver database, installed, the receiver's queue created, and a login
@@ -38,41 +83,14 @@ def world(tmp_path: Path, postgres: Any) -> Iterator[dict[str, Any]]:
     right on the queue yet; the config reaches the receiver as that login."""
     names = {"sender": postgres.create_database(), "receiver": postgres.create_database()}
     strings = {key: postgres.connection_string(name) for key, name in names.items()}
-    role = f"sfb_grants_{uuid.uuid4().hex[:8]}"
-    config = {
-        "databases": {
-            "sender": {"dialect": "postgresql", "connection": strings["sender"]},
-            "receiver": {"dialect": "postgresql", "connection": strings["receiver"]},
-        },
-        "forwarders": [{"name": "sender", "database": "sender", "queue": FORWARD}],
-        "routes": [{"match": "*", "database": "receiver"}],
-        "retries": {"delay": "1s"},
-    }
-    path = write_config(tmp_path / "sfbridge.yaml", config)
-    result = sfbridge("-c", str(path), "install")
-    assert result.returncode == 0, result.stdout + result.stderr
+    path = installed(tmp_path, strings, "receiver")
     pg_create_queue(strings["receiver"], RECEIVER)
-    with postgres.admin() as admin:
-        admin.execute(f"CREATE ROLE {role} LOGIN")
-        admin.execute(f'GRANT CONNECT ON DATABASE "{names["receiver"]}" TO {role}')
-    with pg_connect(strings["receiver"]) as connection:
-        connection.execute(f"GRANT SELECT, INSERT, DELETE ON public.sfbridge_ledger TO {role}")
-        connection.commit()
-    raw = yaml.safe_load(path.read_text())
-    raw["databases"]["receiver"]["connection"] = strings["receiver"].replace(
-        "Uid=postgres", f"Uid={role}"
-    )
-    write_config(path, raw)
-    try:
+    with login(postgres, names["receiver"], names.values()) as role:
+        with pg_connect(strings["receiver"]) as connection:
+            connection.execute(f"GRANT SELECT, INSERT, DELETE ON public.sfbridge_ledger TO {role}")
+            connection.commit()
+        connect_as(path, "receiver", role)
         yield {"config": path, "role": role, **strings}
-    finally:
-        with postgres.admin() as admin:
-            admin.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = ?", role
-            )
-            for name in names.values():
-                admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
-            admin.execute(f"DROP ROLE {role}")
 
 
 def grant(world: dict[str, Any], *statements: str) -> None:
@@ -143,30 +161,17 @@ def test_a_queue_in_the_forwarding_database_the_login_may_not_write_fails_alone(
     and the messages for other queues in the same batch still go."""
     name = postgres.create_database()
     string = postgres.connection_string(name)
-    role = f"sfb_local_{uuid.uuid4().hex[:8]}"
     local = '"public"."Samples.Local"'
-    config: dict[str, Any] = {
-        "databases": {"sender": {"dialect": "postgresql", "connection": string}},
-        "forwarders": [{"name": "sender", "database": "sender", "queue": FORWARD}],
-        "routes": [{"match": "*", "database": "sender"}],
-        "retries": {"delay": "1s"},
-    }
-    path = write_config(tmp_path / "sfbridge.yaml", config)
-    result = sfbridge("-c", str(path), "install")
-    assert result.returncode == 0, result.stdout + result.stderr
+    path = installed(tmp_path, {"sender": string}, "sender")
     pg_create_queue(string, RECEIVER)
     pg_create_queue(string, local)
-    with postgres.admin() as admin:
-        admin.execute(f"CREATE ROLE {role} LOGIN")
-        admin.execute(f'GRANT CONNECT ON DATABASE "{name}" TO {role}')
-    with pg_connect(string) as connection:
-        connection.execute(f"GRANT ALL ON ALL TABLES IN SCHEMA public TO {role}")
-        connection.execute(f"GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO {role}")
-        connection.execute(f"REVOKE INSERT ON {local} FROM {role}")
-        connection.commit()
-    config["databases"]["sender"]["connection"] = string.replace("Uid=postgres", f"Uid={role}")
-    write_config(path, config)
-    try:
+    with login(postgres, name, [name]) as role:
+        with pg_connect(string) as connection:
+            connection.execute(f"GRANT ALL ON ALL TABLES IN SCHEMA public TO {role}")
+            connection.execute(f"GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO {role}")
+            connection.execute(f"REVOKE INSERT ON {local} FROM {role}")
+            connection.commit()
+        connect_as(path, "sender", role)
         with DaemonProcess(path, tmp_path / "daemon.log") as daemon:
             good = pg_send(string, FORWARD, 10, body=b"x" * 10)
             held = pg_send(string, FORWARD, 5, destination=local, body=b"y" * 10)
@@ -174,9 +179,8 @@ def test_a_queue_in_the_forwarding_database_the_login_may_not_write_fails_alone(
             wait_until(lambda: pg_count(string, RETRY) == 5, 30, "the local queue's in retries")
             (error,) = {row[0] for row in pg_rows(string, f"SELECT last_error FROM {RETRY}")}
             assert f'GRANT INSERT ON "public"."Samples.Local" TO "{role}";' in error, error
-            grant_all = f"GRANT INSERT ON {local} TO {role}"
             with pg_connect(string) as connection:
-                connection.execute(grant_all)
+                connection.execute(f"GRANT INSERT ON {local} TO {role}")
                 connection.commit()
             wait_until(lambda: pg_count(string, local) == 5, 30, "the local queue's delivery")
             assert daemon.stop() == 0, daemon.output()
@@ -184,10 +188,3 @@ def test_a_queue_in_the_forwarding_database_the_login_may_not_write_fails_alone(
         received = message_ids(string, local)
         assert set(received) == held and max(received.values()) == 1
         assert pg_count(string, RETRY) == 0 and pg_count(string, ERROR) == 0
-    finally:
-        with postgres.admin() as admin:
-            admin.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = ?", role
-            )
-            admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
-            admin.execute(f"DROP ROLE {role}")
