@@ -3,12 +3,15 @@ per-worker cache (one open connection per database, reopened after failures)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
 from bridge.config.model import DatabaseConfig
 from bridge.dialects import Dialect, dialect_for
 from bridge.drivers import Connection
+
+log = logging.getLogger(__name__)
 
 
 def connect(database: DatabaseConfig, *, create: bool = False) -> Connection:
@@ -19,6 +22,26 @@ def connect(database: DatabaseConfig, *, create: bool = False) -> Connection:
     ConnectionFailed.
     """
     return dialect_for(database.dialect).connect(database, create=create)
+
+
+def load_drivers(databases: Mapping[str, DatabaseConfig]) -> None:
+    """Import the drivers these databases are opened with, once, before threads open their
+    first connections: otherwise the first connection of every thread waits for the same
+    import (psycopg: about 0.1 s on a small machine), and a daemon's first batch with it.
+
+    A driver that cannot be imported is logged, not raised: the databases that need it fail
+    on their own when connected to (each with its error), and the others go on."""
+    reported: set[tuple[str, str]] = set()
+    for database in databases.values():
+        load = dialect_for(database.dialect).load_driver
+        if load is None:
+            continue
+        try:
+            load(database)
+        except ImportError as error:
+            if (database.dialect, str(error)) not in reported:
+                log.error("database '%s': its driver cannot be loaded: %s", database.name, error)
+            reported.add((database.dialect, str(error)))
 
 
 class Connections:

@@ -7,8 +7,9 @@ cannot starve them: a forwarder never has more batches running than its `concurr
 after each batch the next worker looks at the next source in the ring.
 
 Work is level-triggered: a mark set while a batch of that source runs stays set, so the
-source is taken again after the batch; a full batch keeps the source marked (a backlog) until
-a batch comes back short. A source whose batch failed, or whose forwarder is paused, is held
+source is taken again after the batch; a full claim marks the source as a backlog at once
+(another worker may join while the batch runs), and it stays one until a batch comes back
+short. A source whose batch failed, or whose forwarder is paused, is held
 back for a while and then taken again whether marked or not, as a worker used to try again.
 """
 
@@ -106,6 +107,16 @@ class WorkBoard:
             entry.marked = entry.marked or again
             entry.held_until = time.monotonic() + hold if hold > 0 else 0.0
             self._changed.notify_all()
+
+    def more_waiting(self, entry: Entry) -> None:
+        """A batch of `entry` that is still running claimed a full batch: the source may be
+        taken by another worker now (up to its forwarder's cap), not only once this batch
+        ends. A burst into an idle queue thus gets a second worker after one claim, not
+        after one whole batch."""
+        with self._changed:
+            if not entry.backlog:
+                entry.backlog = True
+                self._changed.notify_all()
 
     def failing(self) -> set[Key]:
         """Sources whose last batch failed."""

@@ -26,7 +26,7 @@ from functools import partial
 from types import FrameType
 
 from bridge.config.model import BridgeConfig
-from bridge.connections import Connections
+from bridge.connections import Connections, load_drivers
 from bridge.daemon.board import WorkBoard
 from bridge.daemon.budget import pool_sizes, worker_count
 from bridge.daemon.forwarder_health import ForwarderHealth
@@ -215,6 +215,7 @@ class Daemon:
 
     def start(self) -> None:
         """Start watchers, workers and upkeep in background threads; returns at once."""
+        load_drivers(self.config.databases)
         self._worker_stop = stop = threading.Event()
         self._workers, self._watchers, self._boards = [], [], []
         outages = OutageTracker(probe_interval(self.config), external_probe=True)

@@ -103,7 +103,9 @@ class PoolWorker(threading.Thread):
                 self._health.succeeded(name)
                 self.board.finish(entry, hold=forwarder.slow_poll_interval, again=True)
                 return
-            report = batches.forward_batch(entry.source)
+            report = batches.forward_batch(
+                entry.source, on_full=lambda: self.board.more_waiting(entry)
+            )
             self.last_progress = time.monotonic()
             with self._lock:
                 self.totals.update(report.counts)

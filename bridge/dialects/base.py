@@ -344,6 +344,8 @@ class Dialect:
     there is a choice (the `driver` config key), the default first; empty where there is one.
     `connection_catalog` is set where addresses name catalogs (SQL Server): it reads the
     database (catalog) a connection string opens, None when the string names none.
+    `load_driver` imports the driver a database is opened with (`connect` would, in its
+    first call); it raises ImportError.
     """
 
     name: str
@@ -375,6 +377,7 @@ class Dialect:
     # How the text the `*_raw` claims return is encoded (see RAW_CLAIM_STATEMENT_NAMES).
     raw_text_encoding: str = "utf-8"
     connection_catalog: Callable[[str], str | None] | None = None
+    load_driver: Callable[[ConfiguredDatabase], None] | None = None
     # The exact statements a DBA runs to give the bridge's login a right it lacks
     # (`bridge.storage.grants`): `create_tables` in an existing schema, `create_schemas` in the
     # database; `{login}`, `{schema}` and `{database}` are filled with quoted names. Empty where

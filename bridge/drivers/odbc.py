@@ -135,6 +135,12 @@ def _translate(
     return translated
 
 
+def load_driver() -> None:
+    """Import pyodbc now rather than inside the first connection of each thread. Raises
+    ImportError (also when the system's ODBC driver manager, libodbc, is missing)."""
+    import pyodbc  # noqa: F401  lazy: see the module docstring
+
+
 class OdbcConnection:
     """A pyodbc connection with autocommit off: always inside a transaction."""
 

@@ -30,7 +30,7 @@ from bridge.drivers.sqlstates import classify
 from bridge.exceptions import ConnectionFailed, ConnectionLost, DatabaseError, QueryTimeout
 from bridge.secrets import mask_secrets
 
-__all__ = ["PsycopgConnection", "libpq_parameters", "pyformat_placeholders"]
+__all__ = ["PsycopgConnection", "libpq_parameters", "load_driver", "pyformat_placeholders"]
 
 # ODBC connection string keys (any case) -> libpq parameters. psqlODBC's own options
 # (Driver, Protocol, ByteaAsLongVarBinary, CommLog, ...) mean nothing to libpq and are left out.
@@ -392,6 +392,15 @@ class PsycopgConnection:
             # The server went away or the link broke: no SQLSTATE comes back.
             return ConnectionLost(self.database, text)
         return classify(self.database, state, None, message, text)
+
+
+def load_driver() -> None:
+    """Import psycopg now (about 0.1 s on a small machine) rather than inside the first
+    connection of each thread, where the threads wait on one another for the import. Raises
+    ImportError."""
+    import psycopg  # lazy: see the module docstring
+
+    _connection_class(psycopg)
 
 
 _CONNECTION_CLASSES: dict[int, Any] = {}

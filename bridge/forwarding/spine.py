@@ -26,6 +26,7 @@ from __future__ import annotations
 import gc
 import logging
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 from bridge.config.model import BridgeConfig, ForwarderConfig, TransactionMode
@@ -124,12 +125,18 @@ class BatchForwarder:
         )
 
     def forward_batch(
-        self, source: Source = "queue", *, seq_range: tuple[int, int] | None = None
+        self,
+        source: Source = "queue",
+        *,
+        seq_range: tuple[int, int] | None = None,
+        on_full: Callable[[], None] | None = None,
     ) -> BatchReport:
         """Forward one batch from the forwarding queue or from due retries.
 
         `seq_range` (first, last) limits a queue batch to rows whose sequence column lies in
-        it: a bulk drain's share of the queue.
+        it: a bulk drain's share of the queue. `on_full` is called as soon as the claim came
+        back full, before the batch is delivered: more is waiting, and another worker may
+        start on the same source now rather than when this batch ends.
 
         Raises DatabaseError only for failures of the forwarding database itself
         (BridgeTableMissing for a table that could not be created); the source transaction
@@ -140,7 +147,7 @@ class BatchForwarder:
         started = time.monotonic()
         batch: Batch | None = None
         try:
-            batch = self.healer.healing(lambda: self._forward(source, seq_range))
+            batch = self.healer.healing(lambda: self._forward(source, seq_range, on_full))
         finally:
             self._observer.batch_finished(
                 self.forwarder.name,
@@ -154,10 +161,17 @@ class BatchForwarder:
 
     # -- the spine -------------------------------------------------------------------------
 
-    def _forward(self, source: Source, seq_range: tuple[int, int] | None) -> Batch:
+    def _forward(
+        self,
+        source: Source,
+        seq_range: tuple[int, int] | None,
+        on_full: Callable[[], None] | None,
+    ) -> Batch:
         batch = self._open(source)
         try:
             self._claim(batch, seq_range)
+            if on_full is not None and batch.report.full:
+                on_full()
             self._classify(batch)
             self._deliver(batch)
             self._settle(batch)

@@ -146,3 +146,18 @@ def test_a_proxy_counts_towards_its_destination() -> None:
         ),
     )
     assert pool_sizes(config) == {"src": 5}
+
+
+def test_a_full_claim_lets_a_second_worker_join_while_the_batch_runs() -> None:
+    board = WorkBoard({"f": 2})
+    board.mark([("f", "queue")])
+    first = board.take(0)
+    assert first is not None
+    assert board.take(0) is None  # one batch runs; nothing says more is waiting yet
+    board.more_waiting(first)  # its claim came back full
+    second = board.take(0)
+    assert second is not None and second.key == ("f", "queue")
+    assert board.take(0) is None  # at its concurrency of 2
+    board.finish(first, full=False)
+    board.finish(second, full=False)
+    assert board.take(0) is None  # a short batch ended the backlog

@@ -71,3 +71,27 @@ def test_a_batch_cut_by_bytes_of_non_ascii_headers_reports_full(config: Any, dra
     assert first.claimed == 3
     assert pg_count(config.databases["local"].connection, FORWARD) == 4
     assert first.full, "cut by its byte bound with rows left, yet reported as not full"
+
+
+def test_a_full_claim_is_told_before_its_batch_is_delivered(config: Any) -> None:
+    """`on_full` runs once per full claim, while the batch's rows are still claimed and not
+    yet delivered (a daemon lets a second worker join then); a short claim never calls it."""
+    send_accented(config, 5)
+    forwarder = dataclasses.replace(config.forwarders[0], batch_size=3)
+    connections = Connections(config.databases)
+    seen: list[tuple[int, int]] = []
+    local = config.databases["local"].connection
+
+    def on_full() -> None:
+        # Another session still sees the claimed rows (uncommitted delete) and no settled one.
+        seen.append((pg_count(local, FORWARD), pg_count(local, "error")))
+
+    try:
+        batches = BatchForwarder(config, forwarder, connections)
+        first = batches.forward_batch(on_full=on_full)
+        second = batches.forward_batch(on_full=on_full)
+    finally:
+        connections.close()
+    assert (first.claimed, first.full, second.claimed, second.full) == (3, True, 2, False)
+    assert seen == [(5, 0)], "called for the full claim only, before the batch was settled"
+    assert pg_count(local, "error") == 5

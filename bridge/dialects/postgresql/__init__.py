@@ -17,6 +17,8 @@ from __future__ import annotations
 from bridge.dialects.base import ConfiguredDatabase, Dialect, decode_uuid, require_naive_utc
 from bridge.dialects.postgresql.grammar import GRAMMAR, PostgreSqlGrammar
 from bridge.dialects.postgresql.statements import STATEMENTS, _decode_timestamp
+from bridge.drivers import odbc as odbc_driver
+from bridge.drivers import psycopg as psycopg_driver
 from bridge.drivers.base import Connection
 from bridge.drivers.odbc import OdbcConnection, with_default_options, with_required_options
 from bridge.drivers.psycopg import PsycopgConnection, keepalive_parameters
@@ -99,6 +101,14 @@ def connect(database: ConfiguredDatabase, *, create: bool = False) -> Connection
     )
 
 
+def load_driver(database: ConfiguredDatabase) -> None:
+    """Import the driver `connect` opens `database` with."""
+    if (database.driver or DRIVERS[0]) == "psycopg":
+        psycopg_driver.load_driver()
+    else:
+        odbc_driver.load_driver()
+
+
 DIALECT = Dialect(
     name="postgresql",
     title="PostgreSQL",
@@ -116,6 +126,7 @@ DIALECT = Dialect(
     encode_timestamp=require_naive_utc,
     decode_timestamp=_decode_timestamp,
     drivers=DRIVERS,
+    load_driver=load_driver,
     max_parameters=65535,
     cannot_prepare=None,
     copy_types={

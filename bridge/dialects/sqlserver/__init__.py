@@ -41,6 +41,7 @@ from bridge.dialects.sqlserver.queue_tables import (
     inspect_queue_table,
 )
 from bridge.dialects.sqlserver.statements import STATEMENTS, WITHOUT_RECOVERABLE
+from bridge.drivers import odbc as odbc_driver
 from bridge.drivers.base import Connection
 from bridge.drivers.odbc import (
     NativeErrors,
@@ -198,6 +199,7 @@ DIALECT = Dialect(
     title="SQL Server",
     grammar=GRAMMAR,
     connect=connect,
+    load_driver=lambda database: odbc_driver.load_driver(),
     locator="connection",
     has_schemas=True,
     single_writer=False,
