@@ -40,6 +40,10 @@ class DaemonRun:
     peak_rss_mb: float
     exit_code: int  # after SIGTERM; 0 is a clean stop
     log_tail: str
+    # READY -> the first message in the destination, and how many had arrived then (the first
+    # batch); None where not looked for.
+    first_seconds: float | None = None
+    first_count: int = 0
 
 
 def sfbridge_command(config: Path, *args: str) -> list[str]:
@@ -157,9 +161,11 @@ def time_daemon(
     progress: Callable[[str], None],
     poll_seconds: float = 0.02,
     cwd: str | None = None,
+    first_arrived: Callable[[], int] | None = None,
 ) -> DaemonRun:
     """Start the daemon on a prefilled queue and time it from READY (its workers start
-    claiming) until `arrived()` reaches `messages`.
+    claiming) until `arrived()` reaches `messages`; with `first_arrived` (messages in the
+    destination now, by a cheap look), also until the first arrival, looked for every 5 ms.
 
     Raises ConfigRejected when this sfbridge refuses the configuration, RuntimeError when the
     daemon dies or takes longer than a minute plus 20 ms a message.
@@ -169,6 +175,14 @@ def time_daemon(
         start, cpu_start = time.perf_counter(), cpu_seconds(daemon.pid)
         deadline = time.monotonic() + 60 + messages / 50
         last_progress = time.monotonic()
+        first_seconds, first_count = None, 0
+        while first_arrived is not None and not (first_count := first_arrived()):
+            daemon.check_alive(0)
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"nothing arrived:\n{daemon.log_tail()}")
+            time.sleep(0.005)
+        if first_arrived is not None:
+            first_seconds = time.perf_counter() - start
         while (count := arrived()) < messages:
             daemon.check_alive(count)
             if time.monotonic() > deadline:
@@ -179,7 +193,16 @@ def time_daemon(
             time.sleep(poll_seconds)
         seconds = time.perf_counter() - start
         cpu, rss = cpu_seconds(daemon.pid) - cpu_start, peak_rss_mb(daemon.pid)
-        return DaemonRun(seconds, messages, cpu, rss, daemon.stop(), daemon.log_tail())
+        return DaemonRun(
+            seconds,
+            messages,
+            cpu,
+            rss,
+            daemon.stop(),
+            daemon.log_tail(),
+            first_seconds,
+            first_count,
+        )
 
 
 def _first_problem(log: str) -> str:

@@ -36,6 +36,11 @@ def summarize_rows(rows: Sequence[RowRuns]) -> list[dict[str, Any]]:
             # Each run against the baseline measured in the same round (rows are interleaved).
             "vs_ceiling_runs": _ratios(row.rates, ceiling_runs),
             "vs_previous_runs": _ratios(row.rates, previous_runs),
+            # Daemon rows: READY -> first arrival, and the rate from there to the last arrival
+            # against the ceiling of the same round (start-up left out).
+            "first_arrival_ms": _median(row.first_ms),
+            "steady_vs_ceiling": _median(_ratios(row.steady_rates, ceiling_runs)),
+            "steady_vs_ceiling_runs": _ratios(row.steady_rates, ceiling_runs),
             "cpu_ms_per_msg": _median(row.cpu_ms),
             "peak_rss_mb": _median(row.rss_mb),
             "exactly_once": row.checks,
@@ -67,7 +72,8 @@ def print_scenario(scenario: dict[str, Any]) -> None:
     )
     print(
         f"  {'row':<58}{'msg/s':>8}{'x ceiling':>11}{'runs':>11}{'x previous':>12}{'runs':>11}"
-        f"{'CPU ms/msg':>12}{'peak RSS MB':>13}  exactly-once"
+        f"{'CPU ms/msg':>12}{'peak RSS MB':>13}{'first ms':>10}{'steady x ceiling':>18}"
+        f"{'runs':>11}  exactly-once"
     )
     for row in scenario["rows"]:
         if row["not_run"]:
@@ -80,7 +86,9 @@ def print_scenario(scenario: dict[str, Any]) -> None:
             f"  {row['label']:<58}{_number(row['msg_per_s']):>8}"
             f"{_number(row['vs_ceiling']):>11}{_spread(row['vs_ceiling_runs']):>11}"
             f"{_number(row['vs_previous']):>12}{_spread(row['vs_previous_runs']):>11}"
-            f"{_number(row['cpu_ms_per_msg']):>12}{_number(row['peak_rss_mb']):>13}  {verdict}"
+            f"{_number(row['cpu_ms_per_msg']):>12}{_number(row['peak_rss_mb']):>13}"
+            f"{_number(row.get('first_arrival_ms')):>10}{_number(row.get('steady_vs_ceiling')):>18}"
+            f"{_spread(row.get('steady_vs_ceiling_runs') or []):>11}  {verdict}"
         )
         for failure in sorted({check for check in checks if check != "ok"}):
             print(f"      {failure}")

@@ -56,6 +56,9 @@ class RowRuns:
     rates: list[float] = field(default_factory=list)
     cpu_ms: list[float] = field(default_factory=list)
     rss_mb: list[float] = field(default_factory=list)
+    # Daemon rows: READY -> first arrival (ms), and msg/s from the first arrival to the last.
+    first_ms: list[float] = field(default_factory=list)
+    steady_rates: list[float] = field(default_factory=list)
     checks: list[str] = field(default_factory=list)
     not_run: str | None = None
 
@@ -209,6 +212,11 @@ class Scenario:
             return 0
         return self.destination.count(RECEIVER)
 
+    def first_arrived(self) -> int:
+        """Messages in the destination queue now, looked for by one probe of its head (a
+        count only once something is there): the first batch's arrival."""
+        return self.destination.count(RECEIVER) if self.destination.has_rows(RECEIVER) else 0
+
     def run_row(self, row: RowRuns, messages: int, body: bytes) -> None:
         """One run of one row, appended to `row` (or `row.not_run` set)."""
         spec = row.spec
@@ -246,6 +254,7 @@ class Scenario:
                 lambda text: self.progress(f"{spec.key}: {text}"),
                 poll_seconds=poll,
                 cwd=spec.code,
+                first_arrived=self.first_arrived,
             )
         except ConfigRejected as rejected:
             row.not_run = f"n/a (sfbridge rejects the config: {rejected})"
@@ -253,6 +262,11 @@ class Scenario:
         row.rates.append(run.messages / run.seconds)
         row.cpu_ms.append(1000 * run.cpu_seconds / max(run.messages, 1))
         row.rss_mb.append(run.peak_rss_mb)
+        if run.first_seconds is not None and run.seconds > run.first_seconds:
+            row.first_ms.append(1000 * run.first_seconds)
+            row.steady_rates.append(
+                (run.messages - run.first_count) / (run.seconds - run.first_seconds)
+            )
         check = self.exactly_once(ids)
         if run.exit_code != 0:
             check = f"FAILED: exit code {run.exit_code} after SIGTERM; {check}"
