@@ -11,9 +11,10 @@ from bridge.config.model import BridgeConfig, ForwarderConfig, SubscriptionTable
 from bridge.connections import Connections
 from bridge.daemon.budget import most_connections
 from bridge.dialects import Dialect, dialect_for
+from bridge.dialects.registry import grammar_for
 from bridge.drivers import Connection
 from bridge.drivers.odbc import driver_log_switches
-from bridge.exceptions import DatabaseError
+from bridge.exceptions import AddressError, DatabaseError
 from bridge.forwarding.fan_out import fan_out
 from bridge.forwarding.in_doubt import (
     all_two_phase_destinations,
@@ -23,8 +24,8 @@ from bridge.forwarding.in_doubt import (
 from bridge.forwarding.proxies import proxy_destination
 from bridge.forwarding.subscriptions import SubscriberDirectory
 from bridge.messages import Forward, NoSubscribers, Publish
-from bridge.routing import Router
-from bridge.storage.grants import missing_create_right
+from bridge.routing import Destination, Router, first_matching_route, resolve_for_target
+from bridge.storage.grants import missing_create_right, missing_insert_right
 from bridge.storage.ledger import ledger_address, ledger_databases
 from bridge.storage.tables import forwarder_table_steps, forwarder_tables
 
@@ -90,6 +91,7 @@ def run_checks(config: BridgeConfig) -> list[Finding]:
         for forwarder in config.forwarders:
             if forwarder.destination is not None:
                 findings.extend(_check_proxy(config, forwarder, connections, reachable))
+        findings.extend(_check_routed_queues(config, connections, reachable))
         for table in config.subscription_tables:
             if table.database in reachable:
                 findings.extend(_check_subscription_table(config, connections, table))
@@ -394,17 +396,74 @@ def _check_proxy(
     if destination.database not in reachable:
         return
     subject = f"{label} destination in database '{destination.database}'"
+    yield from _check_destination(config, connections, destination, subject, "the proxy's")
+
+
+def _check_routed_queues(
+    config: BridgeConfig, connections: Connections, reachable: set[str]
+) -> Iterator[Finding]:
+    """The queues routes name outright (a `match` without glob characters, and no earlier
+    route matching it first), in the route's database and schema. Queues behind a glob are
+    known only from the messages, and are checked when one comes."""
+    for route in config.routes:
+        if any(character in route.match for character in "*?["):
+            continue
+        if first_matching_route(route.match, config.routes) is not route:
+            continue
+        if route.database not in reachable:
+            continue
+        target = config.databases[route.database]
+        subject = f"route '{route.match}' to database '{route.database}'"
+        try:
+            address = resolve_for_target(TableAddress(route.match), target, target, route)
+            canonical = grammar_for(target.dialect).render(address)
+        except AddressError as error:
+            yield Finding(False, subject, f"{route.match!r} cannot be a queue there ({error})")
+            continue
+        destination = Destination(
+            route.database,
+            address,
+            canonical,
+            route.transaction or config.delivery.transaction,
+        )
+        yield from _check_destination(config, connections, destination, subject, "their")
+
+
+def _check_destination(
+    config: BridgeConfig,
+    connections: Connections,
+    destination: Destination,
+    subject: str,
+    whose: str,
+) -> Iterator[Finding]:
+    """A destination queue exists with the queue shape, and the bridge's login may write
+    rows into it (else the GRANTs a DBA must run)."""
     connection = connections.get(destination.database)
     dialect = dialect_for(config.databases[destination.database].dialect)
-    if not _columns(connection, dialect, destination.address):
+    # A login with no right at all on a table sees none of its columns (PostgreSQL's
+    # information_schema), as if it did not exist; the rights are asked of the table itself.
+    readable = bool(_columns(connection, dialect, destination.address))
+    lacking = missing_insert_right(connection, dialect, destination.address)
+    connection.rollback()
+    if not readable and lacking is None:
         yield Finding(
             False,
             subject,
             f"{destination.canonical} does not exist: the endpoint creates it when it is "
-            "installed; until then the proxy's messages wait in retry storage",
+            f"installed; until then {whose} messages wait in retry storage",
         )
         return
-    yield from _check_queue(config, connection, dialect, destination.address, subject)
+    if readable:
+        yield from _check_queue(config, connection, dialect, destination.address, subject)
+    if lacking is not None:
+        grant = f": have a DBA run {lacking.grant}" if lacking.grant else ""
+        unread = "" if readable else " (the login cannot see its columns: its shape is unchecked)"
+        yield Finding(
+            False,
+            subject,
+            f"the bridge's login may not {lacking.what}{grant}; until then {whose} messages "
+            f"wait in retry storage{unread}",
+        )
 
 
 def _check_shadowing(

@@ -188,3 +188,46 @@ def test_a_queue_in_the_forwarding_database_the_login_may_not_write_fails_alone(
         received = message_ids(string, local)
         assert set(received) == held and max(received.values()) == 1
         assert pg_count(string, RETRY) == 0 and pg_count(string, ERROR) == 0
+
+
+def test_check_names_the_grants_a_routed_queue_lacks_and_a_routed_queue_that_is_missing(
+    world: dict[str, Any],
+) -> None:
+    """`check` looks at the queues routes name outright (not those behind a glob): one the
+    login may not write gets the GRANTs to run, one that is not there is said to be missing,
+    and both are fine once the DBA granted and the endpoint created its queue."""
+    path = world["config"]
+    raw = yaml.safe_load(path.read_text())
+    raw["routes"] = [
+        {"match": "Samples.Receiver", "database": "receiver"},
+        {"match": "Samples.Other", "database": "receiver"},
+        {"match": "*", "database": "receiver"},
+    ]
+    write_config(path, raw)
+
+    def lines(subject: str) -> list[str]:
+        result = sfbridge("-c", str(path), "check")
+        return [line for line in result.stdout.splitlines() if f"{subject} to database" in line]
+
+    [denied] = lines("route 'Samples.Receiver'")
+    assert denied.startswith("PROBLEM"), denied
+    assert (
+        f'have a DBA run GRANT INSERT ON "public"."Samples.Receiver" TO "{world["role"]}"; '
+        f'GRANT USAGE ON SEQUENCE public."Samples.Receiver_seq_seq" TO "{world["role"]}";'
+    ) in denied
+    assert "its shape is unchecked" in denied
+    [missing] = lines("route 'Samples.Other'")
+    assert missing.startswith("PROBLEM") and '"public"."Samples.Other" does not exist' in missing
+    assert lines("route '*'") == []
+
+    grant(world, "GRANT SELECT, INSERT ON {queue} TO {role}")
+    grant(world, 'GRANT USAGE ON SEQUENCE public."Samples.Receiver_seq_seq" TO {role}')
+    pg_create_queue(world["receiver"], '"public"."Samples.Other"')
+    grant(world, 'GRANT SELECT, INSERT ON "public"."Samples.Other" TO {role}')
+    grant(world, 'GRANT USAGE ON SEQUENCE public."Samples.Other_seq_seq" TO {role}')
+    other = '"public"."Samples.Other"'
+    for subject, table in (("Samples.Receiver", RECEIVER), ("Samples.Other", other)):
+        assert lines(f"route '{subject}'") == [
+            f"ok       route '{subject}' to database 'receiver': {table} has the NServiceBus "
+            "queue shape"
+        ]
