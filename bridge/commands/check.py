@@ -4,17 +4,23 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 from bridge.addressing import TableAddress
+from bridge.commands.check_tables import (
+    Finding,
+    check_destination,
+    check_exists,
+    check_queue,
+    check_routed_queues,
+    table_columns,
+)
 from bridge.config.model import BridgeConfig, ForwarderConfig, SubscriptionTableConfig
 from bridge.connections import Connections
 from bridge.daemon.budget import most_connections
-from bridge.dialects import Dialect, dialect_for
-from bridge.dialects.registry import grammar_for
+from bridge.dialects import dialect_for
 from bridge.drivers import Connection
 from bridge.drivers.odbc import driver_log_switches
-from bridge.exceptions import AddressError, DatabaseError
+from bridge.exceptions import DatabaseError
 from bridge.forwarding.fan_out import fan_out
 from bridge.forwarding.in_doubt import (
     all_two_phase_destinations,
@@ -24,28 +30,9 @@ from bridge.forwarding.in_doubt import (
 from bridge.forwarding.proxies import proxy_destination
 from bridge.forwarding.subscriptions import SubscriberDirectory
 from bridge.messages import Forward, NoSubscribers, Publish
-from bridge.routing import Destination, Router, first_matching_route, resolve_for_target
-from bridge.storage.grants import missing_create_right, missing_insert_right
+from bridge.routing import Router
 from bridge.storage.ledger import ledger_address, ledger_databases
 from bridge.storage.tables import forwarder_table_steps, forwarder_tables
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One thing `check` found; a `warning` is ok (it does not fail the check) but worth a
-    look."""
-
-    ok: bool
-    subject: str
-    detail: str
-    warning: bool = False
-    missing_table: bool = False  # a table the bridge owns (and `install` creates) is missing
-    # Missing, and the bridge's login may not create it: a DBA must (or grant the right).
-    needs_dba: bool = False
-
-    def __str__(self) -> str:
-        label = "PROBLEM" if not self.ok else "WARNING" if self.warning else "ok     "
-        return f"{label}  {self.subject}: {self.detail}"
 
 
 def run_checks(config: BridgeConfig) -> list[Finding]:
@@ -82,16 +69,16 @@ def run_checks(config: BridgeConfig) -> list[Finding]:
                     continue
                 checked.add((forwarder.database, step.table))
                 if step.table == tables.queue:
-                    subject, check = f"{label} queue", _check_queue
+                    subject, check = f"{label} queue", check_queue
                 elif step.table == tables.error_queue:
-                    subject, check = f"{label} error queue", _check_queue
+                    subject, check = f"{label} error queue", check_queue
                 else:
-                    subject, check = f"{label} {step.description}", _check_exists
+                    subject, check = f"{label} {step.description}", check_exists
                 findings.extend(check(config, connection, dialect, step.table, subject))
         for forwarder in config.forwarders:
             if forwarder.destination is not None:
                 findings.extend(_check_proxy(config, forwarder, connections, reachable))
-        findings.extend(_check_routed_queues(config, connections, reachable))
+        findings.extend(check_routed_queues(config, connections, reachable))
         for table in config.subscription_tables:
             if table.database in reachable:
                 findings.extend(_check_subscription_table(config, connections, table))
@@ -105,7 +92,7 @@ def run_checks(config: BridgeConfig) -> list[Finding]:
                 continue
             dialect = dialect_for(config.databases[name].dialect)
             findings.extend(
-                _check_exists(
+                check_exists(
                     config,
                     connections.get(name),
                     dialect,
@@ -268,118 +255,6 @@ def _driver_logging(config: BridgeConfig) -> Iterator[Finding]:
         )
 
 
-def _columns(connection: Connection, dialect: Dialect, address: TableAddress) -> dict[str, str]:
-    # The address lets SQL Server read the catalog views of the table's own catalog.
-    rows = connection.query(
-        dialect.sql("table_columns", queue=address), (address.schema, address.table)
-    )
-    connection.commit()
-    return {str(row[0]): str(row[1]) for row in rows}
-
-
-def _check_exists(
-    config: BridgeConfig,
-    connection: Connection,
-    dialect: Dialect,
-    address: TableAddress,
-    subject: str,
-    meanwhile: str = "the daemon cannot forward from this database",
-) -> Iterator[Finding]:
-    rendered = dialect.grammar.render(address)
-    if _columns(connection, dialect, address):
-        yield Finding(True, subject, f"{rendered} exists")
-        return
-    yield _missing_owned_table(config, connection, dialect, address, subject, meanwhile)
-
-
-def _missing_owned_table(
-    config: BridgeConfig,
-    connection: Connection,
-    dialect: Dialect,
-    address: TableAddress,
-    subject: str,
-    meanwhile: str = "the daemon cannot forward from this database",
-) -> Finding:
-    """A table the bridge owns is missing: fine when the daemon will create it, else say who
-    must."""
-    rendered = dialect.grammar.render(address)
-    if not config.install.at_runtime:
-        return Finding(
-            False,
-            subject,
-            f"{rendered} is missing and install.at_runtime is false: run 'sfbridge install' "
-            "(or have a DBA run 'sfbridge install --print-sql')",
-            missing_table=True,
-        )
-    try:
-        # What the daemon and `install` would run: the schema first where it is missing.
-        lacking = missing_create_right(connection, dialect, address.schema)
-    except DatabaseError as error:
-        connection.rollback()
-        return Finding(
-            False,
-            subject,
-            f"{rendered} is missing ({error.detail}); run 'sfbridge install'",
-            missing_table=True,
-        )
-    if lacking is not None:
-        return Finding(
-            False,
-            subject,
-            f"{rendered} is missing and {lacking.advice()}; until then {meanwhile}",
-            missing_table=True,
-            needs_dba=True,
-        )
-    return Finding(
-        True,
-        subject,
-        f"{rendered} is missing; the daemon creates it when it first needs it "
-        "(or run 'sfbridge install' now)",
-        missing_table=True,
-    )
-
-
-def _check_queue(
-    config: BridgeConfig,
-    connection: Connection,
-    dialect: Dialect,
-    address: TableAddress,
-    subject: str,
-) -> Iterator[Finding]:
-    rendered = dialect.grammar.render(address)
-    columns = _columns(connection, dialect, address)
-    if not columns:
-        yield _missing_owned_table(config, connection, dialect, address, subject)
-        return
-    missing = sorted(dialect.queue_columns - set(columns))
-    if missing:
-        yield Finding(
-            False,
-            subject,
-            f"{rendered} is not an NServiceBus queue table: missing column(s) {', '.join(missing)}",
-        )
-        return
-    indexes = connection.query(
-        dialect.sql("table_indexes", queue=address), (address.schema, address.table)
-    )
-    connection.commit()
-    definitions = [str(row[1] or "").lower() for row in indexes]
-    for column in dialect.queue_indexed_columns:
-        if not any(f"({column}" in d.replace('"', "") for d in definitions):
-            yield Finding(
-                False,
-                subject,
-                f"{rendered} has no index on {column}; receiving will scan the table "
-                "(re-create it with the transport's DDL, or 'sfbridge install --print-sql')",
-            )
-            return
-    problems = _dialect_problems(connection, dialect, address, columns, definitions)
-    for problem in problems:
-        yield Finding(False, subject, f"{rendered}: {problem}")
-    if not problems:
-        yield Finding(True, subject, f"{rendered} has the NServiceBus queue shape")
-
-
 def _check_proxy(
     config: BridgeConfig,
     forwarder: ForwarderConfig,
@@ -396,74 +271,7 @@ def _check_proxy(
     if destination.database not in reachable:
         return
     subject = f"{label} destination in database '{destination.database}'"
-    yield from _check_destination(config, connections, destination, subject, "the proxy's")
-
-
-def _check_routed_queues(
-    config: BridgeConfig, connections: Connections, reachable: set[str]
-) -> Iterator[Finding]:
-    """The queues routes name outright (a `match` without glob characters, and no earlier
-    route matching it first), in the route's database and schema. Queues behind a glob are
-    known only from the messages, and are checked when one comes."""
-    for route in config.routes:
-        if any(character in route.match for character in "*?["):
-            continue
-        if first_matching_route(route.match, config.routes) is not route:
-            continue
-        if route.database not in reachable:
-            continue
-        target = config.databases[route.database]
-        subject = f"route '{route.match}' to database '{route.database}'"
-        try:
-            address = resolve_for_target(TableAddress(route.match), target, target, route)
-            canonical = grammar_for(target.dialect).render(address)
-        except AddressError as error:
-            yield Finding(False, subject, f"{route.match!r} cannot be a queue there ({error})")
-            continue
-        destination = Destination(
-            route.database,
-            address,
-            canonical,
-            route.transaction or config.delivery.transaction,
-        )
-        yield from _check_destination(config, connections, destination, subject, "their")
-
-
-def _check_destination(
-    config: BridgeConfig,
-    connections: Connections,
-    destination: Destination,
-    subject: str,
-    whose: str,
-) -> Iterator[Finding]:
-    """A destination queue exists with the queue shape, and the bridge's login may write
-    rows into it (else the GRANTs a DBA must run)."""
-    connection = connections.get(destination.database)
-    dialect = dialect_for(config.databases[destination.database].dialect)
-    # A login with no right at all on a table sees none of its columns (PostgreSQL's
-    # information_schema), as if it did not exist; the rights are asked of the table itself.
-    readable = bool(_columns(connection, dialect, destination.address))
-    lacking = missing_insert_right(connection, dialect, destination.address)
-    connection.rollback()
-    if not readable and lacking is None:
-        yield Finding(
-            False,
-            subject,
-            f"{destination.canonical} does not exist: the endpoint creates it when it is "
-            f"installed; until then {whose} messages wait in retry storage",
-        )
-        return
-    if readable:
-        yield from _check_queue(config, connection, dialect, destination.address, subject)
-    if lacking is not None:
-        grant = f": have a DBA run {lacking.grant}" if lacking.grant else ""
-        unread = "" if readable else " (the login cannot see its columns: its shape is unchecked)"
-        yield Finding(
-            False,
-            subject,
-            f"the bridge's login may not {lacking.what}{grant}; until then {whose} messages "
-            f"wait in retry storage{unread}",
-        )
+    yield from check_destination(config, connections, destination, subject, "the proxy's")
 
 
 def _check_shadowing(
@@ -478,7 +286,7 @@ def _check_shadowing(
     rendered = dialect.grammar.render(queue)
     signs: list[str] = []
     delayed = TableAddress(f"{queue.table}.Delayed", queue.schema, queue.catalog)
-    if _columns(connection, dialect, delayed):
+    if table_columns(connection, dialect, delayed):
         signs.append(f"its delayed-delivery table {dialect.grammar.render(delayed)} exists")
     for table in _subscription_tables_in(config, forwarder.database):
         try:
@@ -518,23 +326,6 @@ def _subscription_tables_in(config: BridgeConfig, database_name: str) -> list[Ta
     return tables
 
 
-def _dialect_problems(
-    connection: Connection,
-    dialect: Dialect,
-    address: TableAddress,
-    columns: dict[str, str],
-    definitions: list[str],
-) -> list[str]:
-    """What the dialect's own inspection finds (SQL Server: what the transport warns about)."""
-    if dialect.inspect_queue_table is None:
-        return []
-    try:
-        return dialect.inspect_queue_table(connection, address, columns, definitions)
-    except DatabaseError as error:
-        connection.rollback()
-        return [f"could not be inspected further: {error.detail}"]
-
-
 def _check_subscription_table(
     config: BridgeConfig, connections: Connections, table: SubscriptionTableConfig
 ) -> Iterator[Finding]:
@@ -543,7 +334,7 @@ def _check_subscription_table(
     address = dialect.grammar.resolve(dialect.grammar.parse(table.table), database.schema, None)
     subject = f"subscription table in database '{table.database}'"
     rendered = dialect.grammar.render(address)
-    columns = _columns(connections.get(table.database), dialect, address)
+    columns = table_columns(connections.get(table.database), dialect, address)
     missing = sorted({"queueaddress", "endpoint", "topic"} - set(columns))
     if not columns:
         yield Finding(

@@ -1105,11 +1105,11 @@ TRANSPORT_COLUMNS = {
 
 
 def _findings(connection: CatalogConnection) -> list[str]:
-    from bridge.commands.check import _check_queue
+    from bridge.commands.check_tables import check_queue
     from bridge.config.model import BridgeConfig
 
     config = BridgeConfig(databases={}, forwarders=(), routes=())
-    findings = _check_queue(config, connection, SQLSERVER, IN_CATALOG, "queue")  # type: ignore[arg-type]
+    findings = check_queue(config, connection, SQLSERVER, IN_CATALOG, "queue")  # type: ignore[arg-type]
     return [str(f) for f in findings]
 
 
