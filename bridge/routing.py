@@ -201,8 +201,14 @@ def choose_route(
         route = RouteConfig(parsed.table, next(iter(allowed)))
     target = databases[route.database]
     try:
-        address = resolve_for_target(parsed, grammar_source, target, route, forwarding=source)
-        canonical = grammar_for(target.dialect).render(address)
+        destination = destination_of(
+            parsed,
+            grammar_source,
+            target,
+            route,
+            forwarding=source,
+            default_transaction=default_transaction,
+        )
     except AddressError as error:
         # e.g. '@' in a table bound for SQLite, or a name over PostgreSQL's length limit.
         return RouteChoice(
@@ -213,13 +219,28 @@ def choose_route(
             index,
             catalog_note,
         )
-    destination = Destination(
+    return RouteChoice(destination, index, catalog_note)
+
+
+def destination_of(
+    parsed: TableAddress,
+    source: DatabaseConfig,
+    target: DatabaseConfig,
+    route: RouteConfig,
+    *,
+    forwarding: DatabaseConfig | None = None,
+    default_transaction: TransactionMode = "ledger",
+) -> Destination:
+    """Where `route` takes the address `parsed` (read in `source`'s grammar): the queue in
+    `target` (`resolve_for_target`), rendered canonically, with the route's transaction mode
+    or `default_transaction`. Raises AddressError for a name `target` cannot hold."""
+    address = resolve_for_target(parsed, source, target, route, forwarding=forwarding)
+    return Destination(
         database=target.name,
         address=address,
-        canonical=canonical,
+        canonical=grammar_for(target.dialect).render(address),
         transaction=route.transaction or default_transaction,
     )
-    return RouteChoice(destination, index, catalog_note)
 
 
 def _catalog_rule(

@@ -12,10 +12,9 @@ from bridge.addressing import TableAddress
 from bridge.config.model import BridgeConfig
 from bridge.connections import Connections
 from bridge.dialects import Dialect, dialect_for
-from bridge.dialects.registry import grammar_for
 from bridge.drivers import Connection
 from bridge.exceptions import AddressError, DatabaseError
-from bridge.routing import Destination, first_matching_route, resolve_for_target
+from bridge.routing import Destination, destination_of, first_matching_route
 from bridge.storage.grants import missing_create_right, missing_insert_right
 
 
@@ -169,17 +168,16 @@ def check_routed_queues(
         target = config.databases[route.database]
         subject = f"route '{route.match}' to database '{route.database}'"
         try:
-            address = resolve_for_target(TableAddress(route.match), target, target, route)
-            canonical = grammar_for(target.dialect).render(address)
+            destination = destination_of(
+                TableAddress(route.match),
+                target,
+                target,
+                route,
+                default_transaction=config.delivery.transaction,
+            )
         except AddressError as error:
             yield Finding(False, subject, f"{route.match!r} cannot be a queue there ({error})")
             continue
-        destination = Destination(
-            route.database,
-            address,
-            canonical,
-            route.transaction or config.delivery.transaction,
-        )
         yield from check_destination(config, connections, destination, subject, "their")
 
 
