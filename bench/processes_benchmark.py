@@ -1,12 +1,14 @@
 """One daemon against two daemon processes on the same queue, beside the server-side move.
 
-PG -> PG, 1 KiB bodies, the defaults. Each round fills the forwarding queue with N messages
-three times: the server-side move (as `forwarding_benchmark.py`'s ceiling), one `sfbridge run`,
-two `sfbridge run` processes with the same config (competing daemons, which never take the
-same row). A daemon row is timed from the first message's arrival to the last (so two
-start-ups weigh no more than one), and checked for exactly-once delivery. Prints msg/s and the
-ratio to the server-side move of the same round. It tells whether the daemon is bound by its
-one interpreter lock (two processes faster) or by the machine's CPU (no faster). See
+PG -> PG, 1 KiB bodies. Each round fills the forwarding queue with N messages four times: the
+server-side move (as `forwarding_benchmark.py`'s ceiling); one `sfbridge run` at the defaults
+(two workers, threads of one process); two `sfbridge run` processes at the defaults (four
+workers); two processes with `concurrency: 1` (two workers, as the defaults, but each on an
+interpreter lock of its own). Competing daemons never take the same row. A daemon row is timed
+from the first message's arrival to the last (so two start-ups weigh no more than one), and
+checked for exactly-once delivery. Prints msg/s and the ratio to the server-side move of the
+same round. The last row against the first daemon row tells what the one interpreter lock
+costs the same two workers; the middle one whether more workers would help. See
 bench/README.md.
 
     .venv/bin/python bench/processes_benchmark.py --messages 100000 --rounds 3
@@ -28,11 +30,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from forwarding_benchmark import Run
 from throughput.baselines import time_ceiling
-from throughput.daemon import sfbridge_command
+from throughput.daemon import sfbridge_command, write_config
 from throughput.databases import DEFAULT_PG_PREFIX, RECEIVER
 from throughput.scenarios import Scenario
 
-ROWS = ("server-side move", "1 daemon", "2 daemons")
+ROWS = ("server-side move", "1 daemon", "2 daemons", "2 daemons, 1 worker each")
 
 
 def daemons_rate(scenario: Scenario, config: Path, processes: int, messages: int) -> float:
@@ -74,14 +76,21 @@ def main() -> int:
     rates: dict[str, list[float]] = {row: [] for row in ROWS}
     try:
         scenario, config = run.pg_pg_defaults()
+        one_worker = write_config(
+            config.with_name("one-worker.yaml"), scenario.daemon_config({"concurrency": 1}, {})
+        )
         body = secrets.token_bytes(1024)
         for number in range(1, args.rounds + 1):
             ids = scenario.prepare(args.messages, body)
             rates[ROWS[0]].append(args.messages / time_ceiling(scenario.source, args.messages))
             assert scenario.exactly_once(ids, ceiling=True) == "ok"
-            for processes, row in ((1, ROWS[1]), (2, ROWS[2])):
+            for processes, row, yaml in (
+                (1, ROWS[1], config),
+                (2, ROWS[2], config),
+                (2, ROWS[3], one_worker),
+            ):
                 ids = scenario.prepare(args.messages, body)
-                rates[row].append(daemons_rate(scenario, config, processes, args.messages))
+                rates[row].append(daemons_rate(scenario, yaml, processes, args.messages))
                 check = scenario.exactly_once(ids)
                 assert check == "ok", f"{row}: {check}"
             move = rates[ROWS[0]][-1]
@@ -99,7 +108,7 @@ def main() -> int:
         row: [rate / move for rate, move in zip(rates[row], rates[ROWS[0]], strict=True)]
         for row in ROWS[1:]
     }
-    speedup = statistics.median(rates[ROWS[2]]) / statistics.median(rates[ROWS[1]])
+    one = statistics.median(rates[ROWS[1]])
     print(
         f"medians of {args.rounds}, every message exactly once: "
         + "; ".join(
@@ -107,7 +116,8 @@ def main() -> int:
             f"({min(ratios[row]):.3f}-{max(ratios[row]):.3f})"
             for row in ROWS[1:]
         )
-        + f"; two daemons {speedup:.2f}x one"
+        + f"; two daemons {statistics.median(rates[ROWS[2]]) / one:.2f}x one"
+        + f", two one-worker daemons {statistics.median(rates[ROWS[3]]) / one:.2f}x one"
     )
     return 0
 
