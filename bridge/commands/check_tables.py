@@ -118,8 +118,21 @@ def check_queue(
     address: TableAddress,
     subject: str,
 ) -> Iterator[Finding]:
-    rendered = dialect.grammar.render(address)
+    """The table exists with the queue's columns and indexes."""
     columns = table_columns(connection, dialect, address)
+    yield from check_queue_shape(config, connection, dialect, address, subject, columns)
+
+
+def check_queue_shape(
+    config: BridgeConfig,
+    connection: Connection,
+    dialect: Dialect,
+    address: TableAddress,
+    subject: str,
+    columns: dict[str, str],
+) -> Iterator[Finding]:
+    """`check_queue` with the table's `columns` read already (`table_columns`)."""
+    rendered = dialect.grammar.render(address)
     if not columns:
         yield missing_owned_table(config, connection, dialect, address, subject)
         return
@@ -194,7 +207,8 @@ def check_destination(
     dialect = dialect_for(config.databases[destination.database].dialect)
     # A login with no right at all on a table sees none of its columns (PostgreSQL's
     # information_schema), as if it did not exist; the rights are asked of the table itself.
-    readable = bool(table_columns(connection, dialect, destination.address))
+    columns = table_columns(connection, dialect, destination.address)
+    readable = bool(columns)
     lacking = missing_insert_right(connection, dialect, destination.address)
     connection.rollback()
     if not readable and lacking is None:
@@ -206,7 +220,9 @@ def check_destination(
         )
         return
     if readable:
-        yield from check_queue(config, connection, dialect, destination.address, subject)
+        yield from check_queue_shape(
+            config, connection, dialect, destination.address, subject, columns
+        )
     if lacking is not None:
         grant = f": have a DBA run {lacking.grant}" if lacking.grant else ""
         unread = "" if readable else " (the login cannot see its columns: its shape is unchecked)"

@@ -231,3 +231,10 @@ def test_check_names_the_grants_a_routed_queue_lacks_and_a_routed_queue_that_is_
             f"ok       route '{subject}' to database 'receiver': {table} has the NServiceBus "
             "queue shape"
         ]
+
+    # A routed queue the login can read but that is not a queue table is said to be so, from
+    # the columns read once for both questions (`check_queue_shape`).
+    grant(world, 'ALTER TABLE "public"."Samples.Other" DROP COLUMN body')
+    [misshapen] = lines("route 'Samples.Other'")
+    assert misshapen.startswith("PROBLEM"), misshapen
+    assert f"{other} is not an NServiceBus queue table: missing column(s) body" in misshapen
