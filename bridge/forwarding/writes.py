@@ -42,6 +42,9 @@ from bridge.storage.tables import owned_table
 
 log = logging.getLogger(__name__)
 
+# How long a table that refused COPY is written with statements before COPY is tried again
+# (one failed attempt, rolled back and written again, each time it still refuses).
+COPY_RETRY_AFTER = 600.0
 # One for every message delivered: a value, so the same can be shared.
 DELIVERED = Delivered()
 
@@ -55,10 +58,13 @@ class QueueWriter:
     as the transport does. Shared by a daemon's workers; thread-safe.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, copy_retry_after: float = COPY_RETRY_AFTER) -> None:
         self._overrides: dict[tuple[str, str, str], Mapping[str, str]] = {}
-        # Tables that refused COPY (a view, row-level security): written with statements.
-        self._refuse_copy: set[tuple[str, str, str]] = set()
+        # Tables that refused COPY (a view, row-level security, columns the login cannot
+        # read), and when: written with statements until `copy_retry_after` has passed, then
+        # COPY is tried again, since a DBA may have changed what made it refuse.
+        self._refuse_copy: dict[tuple[str, str, str], float] = {}
+        self._copy_retry_after = copy_retry_after
         self._lock = threading.Lock()
 
     def copies(
@@ -75,8 +81,9 @@ class QueueWriter:
         if not connection.copies_rows or copy_name not in dialect.statements:
             return False
         with self._lock:
-            if self._key(connection, dialect, *table.values()) in self._refuse_copy:
-                return False
+            refused = self._refuse_copy.get(self._key(connection, dialect, *table.values()))
+        if refused is not None and time.monotonic() - refused < self._copy_retry_after:
+            return False
         found = connection.column_types(dialect.sql(f"{copy_name}_columns", None, **table))
         return tuple(found) == dialect.copy_types[copy_name]
 
@@ -92,30 +99,47 @@ class QueueWriter:
         so). A table that refuses COPY is remembered and raises NotSupported this once: the
         caller rolls back and writes the rows again, now with statements."""
         copy_name = _copy_name(name)
+        (address,) = table.values()
         try:
             connection.copy_rows(
                 dialect.sql(copy_name, None, **table), dialect.copy_types[copy_name], rows
             )
         except NotSupported as error:
-            (address,) = table.values()
             self._no_copy(connection, dialect, address, error.detail)
             raise
+        if self._refuse_copy:  # read without the lock: only a table tried again is looked up
+            self._copy_again(connection, dialect, address)
 
     def _no_copy(
         self, connection: Connection, dialect: Dialect, table: TableAddress, why: str
     ) -> None:
-        """Write `table` with statements from now on, and say so once."""
+        """Write `table` with statements for a while, and say so once."""
         key = self._key(connection, dialect, table)
         with self._lock:
-            if key in self._refuse_copy:
-                return
-            self._refuse_copy.add(key)
+            told = key in self._refuse_copy
+            self._refuse_copy[key] = time.monotonic()
+        if told:
+            return
         log.warning(
-            "%s in database '%s' does not take COPY (%s); writing it with INSERT from now on",
+            "%s in database '%s' does not take COPY (%s); writing it with INSERT, and trying "
+            "COPY again every %g s",
             dialect.grammar.render(table),
             connection.database,
             why,
+            self._copy_retry_after,
         )
+
+    def _copy_again(self, connection: Connection, dialect: Dialect, table: TableAddress) -> None:
+        """`table` took COPY: if it had refused, it is written with COPY again, and that is said."""
+        key = self._key(connection, dialect, table)
+        with self._lock:
+            refused = self._refuse_copy.pop(key, None)
+        if refused is not None:
+            log.info(
+                "%s in database '%s' takes COPY again; writing it with COPY",
+                dialect.grammar.render(table),
+                connection.database,
+            )
 
     @staticmethod
     def _key(connection: Connection, dialect: Dialect, table: TableAddress) -> tuple[str, str, str]:

@@ -37,6 +37,7 @@ from bridge.config import load_config
 from bridge.connections import Connections
 from bridge.exceptions import ConnectionLost, DatabaseError
 from bridge.forwarding.spine import BatchForwarder
+from bridge.forwarding.writes import QueueWriter
 
 pytestmark = pytest.mark.integration
 
@@ -197,6 +198,53 @@ def test_a_destination_that_refuses_copy_is_written_with_insert_from_then_on(
     refusals = [r for r in caplog.records if "does not take COPY" in r.getMessage()]
     assert len(refusals) == 1, [r.getMessage() for r in refusals]
     assert '"public"."Samples.View"' in refusals[0].getMessage()
+
+
+def test_a_destination_that_refused_copy_is_tried_again_and_takes_it_once_it_can(
+    bridge: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The view is replaced by a table of the same name (a DBA undoing the indirection): after
+    # `copy_retry_after` the writer tries COPY again and keeps it. Said once each way.
+    view = '"public"."Samples.View"'
+    with pg_connect(bridge["receiver"]) as connection:
+        connection.execute(f"CREATE VIEW {view} AS SELECT * FROM {RECEIVER}")
+        connection.commit()
+    config, _ = load_config(tmp_path / "sfbridge.yaml")
+    forwarder = BatchForwarder(
+        config,
+        config.forwarders[0],
+        bridge["connections"],
+        writer=QueueWriter(copy_retry_after=0),
+    )
+    ids: list[str] = []
+
+    def send_and_forward() -> None:
+        with pg_connect(bridge["sender"]) as connection:
+            for index in range(10):
+                headers = nsb_message_headers(view)
+                ids.append(str(headers["NServiceBus.MessageId"]))
+                pg_nsb_send(connection, FORWARD, headers, b"body %d" % index)
+            connection.commit()
+        assert forwarder.forward_batch().counts == Counter({"delivered": 10})
+
+    with caplog.at_level("INFO", logger="bridge.forwarding.writes"):
+        send_and_forward()
+        send_and_forward()  # refused again (tried, as the interval is 0): not said again
+        with pg_connect(bridge["receiver"]) as connection:
+            connection.execute(f"DROP VIEW {view}")
+            connection.execute(f"CREATE TABLE {view} (LIKE {RECEIVER} INCLUDING ALL)")
+            connection.commit()
+        send_and_forward()
+        send_and_forward()
+    messages = [r.getMessage() for r in caplog.records]
+    assert sum("does not take COPY" in m for m in messages) == 1, messages
+    assert sum("takes COPY again" in m for m in messages) == 1, messages
+    received = Counter(
+        json.loads(headers)["NServiceBus.MessageId"]
+        for table in (RECEIVER, view)
+        for (headers,) in pg_rows(bridge["receiver"], f"SELECT headers FROM {table}")
+    )
+    assert received == Counter(ids)
 
 
 def test_a_destination_column_of_another_type_is_never_written_by_copy(bridge: Any) -> None:
