@@ -36,6 +36,10 @@ class Finding:
         return f"{label}  {self.subject}: {self.detail}"
 
 
+# What a missing table of a forwarding database means until it is there.
+CANNOT_FORWARD = "the daemon cannot forward from this database"
+
+
 def table_columns(
     connection: Connection, dialect: Dialect, address: TableAddress
 ) -> dict[str, str]:
@@ -55,7 +59,7 @@ def check_exists(
     dialect: Dialect,
     address: TableAddress,
     subject: str,
-    meanwhile: str = "the daemon cannot forward from this database",
+    meanwhile: str = CANNOT_FORWARD,
 ) -> Iterator[Finding]:
     rendered = dialect.grammar.render(address)
     if table_columns(connection, dialect, address):
@@ -70,7 +74,7 @@ def missing_owned_table(
     dialect: Dialect,
     address: TableAddress,
     subject: str,
-    meanwhile: str = "the daemon cannot forward from this database",
+    meanwhile: str = CANNOT_FORWARD,
 ) -> Finding:
     """A table the bridge owns is missing: fine when the daemon will create it, else say who
     must."""

@@ -96,8 +96,9 @@ class QueueWriter:
         **table: TableAddress,
     ) -> None:
         """Stream `rows` into the table with the `COPY` form of `name` (where `copies` says
-        so). A table that refuses COPY is remembered and raises NotSupported this once: the
-        caller rolls back and writes the rows again, now with statements."""
+        so). A table that refuses COPY is remembered (and not tried again for
+        `copy_retry_after`) and raises NotSupported: the caller rolls back and writes the rows
+        again, now with statements."""
         copy_name = _copy_name(name)
         (address,) = table.values()
         try:

@@ -174,24 +174,36 @@ def test_a_destination_queue_recreated_with_other_column_types_keeps_receiving(
     assert arrived(bridge["receiver"]) == Counter(ids)
 
 
+def create_view(receiver: str) -> str:
+    """An updatable view in front of the queue table (a DBA's indirection): INSERT works,
+    COPY does not ("cannot copy to view"). Returns its name."""
+    view = '"public"."Samples.View"'
+    with pg_connect(receiver) as connection:
+        connection.execute(f"CREATE VIEW {view} AS SELECT * FROM {RECEIVER}")
+        connection.commit()
+    return view
+
+
+def send_to(sender: str, destination: str, count: int) -> list[str]:
+    """`count` messages for `destination` in the forwarding queue; their message ids."""
+    ids = []
+    with pg_connect(sender) as connection:
+        for index in range(count):
+            headers = nsb_message_headers(destination)
+            ids.append(str(headers["NServiceBus.MessageId"]))
+            pg_nsb_send(connection, FORWARD, headers, b"body %d" % index)
+        connection.commit()
+    return ids
+
+
 def test_a_destination_that_refuses_copy_is_written_with_insert_from_then_on(
     bridge: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # An updatable view in front of the queue table (a DBA's indirection): INSERT works,
-    # COPY does not ("cannot copy to view").
-    view = '"public"."Samples.View"'
-    with pg_connect(bridge["receiver"]) as connection:
-        connection.execute(f"CREATE VIEW {view} AS SELECT * FROM {RECEIVER}")
-        connection.commit()
+    view = create_view(bridge["receiver"])
     forwarder = bridge["forwarder"]
     ids: list[str] = []
     for _ in range(3):
-        with pg_connect(bridge["sender"]) as connection:
-            for index in range(20):
-                headers = nsb_message_headers(view)
-                ids.append(str(headers["NServiceBus.MessageId"]))
-                pg_nsb_send(connection, FORWARD, headers, b"body %d" % index)
-            connection.commit()
+        ids += send_to(bridge["sender"], view, 20)
         with caplog.at_level("WARNING", logger="bridge.forwarding.writes"):
             assert forwarder.forward_batch().counts == Counter({"delivered": 20})
     assert arrived(bridge["receiver"]) == Counter(ids)
@@ -205,10 +217,7 @@ def test_a_destination_that_refused_copy_is_tried_again_and_takes_it_once_it_can
 ) -> None:
     # The view is replaced by a table of the same name (a DBA undoing the indirection): after
     # `copy_retry_after` the writer tries COPY again and keeps it. Said once each way.
-    view = '"public"."Samples.View"'
-    with pg_connect(bridge["receiver"]) as connection:
-        connection.execute(f"CREATE VIEW {view} AS SELECT * FROM {RECEIVER}")
-        connection.commit()
+    view = create_view(bridge["receiver"])
     config, _ = load_config(tmp_path / "sfbridge.yaml")
     forwarder = BatchForwarder(
         config,
@@ -219,12 +228,7 @@ def test_a_destination_that_refused_copy_is_tried_again_and_takes_it_once_it_can
     ids: list[str] = []
 
     def send_and_forward() -> None:
-        with pg_connect(bridge["sender"]) as connection:
-            for index in range(10):
-                headers = nsb_message_headers(view)
-                ids.append(str(headers["NServiceBus.MessageId"]))
-                pg_nsb_send(connection, FORWARD, headers, b"body %d" % index)
-            connection.commit()
+        ids.extend(send_to(bridge["sender"], view, 10))
         assert forwarder.forward_batch().counts == Counter({"delivered": 10})
 
     with caplog.at_level("INFO", logger="bridge.forwarding.writes"):
