@@ -1,15 +1,15 @@
-"""One daemon against two daemon processes on the same queue, beside the server-side move.
+"""The same two workers as threads of one process and in processes of their own, beside the
+server-side move.
 
 PG -> PG, 1 KiB bodies. Each round fills the forwarding queue with N messages four times: the
-server-side move (as `forwarding_benchmark.py`'s ceiling); one `sfbridge run` at the defaults
-(two workers, threads of one process); two `sfbridge run` processes at the defaults (four
-workers); two processes with `concurrency: 1` (two workers, as the defaults, but each on an
-interpreter lock of its own). Competing daemons never take the same row. A daemon row is timed
-from the first message's arrival to the last (so two start-ups weigh no more than one), and
-checked for exactly-once delivery. Prints msg/s and the ratio to the server-side move of the
-same round. The last row against the first daemon row tells what the one interpreter lock
-costs the same two workers; the middle one whether more workers would help. See
-bench/README.md.
+server-side move (as `forwarding_benchmark.py`'s ceiling); one `sfbridge run` with
+`daemon.processes: 1` (two workers, threads of one process: the defaults before worker
+processes); one `sfbridge run` at the defaults (`processes: auto`: on two CPUs or more, two
+processes of one worker each); two `sfbridge run` with `concurrency: 1` (two workers in two
+daemons, the workaround before worker processes). Competing workers never take the same row. A
+daemon row is timed from the first message's arrival to the last (so two start-ups weigh no
+more than one), and checked for exactly-once delivery. Prints msg/s and the ratio to the
+server-side move of the same round, and each daemon row against the first. See bench/README.md.
 
     .venv/bin/python bench/processes_benchmark.py --messages 100000 --rounds 3
 """
@@ -34,7 +34,7 @@ from throughput.daemon import sfbridge_command, write_config
 from throughput.databases import DEFAULT_PG_PREFIX, RECEIVER
 from throughput.scenarios import Scenario
 
-ROWS = ("server-side move", "1 daemon", "2 daemons", "2 daemons, 1 worker each")
+ROWS = ("server-side move", "1 daemon, 1 process", "1 daemon, defaults", "2 daemons, 1 worker each")
 
 
 def daemons_rate(scenario: Scenario, config: Path, processes: int, messages: int) -> float:
@@ -79,14 +79,18 @@ def main() -> int:
         one_worker = write_config(
             config.with_name("one-worker.yaml"), scenario.daemon_config({"concurrency": 1}, {})
         )
+        one_process = write_config(
+            config.with_name("one-process.yaml"),
+            {**scenario.daemon_config({}, {}), "daemon": {"processes": 1}},
+        )
         body = secrets.token_bytes(1024)
         for number in range(1, args.rounds + 1):
             ids = scenario.prepare(args.messages, body)
             rates[ROWS[0]].append(args.messages / time_ceiling(scenario.source, args.messages))
             assert scenario.exactly_once(ids, ceiling=True) == "ok"
             for processes, row, yaml in (
-                (1, ROWS[1], config),
-                (2, ROWS[2], config),
+                (1, ROWS[1], one_process),
+                (1, ROWS[2], config),
                 (2, ROWS[3], one_worker),
             ):
                 ids = scenario.prepare(args.messages, body)
@@ -116,8 +120,8 @@ def main() -> int:
             f"({min(ratios[row]):.3f}-{max(ratios[row]):.3f})"
             for row in ROWS[1:]
         )
-        + f"; two daemons {statistics.median(rates[ROWS[2]]) / one:.2f}x one"
-        + f", two one-worker daemons {statistics.median(rates[ROWS[3]]) / one:.2f}x one"
+        + f"; the defaults {statistics.median(rates[ROWS[2]]) / one:.2f}x one process"
+        + f", two one-worker daemons {statistics.median(rates[ROWS[3]]) / one:.2f}x one process"
     )
     return 0
 

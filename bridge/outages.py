@@ -6,7 +6,8 @@ the database in trouble; from then on its messages fail at once with that error,
 every worker and batch waiting out a connect timeout, until a probe finds it usable again.
 
 Who probes: in the daemon, one scheduled job (`external_probe`), once per probe interval, so
-no worker ever blocks on a dead database; standalone (tests, one-off drains), the first
+no worker ever blocks on a dead database, and the daemon's worker processes learn what it finds
+(`listener`, `bridge.daemon.processes`); standalone (tests, one-off drains), the first
 delivery attempt after the interval is the probe, and only one caller gets to make it.
 """
 
@@ -18,7 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
-from typing import Literal
+from typing import Any, Literal
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +28,9 @@ TroubleKind = Literal["unreachable", "not-ready"]
 
 # While a database stays in trouble, say so again this often (the first time is at once).
 REMINDER_SECONDS = 600.0
+
+# Told of each change of state: the name of the `record_...` method and its arguments.
+Listener = Callable[[str, tuple[Any, ...]], None]
 
 
 @dataclass(frozen=True)
@@ -53,9 +57,14 @@ class OutageTracker:
         *,
         external_probe: bool = False,
         clock: Callable[[], float] = time.monotonic,
+        quiet: bool = False,
     ) -> None:
+        """`quiet`: log nothing (a worker process, whose daemon logs what it passes on)."""
         # `clock` is time.monotonic but for tests, which move time on instead of sleeping.
         self._clock = clock
+        self._quiet = quiet
+        # Told of each change recorded here, but not of those passed in as `relayed`.
+        self.listener: Listener | None = None
         self._interval = probe_interval
         self._external = external_probe
         self._states: dict[str, DatabaseState] = {}
@@ -86,8 +95,11 @@ class OutageTracker:
                 return None
             return state
 
-    def record_trouble(self, database: str, kind: TroubleKind, error: str) -> None:
-        """`database` failed as a whole (unreachable, or not ready for the bridge)."""
+    def record_trouble(
+        self, database: str, kind: TroubleKind, error: str, *, relayed: bool = False
+    ) -> None:
+        """`database` failed as a whole (unreachable, or not ready for the bridge).
+        `relayed`: another process of the daemon saw it (the listener is not told)."""
         with self._lock:
             before = self._states.get(database)
             now = self._clock()
@@ -103,13 +115,14 @@ class OutageTracker:
             self._states[database] = DatabaseState(database, kind, since, error)
             self._schedule_probe(database)
             self.version += 1
+        self._tell(relayed, "record_trouble", database, kind, error)
 
-    def record_up(self, database: str) -> None:
+    def record_up(self, database: str, *, relayed: bool = False) -> None:
         with self._lock:
             before = self._states.get(database)
             if before is not None and not before.in_trouble:
                 return
-            if before is not None:
+            if before is not None and not self._quiet:
                 log.warning(
                     "database '%s' is usable again after %s; delivering what waited for it",
                     database,
@@ -118,6 +131,7 @@ class OutageTracker:
             self._states[database] = DatabaseState(database, "up", _utcnow())
             self._next_probe.pop(database, None)
             self.version += 1
+        self._tell(relayed, "record_up", database)
 
     def in_trouble(self, database: str) -> bool:
         """Whether `database` is known to be in trouble (never grants a probe)."""
@@ -148,13 +162,13 @@ class OutageTracker:
                 self._schedule_probe(name)
             return due
 
-    def record_busy(self, database: str, table: str, error: str) -> None:
+    def record_busy(self, database: str, table: str, error: str, *, relayed: bool = False) -> None:
         """`table` (rendered) in `database` stayed locked by another session for the whole
         query timeout (an ALTER TABLE, a VACUUM FULL, a migration): for one probe interval
         its messages fail at once instead of each batch waiting out the lock again."""
         with self._lock:
             key = (database, table)
-            if key not in self._busy:
+            if key not in self._busy and not self._quiet:
                 log.warning(
                     "%s in database '%s' is locked by another session (%s); its messages wait "
                     "in retry storage and it is tried again every %s",
@@ -164,6 +178,7 @@ class OutageTracker:
                     _duration(timedelta(seconds=self._interval)),
                 )
             self._busy[key] = (self._clock() + self._interval, error)
+        self._tell(relayed, "record_busy", database, table, error)
 
     def busy(self, database: str, table: str) -> str | None:
         """The lock error while `table` counts as busy (`record_busy`), else None."""
@@ -176,11 +191,35 @@ class OutageTracker:
                 return error
             return None
 
-    def record_free(self, database: str, table: str) -> None:
+    def record_free(self, database: str, table: str, *, relayed: bool = False) -> None:
         """`table` was written to again: no longer busy."""
         with self._lock:
-            if self._busy.pop((database, table), None) is not None:
+            if self._busy.pop((database, table), None) is None:
+                return
+            if not self._quiet:
                 log.warning("%s in database '%s' takes messages again", table, database)
+        self._tell(relayed, "record_free", database, table)
+
+    def replay(self) -> list[tuple[str, tuple[Any, ...]]]:
+        """What a listener joining now needs to know: the databases in trouble and the tables
+        busy, as the changes that recorded them."""
+        with self._lock:
+            changes: list[tuple[str, tuple[Any, ...]]] = [
+                ("record_trouble", (state.database, state.state, state.last_error or ""))
+                for state in self._states.values()
+                if state.in_trouble
+            ]
+            changes += [
+                ("record_busy", (database, table, error))
+                for (database, table), (_, error) in self._busy.items()
+            ]
+            return changes
+
+    def _tell(self, relayed: bool, change: str, *args: Any) -> None:
+        # Outside the lock: a listener may take its time (a pipe to another process).
+        listener = self.listener
+        if listener is not None and not relayed:
+            listener(change, args)
 
     def suspect(self, database: str) -> bool:
         """Whether `database` failed lately: in trouble now, or a table of it found locked and
@@ -206,6 +245,8 @@ class OutageTracker:
     def _say_trouble(
         self, database: str, kind: TroubleKind, error: str, *, since: datetime | None
     ) -> None:
+        if self._quiet:
+            return
         what = "cannot be reached" if kind == "unreachable" else "is not ready for the bridge"
         still = f" (still, for {_duration(_utcnow() - since)})" if since else ""
         log.error(

@@ -4,7 +4,8 @@ The daemon is `python -m bridge -c FILE run`, started on a prefilled queue with 
 set as systemd would. Its throughput is timed from its READY=1 (sent once its workers are
 started, so interpreter start-up and imports are not in it) until the last message is visible
 in the destination queue. CPU time (user + sys) comes from /proc/PID/stat over the same span;
-peak RSS is VmHWM from /proc/PID/status, read just before SIGTERM.
+peak RSS is VmHWM from /proc/PID/status, read just before SIGTERM. Both cover the daemon's worker
+processes (`daemon.processes`) too: CPU time added up, peak RSS the sum of each process's.
 """
 
 from __future__ import annotations
@@ -55,18 +56,51 @@ def write_config(path: Path, config: Mapping[str, Any]) -> Path:
     return path
 
 
+def _stat(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
+def process_tree(pid: int) -> list[int]:
+    """`pid` and its running descendants (a daemon and its worker processes)."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parents[int(entry.name)] = int(_stat(int(entry.name))[1])
+            except (OSError, IndexError, ValueError):
+                continue  # ended meanwhile
+    tree, grown = [pid], True
+    while grown:
+        more = [child for child, parent in parents.items() if parent in tree and child not in tree]
+        tree += more
+        grown = bool(more)
+    return tree
+
+
 def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a running process, from /proc/PID/stat."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime
+    """User + system CPU time of a running process and its worker processes, from
+    /proc/PID/stat (a worker process that ended is not counted)."""
+    total = 0.0
+    for member in process_tree(pid):
+        try:
+            fields = _stat(member)
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime
+    return total
 
 
 def peak_rss_mb(pid: int) -> float:
-    """VmHWM (the resident set's high-water mark) of a running process, in MB."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
+    """VmHWM (the resident set's high-water mark) of a running process, in MB, added up
+    over it and its worker processes (more than their peak together, if they peaked apart)."""
+    total = 0.0
+    for member in process_tree(pid):
+        try:
+            lines = Path(f"/proc/{member}/status").read_text().splitlines()
+        except OSError:
+            continue
+        total += sum(int(line.split()[1]) / 1024 for line in lines if line.startswith("VmHWM:"))
+    return total or float("nan")
 
 
 def sfbridge_accepts(config: Path, key: str, env: Mapping[str, str]) -> bool:

@@ -49,7 +49,8 @@ class Key:
     draws a warning, `warn_hint` says why that matters. A string must fully match `pattern`,
     else `pattern_message` is reported (with the value, unless `secret`). `expand_env` enables
     `${VAR}` expansion; `secret` forbids echoing the value in messages; `empty_is_none` turns
-    an empty string into None instead of an error.
+    an empty string into None instead of an error; `numbers_as_text` takes a whole number
+    written without quotes as its text (`processes: 2` beside `processes: auto`).
 
     A `mapping` key holds a nested mapping of its own `fields` (keys checked like a section's,
     with paths such as `forwarders[0].destination.queue`), built into `model`.
@@ -73,6 +74,7 @@ class Key:
     expand_env: bool = False
     secret: bool = False
     empty_is_none: bool = False
+    numbers_as_text: bool = False
     dialects: tuple[str, ...] = ()
     dialect_hint: str = ""
     fields: tuple[Key, ...] = ()

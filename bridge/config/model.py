@@ -172,9 +172,11 @@ class PublishConfig:
 
 @dataclass(frozen=True)
 class DaemonConfig:
-    """`heartbeat`: how often a running daemon records that it is alive (seconds)."""
+    """`heartbeat`: how often a running daemon records that it is alive (seconds);
+    `processes`: how many processes run its workers (`auto` or a number, as written)."""
 
     heartbeat: float = 5.0
+    processes: str = "auto"
 
 
 @dataclass(frozen=True)

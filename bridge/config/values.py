@@ -114,6 +114,8 @@ class ValueConverter:
         return value
 
     def _convert_string(self, key: Key, value: object, path: str) -> object:
+        if key.numbers_as_text and isinstance(value, int) and not isinstance(value, bool):
+            value = str(value)
         if not isinstance(value, str):
             self.log.error(
                 path,

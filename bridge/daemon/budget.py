@@ -12,12 +12,16 @@ Who connects to a database X, at most at once:
   database (`UPKEEP_CONNECTIONS`), and the metrics sampler holds one more while metrics are on.
 
 A pool is as large as its forwarders' `concurrency` adds up to, made smaller one worker at a
-time (the largest pool first) until every database's sum fits its `max_connections`.
+time (the largest pool first) until every database's sum fits its `max_connections`. Worker
+processes split the pools, not add to them: `shares` gives each process its part of every pool
+and of every forwarder's `concurrency` (their boards are marked by the daemon's watchers).
 """
 
 from __future__ import annotations
 
+import os
 from collections import Counter
+from dataclasses import dataclass, field
 
 from bridge.config.model import BridgeConfig, ForwarderConfig
 from bridge.dialects import dialect_for
@@ -25,6 +29,9 @@ from bridge.dialects import dialect_for
 UPKEEP_CONNECTIONS = 1
 WATCHER_CONNECTIONS = 1
 HEARTBEAT_CONNECTIONS = 1
+# `daemon.processes: auto` starts no more processes than this: each costs an interpreter (tens
+# of MiB), and the first two lift the most.
+MAX_AUTO_PROCESSES = 4
 
 
 def worker_count(config: BridgeConfig, forwarder: ForwarderConfig) -> int:
@@ -44,7 +51,7 @@ def reserved(config: BridgeConfig, database: str) -> int:
 
 
 def pool_sizes(config: BridgeConfig) -> dict[str, int]:
-    """Workers per forwarding database (at least one each)."""
+    """Workers per forwarding database (at least one each), in all worker processes."""
     demand: Counter[str] = Counter()
     for forwarder in config.forwarders:
         demand[forwarder.database] += worker_count(config, forwarder)
@@ -79,6 +86,75 @@ def most_connections(config: BridgeConfig, database: str) -> int:
     gives (what `check` compares with the server's limit)."""
     sizes = pool_sizes(config)
     return _held(sizes, _uses(config, sizes), database) + reserved(config, database)
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask, as `taskset` or systemd's
+    `CPUAffinity=` set it)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def process_count(config: BridgeConfig, cpus: int | None = None) -> int:
+    """How many processes run the daemon's workers (`daemon.processes`): `auto` takes one per
+    usable CPU, at most `MAX_AUTO_PROCESSES`; a number is taken as given. Never more than the
+    largest pool has workers, which would leave a process with nothing to do."""
+    most = max(pool_sizes(config).values(), default=1)
+    wanted = config.daemon.processes
+    if wanted == "auto":
+        wanted = str(min(usable_cpus() if cpus is None else cpus, MAX_AUTO_PROCESSES))
+    return max(1, min(int(wanted), most))
+
+
+@dataclass(frozen=True)
+class Share:
+    """One worker process's part of the daemon's pools."""
+
+    index: int  # 0: the daemon's own process
+    count: int  # processes in all
+    pools: dict[str, int] = field(default_factory=dict)  # database -> workers here
+    caps: dict[str, int] = field(default_factory=dict)  # forwarder -> most batches at once here
+    # database -> number of its first worker here: worker numbers (counter slots, thread
+    # names) are unique across the processes, so two batches never update the same counters row.
+    first_worker: dict[str, int] = field(default_factory=dict)
+
+
+def shares(config: BridgeConfig, processes: int) -> list[Share]:
+    """Each process's part of every pool and of every forwarder's `concurrency`.
+
+    A pool's workers are dealt out evenly; a forwarder's `concurrency` is dealt out among the
+    processes that have workers of its database, its remainder starting at a different process
+    for each forwarder, so that forwarders of `concurrency: 1` spread over the processes."""
+    sizes = pool_sizes(config)
+    parts = [Share(index, processes) for index in range(processes)]
+    for database, size in sizes.items():
+        pools = [_dealt(size, processes, index) for index in range(processes)]
+        serving = [index for index, pool in enumerate(pools) if pool > 0]
+        forwarders = [f for f in config.forwarders if f.database == database]
+        caps: list[dict[str, int]] = [{} for _ in range(processes)]
+        for turn, forwarder in enumerate(forwarders):
+            cap = worker_count(config, forwarder)
+            for place, index in enumerate(serving):
+                dealt = _dealt(cap, len(serving), (place - turn) % len(serving))
+                if dealt:
+                    caps[index][forwarder.name] = dealt
+        first = 0
+        for index, share in enumerate(parts):
+            workers = min(pools[index], sum(caps[index].values()))
+            if workers == 0:
+                continue
+            share.pools[database] = workers
+            share.caps.update(caps[index])
+            share.first_worker[database] = first
+            first += workers
+    return parts
+
+
+def _dealt(total: int, ways: int, place: int) -> int:
+    """`total` dealt out `ways` ways: what the `place`-th gets."""
+    return total // ways + (1 if place < total % ways else 0)
 
 
 def _uses(config: BridgeConfig, pools: dict[str, int]) -> dict[tuple[str, str], int]:

@@ -46,13 +46,14 @@ class ForwarderHealth:
         self._lock = threading.Lock()
         self.version = 0  # grows with every change of state, for whoever publishes them
 
-    def succeeded(self, forwarder: str) -> None:
-        """A batch (or an empty poll) of `forwarder` went through."""
+    def succeeded(self, forwarder: str, *, quiet: bool = False) -> None:
+        """A batch (or an empty poll) of `forwarder` went through. `quiet`: not logged (a
+        worker process, whose daemon logs what it passes on: `bridge.daemon.processes`)."""
         with self._lock:
             before = self._states.get(forwarder)
             if before is not None and not before.failing:
                 return
-            if before is not None:
+            if before is not None and not quiet:
                 log.warning(
                     "forwarder '%s' is forwarding again after %d failed batch(es) over %s",
                     forwarder,
@@ -62,25 +63,28 @@ class ForwarderHealth:
             self._states[forwarder] = ForwarderState(forwarder, False, _utcnow())
             self.version += 1
 
-    def failed(self, forwarder: str, error: str) -> bool:
+    def failed(self, forwarder: str, error: str, *, quiet: bool = False) -> bool:
         """A batch of `forwarder` failed with `error` (for people: what and what to do).
-        Returns whether that was logged now (the first failure, a new error, a reminder)."""
+        Returns whether that was logged now (the first failure, a new error, a reminder);
+        `quiet`: never logged, but the answer is the same (a worker process, which logs the
+        traceback of an unexpected error when the daemon logs the failure)."""
         with self._lock:
             now = time.monotonic()
             before = self._states.get(forwarder)
             if before is None or not before.failing:
                 self._started[forwarder] = now
-                log.error(
-                    "forwarder '%s' cannot forward: %s; retrying (its messages stay queued)",
-                    forwarder,
-                    error,
-                )
+                if not quiet:
+                    log.error(
+                        "forwarder '%s' cannot forward: %s; retrying (its messages stay queued)",
+                        forwarder,
+                        error,
+                    )
                 self._next_reminder[forwarder] = now + REMINDER_SECONDS
                 self._states[forwarder] = ForwarderState(forwarder, True, _utcnow(), 1, error)
                 self.version += 1
                 return True
             logged = error != before.last_error or now >= self._next_reminder[forwarder]
-            if logged:
+            if logged and not quiet:
                 log.error(
                     "forwarder '%s' still cannot forward after %d failed batch(es) over %s: %s",
                     forwarder,
@@ -88,6 +92,7 @@ class ForwarderHealth:
                     _duration(now - self._started[forwarder]),
                     error,
                 )
+            if logged:
                 self._next_reminder[forwarder] = now + REMINDER_SECONDS
             if error != before.last_error:
                 self.version += 1

@@ -5,7 +5,9 @@ which queues and retry stores have work, and the database's pool workers
 (`bridge.daemon.workers`), shared by its forwarders, go where it is, taking turns round-robin
 (`bridge.daemon.board`) so one busy queue cannot starve the others, each forwarder capped at its
 `concurrency`. Pools are sized so that the daemon never holds more than a database's
-`max_connections` (`bridge.daemon.budget`). Scheduled jobs, one at a time
+`max_connections` (`bridge.daemon.budget`). With `daemon.processes` above one, further worker
+processes run parts of every pool, each on an interpreter of its own
+(`bridge.daemon.processes`); the rest stays here. Scheduled jobs, one at a time
 (`bridge.daemon.upkeep`), probe destination databases in trouble (one probe per database per
 interval, so no worker waits on a dead database), publish states for `status`, and clean up
 ledgers; each forwarding database has a heartbeat thread of its own (`bridge.daemon.heartbeat`).
@@ -27,78 +29,29 @@ from types import FrameType
 
 from bridge.config.model import BridgeConfig
 from bridge.connections import Connections, load_drivers
-from bridge.daemon.board import WorkBoard
-from bridge.daemon.budget import pool_sizes, worker_count
+from bridge.daemon.budget import process_count, shares, worker_count
 from bridge.daemon.forwarder_health import ForwarderHealth
 from bridge.daemon.heartbeat import Heartbeat
 from bridge.daemon.metrics import SAMPLE_INTERVAL, BridgeMetrics
+from bridge.daemon.pools import STOP_GRACE_SECONDS, Pools, progress_limit, start_pools
+from bridge.daemon.probes import PROBE_TICK, probe_databases
+from bridge.daemon.processes import WorkerProcesses
 from bridge.daemon.state_publisher import StatePublisher
 from bridge.daemon.systemd import notify, watchdog_interval
 from bridge.daemon.upkeep import Upkeep
-from bridge.daemon.watcher import WorkWatcher
-from bridge.daemon.workers import PoolWorker
-from bridge.exceptions import (
-    BridgeTableMissing,
-    DatabaseError,
-    ExitCode,
-    MetricsStartError,
-    PermissionDenied,
-)
+from bridge.exceptions import ExitCode, MetricsStartError
 from bridge.forwarding.in_doubt import SETTLE_INTERVAL_MAX, needs_resolving, resolve_in_doubt
 from bridge.forwarding.spine import probe_interval
-from bridge.forwarding.writes import QueueWriter
 from bridge.outages import OutageTracker
-from bridge.storage.ledger import (
-    RUNTIME_DDL_OFF_ADVICE,
-    cleanup_ledgers,
-    ensure_ledger,
-    ledger_grant_advice,
-    ledger_problem,
-)
-from bridge.storage.tables import forwarder_tables
+from bridge.storage.ledger import cleanup_ledgers
 
 __all__ = ["Daemon", "probe_databases", "worker_count"]
 
 log = logging.getLogger(__name__)
 
 
-# How long SIGTERM waits for the batches in flight before the process leaves without them.
-STOP_GRACE_SECONDS = 10.0
-# How often the outage tracker's due probes are looked for.
-PROBE_TICK = 1.0
-
-
-def probe_databases(config: BridgeConfig, tracker: OutageTracker) -> None:
-    """Look at each database in trouble whose probe is due; record what is found.
-
-    A probe connects and makes sure the ledger is there (creating it when allowed), which is
-    what delivery needs of a destination database. Never raises.
-    """
-    due = tracker.due_for_probe()
-    if not due:
-        return
-    connections = Connections(config.databases)
-    try:
-        for database in due:
-            try:
-                connection = connections.get(database)
-                ensure_ledger(connection, config, database, create=config.install.at_runtime)
-                tracker.record_up(database)
-            except BridgeTableMissing:
-                tracker.record_trouble(
-                    database, "not-ready", ledger_problem(config, database, RUNTIME_DDL_OFF_ADVICE)
-                )
-            except PermissionDenied as error:
-                advice = ledger_grant_advice(config, connections, database, error)
-                connections.discard(database)
-                tracker.record_trouble(
-                    database, "not-ready", ledger_problem(config, database, advice)
-                )
-            except DatabaseError as error:
-                connections.discard(database)
-                tracker.record_trouble(database, "unreachable", str(error))
-    finally:
-        connections.close()
+# How much longer the daemon waits for its worker processes, which keep the same grace.
+PROCESS_GRACE_MARGIN = 3.0
 
 
 class Daemon:
@@ -112,9 +65,8 @@ class Daemon:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._reload_requested = False
-        self._workers: list[PoolWorker] = []
-        self._watchers: list[WorkWatcher] = []
-        self._boards: list[WorkBoard] = []
+        self._pools = Pools()
+        self._processes: WorkerProcesses | None = None
         self._worker_stop = threading.Event()
         self._upkeep: Upkeep | None = None
         self._heartbeats: list[Upkeep] = []
@@ -209,15 +161,15 @@ class Daemon:
 
     def totals(self) -> Counter[str]:
         total: Counter[str] = Counter(self._earlier_totals)
-        for worker in self._workers:
-            total.update(worker.snapshot())
+        total.update(self._pools.totals())
+        if self._processes is not None:
+            total.update(self._processes.totals())
         return total
 
     def start(self) -> None:
         """Start watchers, workers and upkeep in background threads; returns at once."""
         load_drivers(self.config.databases)
         self._worker_stop = stop = threading.Event()
-        self._workers, self._watchers, self._boards = [], [], []
         outages = OutageTracker(probe_interval(self.config), external_probe=True)
         self._outages = outages
         publisher = StatePublisher(self.config, outages, self.health)
@@ -226,47 +178,31 @@ class Daemon:
             self.metrics.set_workers(
                 {f.name: worker_count(self.config, f) for f in self.config.forwarders}
             )
-        # Queue table shapes (SQL Server's optional Recoverable column) are learnt once.
-        writer = QueueWriter()
-        for database, size in pool_sizes(self.config).items():
-            forwarders = [f for f in self.config.forwarders if f.database == database]
-            caps = {f.name: worker_count(self.config, f) for f in forwarders}
-            board = WorkBoard(caps)
-            self._boards.append(board)
-            for forwarder in forwarders:
-                log.info(
-                    "forwarder '%s': up to %d worker(s) on %s in database '%s'",
-                    forwarder.name,
-                    caps[forwarder.name],
-                    forwarder_tables(self.config, forwarder).queue_canonical,
-                    database,
-                )
+        count = process_count(self.config)
+        parts = shares(self.config, count)
+        if count > 1:
             log.info(
-                "database '%s': %d pool worker(s) shared by %d forwarder(s) (max_connections %d)",
-                database,
-                size,
-                len(forwarders),
-                self.config.databases[database].max_connections,
+                "%d processes run the workers (daemon.processes: %s)",
+                count,
+                self.config.daemon.processes,
             )
-            self._watchers.append(
-                WorkWatcher(self.config, database, board, stop, self.health, self.metrics)
+            self._processes = WorkerProcesses(
+                self.config, parts[1:], self.health, self.metrics, outages
             )
-            self._workers += [
-                PoolWorker(
-                    self.config,
-                    database,
-                    index,
-                    board,
-                    stop,
-                    outages,
-                    writer,
-                    self.health,
-                    self.metrics,
-                )
-                for index in range(size)
-            ]
-        for thread in [*self._watchers, *self._workers]:
-            thread.start()
+            self._processes.start()
+        else:
+            self._processes = None
+        # The watchers are all here: they mark the worker processes' boards too.
+        self._pools = start_pools(
+            self.config,
+            parts[0],
+            stop,
+            outages,
+            self.health,
+            self.metrics,
+            watched=sorted({database for part in parts for database in part.pools}),
+            relay=self._processes.mark if self._processes is not None else None,
+        )
         upkeep = Upkeep(stop)
         if self.config.ledger.cleanup:
             upkeep.add(
@@ -302,6 +238,12 @@ class Daemon:
             )
             beats.start()
             self._heartbeats.append(beats)
+        if self._processes is not None:
+            self._processes.wait_until_ready()
+            for process in self._processes.processes:
+                process.on_ready = self._pools.look_again
+        # Only now: what the watchers' first look marks reaches every process's boards.
+        self._pools.start_watchers()
 
     def _settle_in_doubt(self) -> None:
         """The scheduled job: settle what crashed batches left (`bridge.forwarding.in_doubt`)."""
@@ -328,12 +270,12 @@ class Daemon:
         that goes away with the process, so the server rolls it back, and a destination commit
         it made is in the dedup ledger."""
         self._worker_stop.set()
-        for board in self._boards:
-            board.close()
-        for watcher in self._watchers:
-            watcher.wake()
+        processes, self._processes = self._processes, None
+        if processes is not None:
+            processes.ask_to_stop()
+        self._pools.close()
         deadline = time.monotonic() + STOP_GRACE_SECONDS
-        threads: list[threading.Thread] = [*self._workers, *self._watchers]
+        threads: list[threading.Thread] = self._pools.threads()
         if self._upkeep is not None:
             threads.append(self._upkeep)
         threads += self._heartbeats
@@ -341,6 +283,9 @@ class Daemon:
             thread.join(timeout=max(0.0, deadline - time.monotonic()))
         self._upkeep, self._heartbeats = None, []
         self.abandoned = [thread.name for thread in threads if thread.is_alive()]
+        if processes is not None:
+            self.abandoned += processes.wait(deadline + PROCESS_GRACE_MARGIN)
+            self._earlier_totals.update(processes.totals())
         if self.abandoned:
             log.warning(
                 "worker(s) %s still waiting on a database after %.0f s; leaving without them "
@@ -355,11 +300,9 @@ class Daemon:
     def _workers_alive(self) -> bool:
         # A worker that has not looped for a long time is hung (a statement that never
         # returns); withholding the watchdog ping lets systemd restart the daemon.
-        peek = max((f.peek_interval for f in self.config.forwarders), default=1)
-        limit = max(60.0, peek * 5)
-        now = time.monotonic()
-        threads: list[PoolWorker | WorkWatcher] = [*self._workers, *self._watchers]
-        return all(t.is_alive() and now - t.last_progress < limit for t in threads)
+        limit = progress_limit(self.config)
+        processes = self._processes
+        return self._pools.alive(limit) and (processes is None or processes.alive(limit))
 
     def _reload(self) -> None:
         if self._reload_config is None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -68,7 +69,10 @@ class WorkWatcher(threading.Thread):
         stop: threading.Event,
         health: ForwarderHealth,
         observer: ForwardingObserver | None = None,
+        also: Callable[[list[Key]], None] | None = None,
     ) -> None:
+        """`also`: told every mark too (the daemon's worker processes, whose boards this
+        watcher marks through it: `bridge.daemon.processes`)."""
         super().__init__(name=f"watch-{database}", daemon=True)
         self.config = config
         self.database = database
@@ -81,6 +85,7 @@ class WorkWatcher(threading.Thread):
         self._dialect = dialect_for(config.databases[database].dialect)
         self._wake = threading.Event()
         forwarders = [f for f in config.forwarders if f.database == database]
+        self._also = also
         self._forwarders = forwarders
         self._parts: list[Part] = []
         for forwarder in forwarders:
@@ -104,9 +109,16 @@ class WorkWatcher(threading.Thread):
         self._statements: dict[tuple[int, ...], str] = {}
         self._database_up: bool | None = None
         self._reported = False
+        self._look_again = False
 
     def wake(self) -> None:
         """Look again now (a stop, or a sign of new work)."""
+        self._wake.set()
+
+    def look_again(self) -> None:
+        """Look at every source soon (within `LONGEST_NAP`), even while pushes come: a board
+        that was not there when the last look marked it (a worker process started again)."""
+        self._look_again = True
         self._wake.set()
 
     def run(self) -> None:
@@ -117,6 +129,9 @@ class WorkWatcher(threading.Thread):
         try:
             while not self.stop.is_set():
                 self.last_progress = now = time.monotonic()
+                if self._look_again:
+                    self._look_again = False
+                    next_poll = 0.0
                 if self._push is not None and not self.listening and now >= next_listen:
                     if self._listen(connections):
                         next_poll = 0.0  # what was sent while nobody listened
@@ -210,7 +225,7 @@ class WorkWatcher(threading.Thread):
         keys = self._push.keys(channels)
         if any(source == "retry" for _, source in keys):
             self._next_due = 0.0  # look when the new retries are due
-        self.board.mark(key for key in keys if key[1] == "queue")
+        self._mark_board([key for key in keys if key[1] == "queue"])
 
     # -- one look --------------------------------------------------------------------------
 
@@ -241,7 +256,7 @@ class WorkWatcher(threading.Thread):
                 self._seen(False)
             log.debug("looking for work in database '%s' failed: %s", self.database, error)
             # Every forwarder's workers find out for themselves, and report it.
-            self.board.mark(part.key for part in self._parts)
+            self._mark_board([part.key for part in self._parts])
             return False
         self._seen(True)
         self._mark(rows)
@@ -289,7 +304,7 @@ class WorkWatcher(threading.Thread):
                 connections.discard(self.database)
                 self.listening = False
                 self._missing[entry[1].key] = time.monotonic() + MISSING_TABLE_RETRY
-                self.board.mark([entry[1].key])
+                self._mark_board([entry[1].key])
         return rows
 
     def _mark(self, rows: list[tuple[Any, ...]]) -> None:
@@ -309,7 +324,14 @@ class WorkWatcher(threading.Thread):
                 marked.append(part.key)
             else:
                 self._next_due = min(self._next_due, now + (due_at - now_utc).total_seconds())
-        self.board.mark(marked)
+        self._mark_board(marked)
+
+    def _mark_board(self, keys: list[Key]) -> None:
+        if not keys:
+            return
+        self.board.mark(keys)
+        if self._also is not None:
+            self._also(keys)
 
     def _seen(self, up: bool) -> None:
         if self._database_up is not up:

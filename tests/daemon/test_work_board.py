@@ -3,12 +3,14 @@ sizes the connection budget gives."""
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from typing import Any
 
 from bridge.config.model import (
     BridgeConfig,
+    DaemonConfig,
     DatabaseConfig,
     FixedDestination,
     ForwarderConfig,
@@ -16,7 +18,14 @@ from bridge.config.model import (
     RouteConfig,
 )
 from bridge.daemon.board import WorkBoard
-from bridge.daemon.budget import most_connections, pool_sizes
+from bridge.daemon.budget import (
+    MAX_AUTO_PROCESSES,
+    most_connections,
+    pool_sizes,
+    process_count,
+    shares,
+    worker_count,
+)
 
 
 def test_a_busy_queue_takes_turns_with_the_others() -> None:
@@ -103,6 +112,8 @@ def test_close_ends_a_wait() -> None:
 
 
 def _config(forwarders: int, **options: Any) -> BridgeConfig:
+    """`forwarders` forwarders of concurrency 2 (`concurrency`) on database src, routing to dst;
+    one process unless `processes` says otherwise."""
     databases = {
         "src": DatabaseConfig("src", "postgresql", "x", max_connections=options.get("src", 10)),
         "dst": DatabaseConfig("dst", "postgresql", "x", max_connections=options.get("dst", 10)),
@@ -110,10 +121,12 @@ def _config(forwarders: int, **options: Any) -> BridgeConfig:
     return BridgeConfig(
         databases=databases,
         forwarders=tuple(
-            ForwarderConfig(f"f{i}", "src", f"q{i}", concurrency=2) for i in range(forwarders)
+            ForwarderConfig(f"f{i}", "src", f"q{i}", concurrency=options.get("concurrency", 2))
+            for i in range(forwarders)
         ),
         routes=(RouteConfig("*", "dst", transaction=options.get("mode")),),
         metrics=MetricsConfig(listen=options.get("metrics")),
+        daemon=DaemonConfig(processes=options.get("processes", "1")),
     )
 
 
@@ -161,3 +174,50 @@ def test_a_full_claim_lets_a_second_worker_join_while_the_batch_runs() -> None:
     board.finish(first, full=False)
     board.finish(second, full=False)
     assert board.take(0) is None  # a short batch ended the backlog
+
+
+def test_auto_takes_a_process_per_cpu_but_no_more_than_the_workers() -> None:
+    one = _config(1, processes="auto")  # two workers in all
+    assert process_count(one, cpus=1) == 1
+    assert process_count(one, cpus=2) == 2
+    assert process_count(one, cpus=16) == 2  # a third would have nothing to do
+    assert process_count(_config(50, processes="auto"), cpus=16) == MAX_AUTO_PROCESSES
+    # The pool, not the demand, is the limit: 5 connections leave room for 2 workers.
+    assert process_count(_config(50, processes="auto", src=5), cpus=16) == 2
+    # A number is taken as given, but never above the workers there are.
+    assert process_count(_config(1, processes="3"), cpus=1) == 2
+    assert process_count(_config(50, processes="3"), cpus=1) == 3
+
+
+def test_processes_split_the_pools_without_adding_connections() -> None:
+    config = _config(50, processes="auto")
+    count = process_count(config, cpus=2)
+    assert count == 2
+    # The same seven workers as in one process, and the same connections.
+    assert pool_sizes(config) == {"src": 7}
+    assert most_connections(config, "src") == 10
+    parts = shares(config, count)
+    assert [part.pools for part in parts] == [{"src": 4}, {"src": 3}]
+    assert [part.first_worker for part in parts] == [{"src": 0}, {"src": 4}]
+
+
+def test_every_forwarder_keeps_its_concurrency_across_the_processes() -> None:
+    for forwarders, concurrency, count in ((1, 2, 2), (3, 1, 2), (5, 3, 3), (2, 1, 4), (7, 4, 3)):
+        config = _config(forwarders, concurrency=concurrency, processes=str(count), src=100)
+        parts = shares(config, process_count(config))
+        for forwarder in config.forwarders:
+            dealt = [part.caps.get(forwarder.name, 0) for part in parts]
+            assert sum(dealt) == worker_count(config, forwarder), (forwarder.name, dealt)
+            assert max(dealt) - min(dealt) <= 1  # as even as it goes
+        for part in parts:
+            # A process has workers for its forwarders, and none without any.
+            assert bool(part.pools) == bool(part.caps)
+            assert sum(part.pools.values()) <= sum(part.caps.values())
+        firsts = sorted(
+            (part.first_worker["src"], part.pools["src"]) for part in parts if part.pools
+        )
+        # Worker numbers (counter slots) run on from one process to the next, never twice.
+        assert all(a + n == b for (a, n), (b, _) in itertools.pairwise(firsts))
+    # Forwarders of concurrency 1 spread over the processes instead of piling onto the first.
+    parts = shares(_config(4, concurrency=1, processes="2"), 2)
+    assert [sorted(part.caps) for part in parts] == [["f0", "f2"], ["f1", "f3"]]

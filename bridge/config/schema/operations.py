@@ -33,6 +33,21 @@ DAEMON = Section(
             exclusive_minimum=True,
             warn_outside=(1.0, 60.0),
         ),
+        Key(
+            "processes",
+            "string",
+            "How many processes run the workers: `auto` (one per CPU the daemon may use, at "
+            "most 4, never more than the largest worker pool) or a number. Python runs one "
+            "thread at a time per process, so one process forwards on little more than one "
+            "core. The workers of every pool and each forwarder's `concurrency` are dealt out "
+            "among the processes, with no more connections in all; the daemon's own process "
+            "keeps the watchers, upkeep, heartbeats, metrics and systemd.",
+            example="auto",
+            default="auto",
+            pattern=r"auto|[1-9]|1[0-6]",
+            pattern_message="must be auto or a number from 1 to 16",
+            numbers_as_text=True,
+        ),
     ),
 )
 

@@ -1,0 +1,52 @@
+"""Probes of databases in trouble: one look per database per interval, so that no worker waits
+on a dead database (`bridge.outages`). Run by upkeep, and by each worker process for its own
+workers' tracker (`bridge.daemon.processes`)."""
+
+from __future__ import annotations
+
+from bridge.config.model import BridgeConfig
+from bridge.connections import Connections
+from bridge.exceptions import BridgeTableMissing, DatabaseError, PermissionDenied
+from bridge.outages import OutageTracker
+from bridge.storage.ledger import (
+    RUNTIME_DDL_OFF_ADVICE,
+    ensure_ledger,
+    ledger_grant_advice,
+    ledger_problem,
+)
+
+# How often the outage tracker's due probes are looked for.
+PROBE_TICK = 1.0
+
+
+def probe_databases(config: BridgeConfig, tracker: OutageTracker) -> None:
+    """Look at each database in trouble whose probe is due; record what is found.
+
+    A probe connects and makes sure the ledger is there (creating it when allowed), which is
+    what delivery needs of a destination database. Never raises.
+    """
+    due = tracker.due_for_probe()
+    if not due:
+        return
+    connections = Connections(config.databases)
+    try:
+        for database in due:
+            try:
+                connection = connections.get(database)
+                ensure_ledger(connection, config, database, create=config.install.at_runtime)
+                tracker.record_up(database)
+            except BridgeTableMissing:
+                tracker.record_trouble(
+                    database, "not-ready", ledger_problem(config, database, RUNTIME_DDL_OFF_ADVICE)
+                )
+            except PermissionDenied as error:
+                advice = ledger_grant_advice(config, connections, database, error)
+                connections.discard(database)
+                tracker.record_trouble(
+                    database, "not-ready", ledger_problem(config, database, advice)
+                )
+            except DatabaseError as error:
+                connections.discard(database)
+                tracker.record_trouble(database, "unreachable", str(error))
+    finally:
+        connections.close()
