@@ -126,6 +126,14 @@ class FanOutScenario(Scenario):
             for destination, queue in zip(self.destinations, self.queues, strict=True)
         )
 
+    def first_arrived(self) -> int:
+        """As `Scenario.first_arrived`, over every destination queue (the fan-out has no
+        single receiver queue)."""
+        return sum(
+            destination.count(queue) if destination.has_rows(queue) else 0
+            for destination, queue in zip(self.destinations, self.queues, strict=True)
+        )
+
     def exactly_once(self, ids: set[str], ceiling: bool = False) -> str:
         """'ok', or what is wrong: per destination queue, ids missing, duplicated or not sent
         there; messages left in the forwarding queue, error queue or retry storage."""
