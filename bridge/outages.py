@@ -200,20 +200,19 @@ class OutageTracker:
                 log.warning("%s in database '%s' takes messages again", table, database)
         self._tell(relayed, "record_free", database, table)
 
-    def replay(self) -> list[tuple[str, tuple[Any, ...]]]:
-        """What a listener joining now needs to know: the databases in trouble and the tables
-        busy, as the changes that recorded them."""
+    def in_trouble_now(self) -> tuple[list[str], list[tuple[str, str]]]:
+        """The databases in trouble and the (database, table)s busy now: what a listener
+        joining now needs to know."""
         with self._lock:
-            changes: list[tuple[str, tuple[Any, ...]]] = [
-                ("record_trouble", (state.database, state.state, state.last_error or ""))
-                for state in self._states.values()
-                if state.in_trouble
-            ]
-            changes += [
-                ("record_busy", (database, table, error))
-                for (database, table), (_, error) in self._busy.items()
-            ]
-            return changes
+            now = self._clock()
+            troubled = [name for name, state in self._states.items() if state.in_trouble]
+            busy = [key for key, (until, _) in self._busy.items() if now < until]
+            return troubled, busy
+
+    def state(self, database: str) -> DatabaseState | None:
+        """What was last recorded of `database` (None: nothing yet)."""
+        with self._lock:
+            return self._states.get(database)
 
     def _tell(self, relayed: bool, change: str, *args: Any) -> None:
         # Outside the lock: a listener may take its time (a pipe to another process).

@@ -125,8 +125,8 @@ def shares(config: BridgeConfig, processes: int) -> list[Share]:
     """Each process's part of every pool and of every forwarder's `concurrency`.
 
     A pool's workers are dealt out evenly; a forwarder's `concurrency` is dealt out among the
-    processes that have workers of its database, its remainder starting at a different process
-    for each forwarder, so that forwarders of `concurrency: 1` spread over the processes."""
+    processes that have workers of its database, each remainder starting where the last one
+    ended, so that forwarders of `concurrency: 1` spread over the processes."""
     sizes = pool_sizes(config)
     parts = [Share(index, processes) for index in range(processes)]
     for database, size in sizes.items():
@@ -134,12 +134,14 @@ def shares(config: BridgeConfig, processes: int) -> list[Share]:
         serving = [index for index, pool in enumerate(pools) if pool > 0]
         forwarders = [f for f in config.forwarders if f.database == database]
         caps: list[dict[str, int]] = [{} for _ in range(processes)]
-        for turn, forwarder in enumerate(forwarders):
+        offset = 0  # where the next remainder starts: remainders never pile up on one process
+        for forwarder in forwarders:
             cap = worker_count(config, forwarder)
             for place, index in enumerate(serving):
-                dealt = _dealt(cap, len(serving), (place - turn) % len(serving))
+                dealt = _dealt(cap, len(serving), (place - offset) % len(serving))
                 if dealt:
                     caps[index][forwarder.name] = dealt
+            offset = (offset + cap) % len(serving)
         first = 0
         for index, share in enumerate(parts):
             workers = min(pools[index], sum(caps[index].values()))

@@ -1,6 +1,6 @@
 """Probes of databases in trouble: one look per database per interval, so that no worker waits
-on a dead database (`bridge.outages`). Run by upkeep, and by each worker process for its own
-workers' tracker (`bridge.daemon.processes`)."""
+on a dead database (`bridge.outages`). Run by upkeep, in the daemon's own process only: its
+worker processes hear from it (`bridge.daemon.processes`)."""
 
 from __future__ import annotations
 

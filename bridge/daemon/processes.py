@@ -18,60 +18,55 @@ forwarded. Outages are one state for all processes (`bridge.outages`): a process
 database in trouble (or a table locked) tells the daemon, which logs it once and tells every
 worker process; only the daemon probes, and tells them all when a database is usable again.
 
-Lifetimes: SIGTERM (or SIGINT) reaches the daemon, which tells each worker process to stop;
-they finish the batches they hold within the daemon's grace and are killed after it (what they
-held is rolled back). A worker process that dies is started again, after a pause that doubles
-while it keeps dying. A worker process whose daemon dies (SIGKILL included) sees its pipe close
-and stops the same way: nothing outlives the daemon by more than a batch. Worker processes
-ignore SIGHUP: the daemon reloads by stopping and starting them with the new configuration.
+Nothing the daemon's threads do waits on a worker process: what goes to one (marks, outages) is
+queued for a sender thread of its own, marks merged and outages sent as they stand when sent,
+so a worker process that reads slowly (or not at all) holds up nobody but itself, and an outage
+state sent late is never older than one sent before it.
+
+Lifetimes: SIGTERM (or SIGINT) reaches the daemon, which passes SIGTERM on to each worker
+process; they finish the batches they hold within the daemon's grace and are killed after it
+(what they held is rolled back). A worker process that dies is started again, after a pause
+that doubles while it keeps dying. A worker process whose daemon dies (SIGKILL included) sees
+its pipe close and stops the same way: nothing outlives the daemon by more than a batch. Worker
+processes ignore SIGHUP: the daemon reloads by stopping and starting them with the new
+configuration.
 """
 
 from __future__ import annotations
 
 import logging
 import multiprocessing
-import os
-import signal
-import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import ForkingPickler
-from types import FrameType, MappingProxyType
+from types import MappingProxyType
 from typing import Any
 
 from bridge.config.model import BridgeConfig
-from bridge.connections import load_drivers
-from bridge.daemon.board import Key, WorkBoard
+from bridge.daemon.board import Key
 from bridge.daemon.budget import Share
 from bridge.daemon.forwarder_health import ForwarderHealth
-from bridge.daemon.observability import flush_sentry, setup_logging, setup_sentry
-from bridge.daemon.pools import STOP_GRACE_SECONDS, progress_limit, start_pools
+from bridge.daemon.worker_main import serve
 from bridge.forwarding.observers import ForwardingObserver
-from bridge.forwarding.spine import probe_interval, tune_garbage_collection
 from bridge.outages import OutageTracker
 
 log = logging.getLogger(__name__)
 
-# How often a worker process tells the daemon it is alive and what it has forwarded.
-BEAT_INTERVAL = 1.0
 # Pauses before starting a worker process again that died: the first, and the longest.
 FIRST_RESTART_PAUSE = 1.0
 MAX_RESTART_PAUSE = 30.0
 # A worker process that ran this long before it died starts again after the first pause.
 STEADY_SECONDS = 60.0
-# What the daemon sends a worker process to make it stop.
-STOP = "stop"
 # How long a worker process that stopped on a signal of its own may be waited for by its daemon
 # stopping too (systemd and a terminal signal them all at once) before it is started again.
 SIGNALLED_GRACE = 3.0
 # How long the daemon waits for its worker processes' workers to start before it says READY.
 READY_TIMEOUT = 30.0
-
-
-# -- in the daemon's process ----------------------------------------------------------------
+# How long `wait` gives the killed processes' readers once the deadline has passed.
+KILL_WAIT = 5.0
 
 
 def _mapping_proxy(items: dict[Any, Any]) -> MappingProxyType[Any, Any]:
@@ -80,6 +75,77 @@ def _mapping_proxy(items: dict[Any, Any]) -> MappingProxyType[Any, Any]:
 
 # The configuration's read-only mappings travel to a worker process as what they show.
 ForkingPickler.register(MappingProxyType, lambda proxy: (_mapping_proxy, (dict(proxy),)))
+
+
+class Outbox:
+    """What goes to one worker process, sent by a thread of its own: marks merged by database,
+    outages by database and table, each sent as the daemon's tracker has it when sent."""
+
+    def __init__(self, name: str, outages: OutageTracker) -> None:
+        self._outages = outages
+        self._changed = threading.Condition()
+        self._marks: dict[str, set[Key]] = {}
+        self._databases: set[str] = set()  # whose outage state to send
+        self._tables: set[tuple[str, str]] = set()  # whose busy state to send
+        self._connection: Connection | None = None
+        self._thread = threading.Thread(target=self._run, name=f"sfbridge-{name}-out", daemon=True)
+        self._thread.start()
+
+    def use(self, connection: Connection | None) -> None:
+        """Send to `connection` from now on (a new process), with the outages as they stand."""
+        troubled, busy = self._outages.in_trouble_now()
+        with self._changed:
+            self._connection = connection
+            self._marks.clear()
+            self._databases = set(troubled)
+            self._tables = set(busy)
+            self._changed.notify()
+
+    def mark(self, database: str, keys: list[Key]) -> None:
+        with self._changed:
+            self._marks.setdefault(database, set()).update(keys)
+            self._changed.notify()
+
+    def outage(self, change: str, args: tuple[Any, ...]) -> None:
+        with self._changed:
+            if change in ("record_busy", "record_free"):
+                self._tables.add((args[0], args[1]))
+            else:
+                self._databases.add(args[0])
+            self._changed.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._changed:
+                while not (self._marks or self._databases or self._tables):
+                    self._changed.wait()
+                connection = self._connection
+                marks, self._marks = self._marks, {}
+                databases, self._databases = self._databases, set()
+                tables, self._tables = self._tables, set()
+            if connection is None:
+                continue  # between processes: `use` sends the outages again
+            messages: list[tuple[Any, ...]] = [
+                ("mark", database, sorted(keys)) for database, keys in marks.items()
+            ]
+            for database in databases:
+                state = self._outages.state(database)
+                if state is not None and state.in_trouble:
+                    args = (database, state.state, state.last_error or "")
+                    messages.append(("outage", "record_trouble", args))
+                else:
+                    messages.append(("outage", "record_up", (database,)))
+            for database, table in tables:
+                error = self._outages.busy(database, table)
+                if error is not None:
+                    messages.append(("outage", "record_busy", (database, table, error)))
+                else:
+                    messages.append(("outage", "record_free", (database, table)))
+            try:
+                for message in messages:
+                    connection.send(message)
+            except (OSError, ValueError):
+                pass  # the process is gone; its reader starts another, which gets `use`d
 
 
 class WorkerProcess:
@@ -98,28 +164,28 @@ class WorkerProcess:
         self.share = share
         self.name = f"worker process {share.index + 1}"
         self._health = health
-        self._outages = outages
-        self._send_lock = threading.Lock()
         self._observer = observer
         self._stopping = stopping
         self._lock = threading.Lock()
         self._process: multiprocessing.process.BaseProcess | None = None
         self._connection: Connection | None = None
+        self._outbox = Outbox(self.name, outages)
+        self._outages = outages
         self._totals: Counter[str] = Counter()  # of the process running now
-        self._earlier: Counter[str] = Counter()  # of the ones that died
+        self._earlier: Counter[str] = Counter()  # of the ones that ended
+        self._open: Counter[str] = Counter()  # its batches started and not finished
         self._last_beat = time.monotonic()
         self._beat_alive = True
-        self._pause = FIRST_RESTART_PAUSE
         self._signalled: str | None = None  # the signal it said it stopped on
         self.ready = threading.Event()  # its workers have started (the first time)
         self.on_ready: Callable[[], None] | None = None  # each time they have
         self._reader = threading.Thread(target=self._run, name=f"sfbridge-{self.name}", daemon=True)
 
     def start(self) -> None:
-        self._spawn()
         self._reader.start()
 
     def _spawn(self) -> None:
+        """Start the process (the caller holds `_lock`)."""
         # A fresh interpreter, not a fork: the daemon has threads (and their locks) that a
         # forked child would inherit mid-use.
         context = multiprocessing.get_context("spawn")
@@ -130,65 +196,60 @@ class WorkerProcess:
             name=f"sfbridge-{self.name}",
             daemon=True,
         )
-        process.start()
-        theirs.close()
-        with self._lock:
-            self._process, self._connection = process, ours
-            self._last_beat = time.monotonic()
-            self._beat_alive = True
+        try:
+            process.start()
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        self._process, self._connection = process, ours
+        self._last_beat = time.monotonic()
+        self._beat_alive = True
+        self._outbox.use(ours)
         log.info("%s started (pid %s)", self.name, process.pid)
-        # What it would otherwise find out by waiting out timeouts itself.
-        for change, args in self._outages.replay():
-            self.tell(change, args)
-
-    def mark(self, database: str, keys: list[Key]) -> None:
-        """Mark these sources on its board of `database`, those of its share."""
-        if database not in self.share.pools:
-            return
-        mine = [key for key in keys if key[0] in self.share.caps]
-        if mine:
-            self._send(("mark", database, mine))
-
-    def tell(self, change: str, args: tuple[Any, ...]) -> None:
-        """Pass on an outage recorded in another process (`OutageTracker.listener`)."""
-        self._send(("outage", change, args))
-
-    def _send(self, message: object) -> None:
-        with self._lock:
-            connection = self._connection
-        if connection is None:
-            return
-        with self._send_lock:
-            try:
-                connection.send(message)
-            except (OSError, ValueError):
-                pass  # gone; its reader starts it again
 
     def _run(self) -> None:
-        """Read what the process says until it ends; start it again unless stopping."""
+        """Start the process, read what it says until it ends, and start it again unless the
+        daemon is stopping, after a pause that doubles while it keeps dying."""
+        pause = 0.0
         while True:
+            if pause and self._stopping.wait(pause):
+                return
+            with self._lock:
+                # Under the lock that `ask_to_stop` takes: a process started here is either
+                # seen by it or not started at all.
+                if self._stopping.is_set():
+                    return
+                try:
+                    self._spawn()
+                except Exception:
+                    pause = min(max(pause * 2, FIRST_RESTART_PAUSE), MAX_RESTART_PAUSE)
+                    log.exception(
+                        "%s could not be started; trying again in %.0f s", self.name, pause
+                    )
+                    continue
+                process = self._process
+            assert process is not None
             started = time.monotonic()
             self._read()
-            process = self._process
-            assert process is not None
             process.join(timeout=5)
-            with self._lock:
-                self._earlier.update(self._totals)
-                self._totals = Counter()
+            self._ended()
             signalled, self._signalled = self._signalled, None
             if signalled is not None and self._stopping.wait(SIGNALLED_GRACE):
                 return  # the whole service was told to stop
             if self._stopping.is_set():
                 return
             if time.monotonic() - started >= STEADY_SECONDS:
-                self._pause = FIRST_RESTART_PAUSE
+                pause = 0.0
+            pause = min(max(pause * 2, FIRST_RESTART_PAUSE), MAX_RESTART_PAUSE)
             if signalled is not None:
                 log.warning(
                     "%s (pid %s) stopped on %s of its own; starting it again in %.0f s",
                     self.name,
                     process.pid,
                     signalled,
-                    self._pause,
+                    pause,
                 )
             else:
                 log.error(
@@ -197,16 +258,24 @@ class WorkerProcess:
                     self.name,
                     process.pid,
                     process.exitcode,
-                    self._pause,
+                    pause,
                 )
-            if self._stopping.wait(self._pause):
-                return
-            self._pause = min(self._pause * 2, MAX_RESTART_PAUSE)
-            try:
-                self._spawn()
-            except Exception:
-                log.exception("%s could not be started again", self.name)
-                self._stopping.wait(self._pause)
+
+    def _ended(self) -> None:
+        """Account for a process that has ended: its counts kept, its open batches failed."""
+        self._outbox.use(None)
+        with self._lock:
+            self._earlier.update(self._totals)
+            self._totals = Counter()
+            if self._connection is not None:
+                self._connection.close()
+                self._connection = None
+            open_batches, self._open = self._open, Counter()
+        if self._observer is not None:
+            # Batches it had started and never finished were rolled back with it.
+            for forwarder, count in open_batches.items():
+                for _ in range(count):
+                    self._observer.batch_finished(forwarder, "queue", 0, None, 0.0)
 
     def _read(self) -> None:
         connection = self._connection
@@ -242,12 +311,29 @@ class WorkerProcess:
             # Recorded here as if seen here: logged once, and told to every worker process.
             getattr(self._outages, event[1])(*event[2])
         elif kind == "observer" and self._observer is not None:
-            getattr(self._observer, event[1])(*event[2])
+            method, args = event[1], event[2]
+            if method == "batch_started":
+                self._open[args[0]] += 1
+            elif method == "batch_finished":
+                self._open[args[0]] -= 1
+            getattr(self._observer, method)(*args)
         elif kind == "health":
             if event[1] == "succeeded":
                 self._health.succeeded(event[2])
             else:
                 self._health.failed(event[2], event[3])
+
+    def mark(self, database: str, keys: list[Key]) -> None:
+        """Mark these sources on its board of `database`, those of its share."""
+        if database not in self.share.pools:
+            return
+        mine = [key for key in keys if key[0] in self.share.caps]
+        if mine:
+            self._outbox.mark(database, mine)
+
+    def tell(self, change: str, args: tuple[Any, ...]) -> None:
+        """Pass on an outage recorded here or in another process (`OutageTracker.listener`)."""
+        self._outbox.outage(change, args)
 
     def alive(self, limit: float) -> bool:
         """Whether the process runs and its threads looped within `limit` seconds."""
@@ -255,7 +341,8 @@ class WorkerProcess:
             process = self._process
             return (
                 process is not None
-                and process.is_alive()
+                and self._connection is not None
+                and process.exitcode is None
                 and self._beat_alive
                 and time.monotonic() - self._last_beat < limit
             )
@@ -265,25 +352,24 @@ class WorkerProcess:
             return self._earlier + self._totals
 
     def ask_to_stop(self) -> None:
-        self._send(STOP)
-
-    def wait(self, deadline: float) -> bool:
-        """Wait for the process to end until `deadline` (monotonic); kill it if it has not.
-        Returns whether it ended by itself."""
-        # The reader alone reaps the process (two threads waiting for one child race); it
-        # returns once the process has ended and `ask_to_stop` was called.
-        self._reader.join(timeout=max(0.0, deadline - time.monotonic()))
-        ended = not self._reader.is_alive()
-        if not ended:
-            with self._lock:
-                process = self._process
-            if process is not None:
-                process.kill()
-            self._reader.join(timeout=10)
+        """SIGTERM to the process, which stops as the daemon does (the caller has set the
+        stopping event, so no process is started after this)."""
         with self._lock:
-            if self._connection is not None:
-                self._connection.close()
-        return ended
+            process = self._process
+            if process is not None and process.exitcode is None:
+                process.terminate()
+
+    def kill(self) -> None:
+        with self._lock:
+            process = self._process
+            if process is not None and process.exitcode is None:
+                process.kill()
+
+    def join(self, timeout: float) -> bool:
+        """Wait up to `timeout` for its reader to end (the process ended and was accounted
+        for); whether it did."""
+        self._reader.join(timeout=max(0.0, timeout))
+        return not self._reader.is_alive()
 
 
 class WorkerProcesses:
@@ -309,17 +395,22 @@ class WorkerProcesses:
         for process in self.processes:
             process.start()
 
-    def wait_until_ready(self, timeout: float = READY_TIMEOUT) -> None:
+    def wait_until_ready(self, give_up: threading.Event, timeout: float = READY_TIMEOUT) -> None:
         """Wait for every process's workers to have started (the daemon's READY means that
-        all of them forward), at most `timeout` seconds in all."""
+        all of them forward), at most `timeout` seconds in all, and not once `give_up` is set
+        (SIGTERM)."""
         deadline = time.monotonic() + timeout
         for process in self.processes:
-            if not process.ready.wait(max(0.0, deadline - time.monotonic())):
-                log.warning(
-                    "%s has not started its workers after %.0f s; going on without waiting",
-                    process.name,
-                    timeout,
-                )
+            while not process.ready.wait(0.2):
+                if give_up.is_set():
+                    return
+                if time.monotonic() >= deadline:
+                    log.warning(
+                        "%s has not started its workers after %.0f s; going on without waiting",
+                        process.name,
+                        timeout,
+                    )
+                    break
 
     def _tell(self, change: str, args: tuple[Any, ...]) -> None:
         for process in self.processes:
@@ -337,8 +428,17 @@ class WorkerProcesses:
             process.ask_to_stop()
 
     def wait(self, deadline: float) -> list[str]:
-        """Wait for every process until `deadline`; the names of those that had to be killed."""
-        return [process.name for process in self.processes if not process.wait(deadline)]
+        """Wait for every process until `deadline` (monotonic), then kill those still running
+        and give them `KILL_WAIT` in all; the names of those that had to be killed."""
+        for process in self.processes:
+            process.join(deadline - time.monotonic())
+        killed = [process for process in self.processes if not process.join(0)]
+        for process in killed:
+            process.kill()
+        end = time.monotonic() + KILL_WAIT
+        for process in killed:
+            process.join(end - time.monotonic())
+        return [process.name for process in killed]
 
     def alive(self, limit: float) -> bool:
         return all(process.alive(limit) for process in self.processes)
@@ -352,153 +452,3 @@ class WorkerProcesses:
 
 def _log_level() -> int:
     return logging.getLogger().level
-
-
-# -- in a worker process ----------------------------------------------------------------------
-
-
-class DaemonLink:
-    """A worker process's end of its pipe to the daemon; safe to use from every thread."""
-
-    def __init__(self, connection: Connection) -> None:
-        self._connection = connection
-        self._lock = threading.Lock()
-
-    def send(self, *event: Any) -> None:
-        with self._lock:
-            try:
-                self._connection.send(event)
-            except (OSError, ValueError):
-                pass  # the daemon is gone; the listener stops this process
-
-    def listen(
-        self, stop: threading.Event, outages: OutageTracker, boards: dict[str, WorkBoard]
-    ) -> None:
-        """Take in the outages and marks the daemon passes on; set `stop` when it says so or
-        goes away (its end of the pipe closes)."""
-        try:
-            while (message := self._connection.recv()) != STOP:
-                if not isinstance(message, tuple):
-                    continue
-                if message[0] == "outage":
-                    getattr(outages, message[1])(*message[2], relayed=True)
-                elif message[0] == "mark" and message[1] in boards:
-                    boards[message[1]].mark(message[2])
-        except (EOFError, OSError):
-            log.warning("the daemon is gone; stopping after the batches in flight")
-        stop.set()
-
-
-class RelayedObserver:
-    """What this process's workers tell metrics, passed on to the daemon's metrics."""
-
-    def __init__(self, link: DaemonLink) -> None:
-        self._link = link
-
-    def batch_started(self, forwarder: str) -> None:
-        self._link.send("observer", "batch_started", (forwarder,))
-
-    def batch_finished(
-        self,
-        forwarder: str,
-        source: str,
-        claimed: int,
-        counts: Mapping[str, int] | None,
-        seconds: float,
-    ) -> None:
-        args = (forwarder, source, claimed, None if counts is None else dict(counts), seconds)
-        self._link.send("observer", "batch_finished", args)
-
-    def delivered(self, database: str, count: int, seconds_since_claim: float) -> None:
-        self._link.send("observer", "delivered", (database, count, seconds_since_claim))
-
-    def database_seen(self, database: str, up: bool) -> None:
-        self._link.send("observer", "database_seen", (database, up))
-
-
-class RelayedHealth(ForwarderHealth):
-    """This process's forwarder health, its changes passed on to the daemon's, which logs them
-    once for all processes (and tells `status`, metrics and systemd's STATUS)."""
-
-    def __init__(self, link: DaemonLink) -> None:
-        super().__init__()
-        self._link = link
-
-    def succeeded(self, forwarder: str, *, quiet: bool = False) -> None:
-        version = self.version
-        super().succeeded(forwarder, quiet=True)
-        if self.version != version:  # most batches change nothing: nothing to send
-            self._link.send("health", "succeeded", forwarder)
-
-    def failed(self, forwarder: str, error: str, *, quiet: bool = False) -> bool:
-        logged = super().failed(forwarder, error, quiet=True)
-        self._link.send("health", "failed", forwarder, error)
-        return logged
-
-
-def serve(
-    config: BridgeConfig, share: Share, connection: Connection, metrics: bool, level: int
-) -> None:
-    """A worker process's life: run `share` until the daemon says stop or goes away."""
-    # systemd listens to the daemon's process only (NotifyAccess=main).
-    os.environ.pop("NOTIFY_SOCKET", None)
-    setup_logging(logging.getLevelName(level))
-    stop = threading.Event()
-    signalled: list[str] = []
-
-    def on_stop(signum: int, frame: FrameType | None) -> None:
-        signalled.append(signal.Signals(signum).name)
-        stop.set()
-
-    # SIGINT and SIGTERM reach the whole process group from a terminal, and the whole
-    # service from systemd: stop as the daemon does. SIGHUP is the daemon's to handle.
-    signal.signal(signal.SIGTERM, on_stop)
-    signal.signal(signal.SIGINT, on_stop)
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    setup_sentry(config.sentry)
-    tune_garbage_collection()
-    link = DaemonLink(connection)
-    code = _serve(config, share, link, stop, metrics)
-    if signalled:
-        link.send("signalled", signalled[0])
-    flush_sentry()
-    logging.shutdown()
-    sys.stderr.flush()
-    # Threads still inside a database call must not hold the process: their transactions
-    # are rolled back when the connections go away with it.
-    os._exit(code)
-
-
-def _serve(
-    config: BridgeConfig, share: Share, link: DaemonLink, stop: threading.Event, metrics: bool
-) -> int:
-    # Probed by the daemon only: this process hears from it when a database is usable again.
-    outages = OutageTracker(probe_interval(config), external_probe=True, quiet=True)
-    outages.listener = lambda change, args: link.send("outage", change, args)
-    boards: dict[str, WorkBoard] = {}  # filled once the workers start
-    threading.Thread(
-        target=link.listen, args=(stop, outages, boards), name="daemon-link", daemon=True
-    ).start()
-    load_drivers(config.databases)
-    health = RelayedHealth(link)
-    observer = RelayedObserver(link) if metrics else None
-    pools = start_pools(config, share, stop, outages, health, observer)
-    boards.update(pools.boards)
-    link.send("ready")
-    limit = progress_limit(config)
-    while not stop.wait(BEAT_INTERVAL):
-        link.send("beat", pools.alive(limit), dict(pools.totals()))
-    pools.close()
-    deadline = time.monotonic() + STOP_GRACE_SECONDS
-    for thread in pools.threads():
-        thread.join(timeout=max(0.0, deadline - time.monotonic()))
-    link.send("beat", True, dict(pools.totals()))
-    abandoned = [thread.name for thread in pools.threads() if thread.is_alive()]
-    if abandoned:
-        log.warning(
-            "worker(s) %s still waiting on a database after %.0f s; leaving without them "
-            "(their batches are rolled back)",
-            ", ".join(abandoned),
-            STOP_GRACE_SECONDS,
-        )
-    return 0

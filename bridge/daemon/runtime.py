@@ -239,7 +239,7 @@ class Daemon:
             beats.start()
             self._heartbeats.append(beats)
         if self._processes is not None:
-            self._processes.wait_until_ready()
+            self._processes.wait_until_ready(give_up=self._stop)
             for process in self._processes.processes:
                 process.on_ready = self._pools.look_again
         # Only now: what the watchers' first look marks reaches every process's boards.

@@ -218,6 +218,19 @@ def test_every_forwarder_keeps_its_concurrency_across_the_processes() -> None:
         )
         # Worker numbers (counter slots) run on from one process to the next, never twice.
         assert all(a + n == b for (a, n), (b, _) in itertools.pairwise(firsts))
+    # Uneven concurrencies: no worker is lost and no process is left without any.
+    for concurrencies, count in (((2, 1), 3), ((2, 2), 4), ((3, 1, 2), 4), ((1, 3, 1, 1), 3)):
+        config = BridgeConfig(
+            databases=_config(0, src=100).databases,
+            forwarders=tuple(
+                ForwarderConfig(f"f{i}", "src", f"q{i}", concurrency=c)
+                for i, c in enumerate(concurrencies)
+            ),
+            daemon=DaemonConfig(processes=str(count)),
+        )
+        parts = shares(config, process_count(config))
+        assert sum(part.pools.get("src", 0) for part in parts) == sum(concurrencies), parts
+        assert all(part.pools for part in parts), parts
     # Forwarders of concurrency 1 spread over the processes instead of piling onto the first.
     parts = shares(_config(4, concurrency=1, processes="2"), 2)
     assert [sorted(part.caps) for part in parts] == [["f0", "f2"], ["f1", "f3"]]

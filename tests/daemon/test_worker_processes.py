@@ -21,8 +21,11 @@ from support import (
     SAMPLES_RECEIVER,
     SENDER_FORWARD,
     DaemonProcess,
+    nsb_message_headers,
+    pg_connect,
     pg_count,
     pg_create_queue,
+    pg_nsb_send,
     pg_rows,
     sfbridge,
     wait_until,
@@ -229,3 +232,30 @@ def test_an_outage_only_a_worker_process_sees_is_said_and_probed_by_the_daemon(
         assert log.count("cannot be reached") == 1, log
         assert log.count("is usable again") == 1, log
         assert daemon.stop() == 0
+
+
+def test_a_frozen_worker_process_holds_up_nothing_and_sigterm_still_ends(
+    pg_pair_factory: Any,
+) -> None:
+    """A worker process frozen (SIGSTOP: a host that stops scheduling it) while thousands of
+    sends each notify the daemon: the daemon's own workers forward everything, what is meant
+    for the frozen process piles up nowhere, and SIGTERM ends the daemon, the frozen process
+    killed after the grace."""
+    pair = _pair(pg_pair_factory)
+    with pair.daemon(pair.config.parent / "daemon.log") as daemon:
+        pid = _worker_pid(daemon)
+        daemon.wait_for_output("in process 2 of 2")
+        os.kill(pid, signal.SIGSTOP)
+        sent: set[str] = set()
+        with pg_connect(pair.sender) as connection:
+            for _ in range(3000):  # one transaction, so one notification, each
+                headers = nsb_message_headers(SAMPLES_RECEIVER)
+                sent.add(str(headers["NServiceBus.MessageId"]))
+                pg_nsb_send(connection, pair.forward, headers, b"x")
+                connection.commit()
+        wait_until(lambda: pair.delivered() == 3000, 60, "every message, by the daemon alone")
+        assert daemon.stop(timeout=60) == 0
+        assert "worker(s) worker process 2 still waiting" in daemon.output()
+    assert _gone(pid)
+    received = message_ids(pair.receiver, SAMPLES_RECEIVER)
+    assert set(received) == sent and set(received.values()) == {1}
