@@ -8,13 +8,10 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 from support import (
     ERROR_QUEUE,
     RETRY_TABLE,
@@ -32,6 +29,7 @@ from support import (
     write_config,
 )
 from support.pairs import PgPair, message_ids, pg_pair_config, pg_send
+from test_metrics import free_port, scrape, value
 
 from bridge.config.load import load_config
 from bridge.exceptions import ConfigError
@@ -57,24 +55,9 @@ def _worker_pid(daemon: DaemonProcess, nth: int = 1) -> int:
     return int(STARTED.findall(daemon.output())[nth - 1])
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def _delivered_count(port: int) -> float | None:
-    """`sfbridge_messages_total{outcome="delivered"}` on the daemon's metrics page."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-        text = response.read().decode()
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == "sfbridge_messages_total" and sample.labels == {
-                "forwarder": "sender",
-                "outcome": "delivered",
-            }:
-                return sample.value
-    return None
+def delivered(samples: dict[Any, float]) -> float | None:
+    """`sfbridge_messages_total{outcome="delivered"}` of the forwarder `sender`."""
+    return value(samples, "sfbridge_messages_total", forwarder="sender", outcome="delivered")
 
 
 def _delivered_by(pair: PgPair, workers: set[int]) -> int:
@@ -97,7 +80,7 @@ def _gone(pid: int) -> bool:
 def test_two_processes_share_the_work_and_the_daemon_reports_for_both(
     pg_pair_factory: Any,
 ) -> None:
-    port = _free_port()
+    port = free_port()
     pair = _pair(pg_pair_factory, metrics={"listen": f"127.0.0.1:{port}"})
     with pair.daemon(pair.config.parent / "daemon.log") as daemon:
         daemon.wait_for_output("in process 2 of 2")
@@ -115,7 +98,7 @@ def test_two_processes_share_the_work_and_the_daemon_reports_for_both(
         assert sum(int(count) for _, count in rows) == 3000
 
         wait_until(
-            lambda: _delivered_count(port) == 3000,
+            lambda: delivered(scrape(port)) == 3000,
             15,
             "every delivery, from both processes, in the daemon's metrics",
         )
