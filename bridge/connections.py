@@ -24,13 +24,14 @@ def connect(database: DatabaseConfig, *, create: bool = False) -> Connection:
     return dialect_for(database.dialect).connect(database, create=create)
 
 
-def load_drivers(databases: Mapping[str, DatabaseConfig]) -> None:
+def load_drivers(databases: Mapping[str, DatabaseConfig], *, quiet: bool = False) -> None:
     """Import the drivers these databases are opened with, once, before threads open their
     first connections: otherwise the first connection of every thread waits for the same
     import (psycopg: about 0.1 s on a small machine), and a daemon's first batch with it.
 
-    A driver that cannot be imported is logged, not raised: the databases that need it fail
-    on their own when connected to (each with its error), and the others go on."""
+    A driver that cannot be imported is logged (unless `quiet`: a daemon's worker process,
+    whose daemon has said so), not raised: the databases that need it fail on their own when
+    connected to (each with its error), and the others go on."""
     reported: set[tuple[str, str]] = set()
     for database in databases.values():
         load = dialect_for(database.dialect).load_driver
@@ -39,7 +40,7 @@ def load_drivers(databases: Mapping[str, DatabaseConfig]) -> None:
         try:
             load(database)
         except ImportError as error:
-            if (database.dialect, str(error)) not in reported:
+            if not quiet and (database.dialect, str(error)) not in reported:
                 log.error("database '%s': its driver cannot be loaded: %s", database.name, error)
             reported.add((database.dialect, str(error)))
 

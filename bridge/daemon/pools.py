@@ -24,6 +24,7 @@ from bridge.daemon.budget import Share
 from bridge.daemon.forwarder_health import ForwarderHealth
 from bridge.daemon.watcher import WorkWatcher
 from bridge.daemon.workers import PoolWorker
+from bridge.forwarding.notices import Notices
 from bridge.forwarding.observers import ForwardingObserver
 from bridge.forwarding.writes import QueueWriter
 from bridge.outages import OutageTracker
@@ -93,14 +94,16 @@ def start_pools(
     *,
     watched: Collection[str] = (),
     relay: Callable[[str, list[Key]], None] | None = None,
+    notices: Notices | None = None,
 ) -> Pools:
     """Start the workers of `share`, and a watcher for each database of `watched` (every
     forwarder of it, on this process's board or not), which also tells `relay` what it marks;
+    `notices` says what the workers learn of tables (one for all of a daemon's processes);
     returns at once. The watchers start with `Pools.start_watchers`, once every board they
     mark is there."""
     pools = Pools()
     # Queue table shapes (SQL Server's optional Recoverable column) are learnt once.
-    writer = QueueWriter()
+    writer = QueueWriter(notices=notices)
     where = f" in process {share.index + 1} of {share.count}" if share.count > 1 else ""
     for database, size in share.pools.items():
         forwarders = [f for f in config.forwarders if f.name in share.caps]

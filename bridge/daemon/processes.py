@@ -50,6 +50,7 @@ from bridge.daemon.board import Key
 from bridge.daemon.budget import Share
 from bridge.daemon.forwarder_health import ForwarderHealth
 from bridge.daemon.worker_main import serve
+from bridge.forwarding.notices import Notices
 from bridge.forwarding.observers import ForwardingObserver
 from bridge.outages import OutageTracker
 
@@ -159,12 +160,14 @@ class WorkerProcess:
         observer: ForwardingObserver | None,
         outages: OutageTracker,
         stopping: threading.Event,
+        notices: Notices,
     ) -> None:
         self.config = config
         self.share = share
         self.name = f"worker process {share.index + 1}"
         self._health = health
         self._observer = observer
+        self._notices = notices
         self._stopping = stopping
         self._lock = threading.Lock()
         self._process: multiprocessing.process.BaseProcess | None = None
@@ -322,6 +325,8 @@ class WorkerProcess:
                 self._health.succeeded(event[2])
             else:
                 self._health.failed(event[2], event[3])
+        elif kind == "notice":
+            self._notices.say(*event[1:])
 
     def mark(self, database: str, keys: list[Key]) -> None:
         """Mark these sources on its board of `database`, those of its share."""
@@ -382,11 +387,12 @@ class WorkerProcesses:
         health: ForwarderHealth,
         observer: ForwardingObserver | None,
         outages: OutageTracker,
+        notices: Notices,
     ) -> None:
         self._stopping = threading.Event()
         self._outages = outages
         self.processes = [
-            WorkerProcess(config, share, health, observer, outages, self._stopping)
+            WorkerProcess(config, share, health, observer, outages, self._stopping, notices)
             for share in shares
         ]
 

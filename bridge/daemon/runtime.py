@@ -41,6 +41,7 @@ from bridge.daemon.systemd import notify, watchdog_interval
 from bridge.daemon.upkeep import Upkeep
 from bridge.exceptions import ExitCode, MetricsStartError
 from bridge.forwarding.in_doubt import SETTLE_INTERVAL_MAX, needs_resolving, resolve_in_doubt
+from bridge.forwarding.notices import Notices
 from bridge.forwarding.spine import probe_interval
 from bridge.outages import OutageTracker
 from bridge.storage.ledger import cleanup_ledgers
@@ -180,6 +181,7 @@ class Daemon:
             )
         count = process_count(self.config)
         parts = shares(self.config, count)
+        notices = Notices()  # what every process learns of a table, said once
         if count > 1:
             log.info(
                 "%d processes run the workers (daemon.processes: %s)",
@@ -187,7 +189,7 @@ class Daemon:
                 self.config.daemon.processes,
             )
             self._processes = WorkerProcesses(
-                self.config, parts[1:], self.health, self.metrics, outages
+                self.config, parts[1:], self.health, self.metrics, outages, notices
             )
             self._processes.start()
         else:
@@ -202,6 +204,7 @@ class Daemon:
             self.metrics,
             watched=sorted({database for part in parts for database in part.pools}),
             relay=self._processes.mark if self._processes is not None else None,
+            notices=notices,
         )
         upkeep = Upkeep(stop)
         if self.config.ledger.cleanup:

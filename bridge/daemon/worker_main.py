@@ -25,6 +25,7 @@ from bridge.daemon.budget import Share
 from bridge.daemon.forwarder_health import ForwarderHealth
 from bridge.daemon.observability import flush_sentry, setup_logging, setup_sentry
 from bridge.daemon.pools import STOP_GRACE_SECONDS, progress_limit, start_pools
+from bridge.forwarding.notices import Notices
 from bridge.forwarding.spine import probe_interval, tune_garbage_collection
 from bridge.outages import OutageTracker
 
@@ -167,10 +168,12 @@ def _serve(
     threading.Thread(
         target=link.listen, args=(stop, outages, boards), name="daemon-link", daemon=True
     ).start()
-    load_drivers(config.databases)
+    load_drivers(config.databases, quiet=True)  # one it cannot load: the daemon has said so
     health = RelayedHealth(link)
     observer = RelayedObserver(link) if metrics else None
-    pools = start_pools(config, share, stop, outages, health, observer)
+    # Said by the daemon, once for all processes: every process learns the same of a table.
+    notices = Notices(relay=lambda *notice: link.send("notice", *notice))
+    pools = start_pools(config, share, stop, outages, health, observer, notices=notices)
     boards.update(pools.boards)
     link.send("ready")
     limit = progress_limit(config)

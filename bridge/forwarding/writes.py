@@ -36,11 +36,10 @@ from bridge.exceptions import (
     TableNotFound,
     TransientDatabaseError,
 )
+from bridge.forwarding.notices import Notices
 from bridge.messages import Delivered, DeliveryResult, Duplicate, Item
 from bridge.storage.ledger import LEDGER_DESCRIPTION, ledger_key
 from bridge.storage.tables import owned_table
-
-log = logging.getLogger(__name__)
 
 # How long a table that refused COPY is written with statements before COPY is tried again
 # (one failed attempt, rolled back and written again, each time it still refuses).
@@ -58,7 +57,10 @@ class QueueWriter:
     as the transport does. Shared by a daemon's workers; thread-safe.
     """
 
-    def __init__(self, copy_retry_after: float = COPY_RETRY_AFTER) -> None:
+    def __init__(
+        self, copy_retry_after: float = COPY_RETRY_AFTER, notices: Notices | None = None
+    ) -> None:
+        self._notices = notices or Notices()
         self._overrides: dict[tuple[str, str, str], Mapping[str, str]] = {}
         # Tables that refused COPY (a view, row-level security, columns the login cannot
         # read), and when: written with statements until `copy_retry_after` has passed, then
@@ -121,13 +123,14 @@ class QueueWriter:
             self._refuse_copy[key] = time.monotonic()
         if told:
             return
-        log.warning(
-            "%s in database '%s' does not take COPY (%s); writing it with INSERT, and trying "
-            "COPY again every %g s",
-            dialect.grammar.render(table),
-            connection.database,
-            why,
-            self._copy_retry_after,
+        self._notices.say(
+            __name__,
+            key,
+            "refuses COPY",
+            logging.WARNING,
+            f"{dialect.grammar.render(table)} in database '{connection.database}' does not take "
+            f"COPY ({why}); writing it with INSERT, and trying COPY again every "
+            f"{self._copy_retry_after:g} s",
         )
 
     def _copy_again(self, connection: Connection, dialect: Dialect, table: TableAddress) -> None:
@@ -136,10 +139,13 @@ class QueueWriter:
         with self._lock:
             refused = self._refuse_copy.pop(key, None)
         if refused is not None:
-            log.info(
-                "%s in database '%s' takes COPY again; writing it with COPY",
-                dialect.grammar.render(table),
-                connection.database,
+            self._notices.say(
+                __name__,
+                key,
+                "takes COPY",
+                logging.INFO,
+                f"{dialect.grammar.render(table)} in database '{connection.database}' takes COPY "
+                "again; writing it with COPY",
             )
 
     @staticmethod

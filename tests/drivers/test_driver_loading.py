@@ -21,14 +21,15 @@ from bridge.connections import load_drivers
 logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
 config, _ = load_config(sys.argv[1])
 print("before:", sorted(m for m in ("psycopg", "pyodbc") if sys.modules.get(m) is not None))
-load_drivers(config.databases)
+load_drivers(config.databases{quiet})
 print("after:", sorted(m for m in ("psycopg", "pyodbc") if sys.modules.get(m) is not None))
 """
 
 
-def run(config: Path, before: str = "") -> subprocess.CompletedProcess[str]:
+def run(config: Path, before: str = "", quiet: bool = False) -> subprocess.CompletedProcess[str]:
+    script = SCRIPT.format(before=before, quiet=", quiet=True" if quiet else "")
     return subprocess.run(
-        [sys.executable, "-c", SCRIPT.format(before=before), str(config)],
+        [sys.executable, "-c", script, str(config)],
         capture_output=True,
         text=True,
         timeout=60,
@@ -72,3 +73,12 @@ def test_a_driver_that_cannot_be_imported_is_said_once_and_not_raised(tmp_path: 
     errors = [line for line in result.stderr.splitlines() if line.startswith("ERROR")]
     assert len(errors) == 1, result.stderr
     assert errors[0].startswith("ERROR database 'pg0': its driver cannot be loaded: ")
+
+
+def test_a_worker_process_leaves_saying_so_to_its_daemon(tmp_path: Path) -> None:
+    result = run(
+        config_with(tmp_path, "odbc", "psycopg"), "sys.modules['pyodbc'] = None", quiet=True
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == "after: ['psycopg']"
+    assert "ERROR" not in result.stderr, result.stderr

@@ -154,6 +154,49 @@ def test_a_queue_the_login_may_write_but_not_read_is_written_with_statements(
     assert output.count("does not take COPY (its columns cannot be read") == 1, output
 
 
+def test_worker_processes_say_once_that_a_queue_does_not_take_copy(
+    world: dict[str, Any], tmp_path: Path
+) -> None:
+    """Every worker process finds out by itself that the table refuses COPY; it is one fact
+    about the table, logged once by the daemon."""
+    grant(
+        world,
+        "GRANT INSERT ON {queue} TO {role}",
+        'GRANT USAGE ON SEQUENCE public."Samples.Receiver_seq_seq" TO {role}',
+    )
+    raw = yaml.safe_load(world["config"].read_text())
+    raw["daemon"] = {"processes": 2}
+    raw["forwarders"][0].update(concurrency=4, peek_interval="50ms")
+    write_config(world["config"], raw)
+
+    def slots() -> set[int]:
+        rows = pg_rows(
+            world["sender"], "SELECT slot, value FROM sfbridge_counters WHERE counter = 'delivered'"
+        )
+        return {int(slot) for slot, value in rows if int(value) > 0}
+
+    ids: set[str] = set()
+    with DaemonProcess(world["config"], tmp_path / "daemon.log") as daemon:
+        daemon.wait_for_output("in process 2 of 2")
+        # Workers 0-1 are the daemon's process, 2-3 the worker process: send until both wrote.
+        for _ in range(30):
+            ids |= pg_send(world["sender"], FORWARD, 200, body=b"x" * 100)
+            sent = len(ids)
+            wait_until(
+                lambda: pg_count(world["receiver"], RECEIVER) == sent,  # noqa: B023
+                30,
+                "the deliveries",
+            )
+            if slots() & {0, 1} and slots() & {2, 3}:
+                break
+        assert slots() & {0, 1} and slots() & {2, 3}, slots()
+        assert daemon.stop() == 0, daemon.output()
+    received = message_ids(world["receiver"], RECEIVER)
+    assert set(received) == ids and max(received.values()) == 1
+    output = daemon.output()
+    assert output.count("does not take COPY (its columns cannot be read") == 1, output
+
+
 def test_a_queue_in_the_forwarding_database_the_login_may_not_write_fails_alone(
     tmp_path: Path, postgres: Any
 ) -> None:
