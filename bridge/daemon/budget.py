@@ -19,11 +19,11 @@ and of every forwarder's `concurrency` (their boards are marked by the daemon's 
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from dataclasses import dataclass, field
 
 from bridge.config.model import BridgeConfig, ForwarderConfig
+from bridge.daemon.cpus import usable_cpus
 from bridge.dialects import dialect_for
 
 UPKEEP_CONNECTIONS = 1
@@ -88,23 +88,15 @@ def most_connections(config: BridgeConfig, database: str) -> int:
     return _held(sizes, _uses(config, sizes), database) + reserved(config, database)
 
 
-def usable_cpus() -> int:
-    """CPUs this process may run on (its affinity mask, as `taskset` or systemd's
-    `CPUAffinity=` set it)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
-
-
 def process_count(config: BridgeConfig, cpus: int | None = None) -> int:
     """How many processes run the daemon's workers (`daemon.processes`): `auto` takes one per
-    usable CPU, at most `MAX_AUTO_PROCESSES`; a number is taken as given. Never more than the
-    largest pool has workers, which would leave a process with nothing to do."""
+    usable CPU (`bridge.daemon.cpus`), at most `MAX_AUTO_PROCESSES`; a number is taken as
+    given. Never more than the largest pool has workers, which would leave a process with
+    nothing to do."""
     most = max(pool_sizes(config).values(), default=1)
     wanted = config.daemon.processes
     if wanted == "auto":
-        wanted = str(min(usable_cpus() if cpus is None else cpus, MAX_AUTO_PROCESSES))
+        wanted = str(min(usable_cpus().usable if cpus is None else cpus, MAX_AUTO_PROCESSES))
     return max(1, min(int(wanted), most))
 
 

@@ -30,6 +30,7 @@ from types import FrameType
 from bridge.config.model import BridgeConfig
 from bridge.connections import Connections, load_drivers
 from bridge.daemon.budget import process_count, shares, worker_count
+from bridge.daemon.cpus import usable_cpus
 from bridge.daemon.forwarder_health import ForwarderHealth
 from bridge.daemon.heartbeat import Heartbeat
 from bridge.daemon.metrics import SAMPLE_INTERVAL, BridgeMetrics
@@ -182,12 +183,15 @@ class Daemon:
         count = process_count(self.config)
         parts = shares(self.config, count)
         notices = Notices()  # what every process learns of a table, said once
-        if count > 1:
+        if count > 1 or self.config.daemon.processes == "auto":
             log.info(
-                "%d processes run the workers (daemon.processes: %s)",
+                "%d process%s run%s the workers (daemon.processes: %s)",
                 count,
-                self.config.daemon.processes,
+                "es" if count > 1 else "",
+                "" if count > 1 else "s",
+                _processes_said(self.config.daemon.processes),
             )
+        if count > 1:
             self._processes = WorkerProcesses(
                 self.config, parts[1:], self.health, self.metrics, outages, notices
             )
@@ -341,3 +345,14 @@ class Daemon:
 
 def _format_counts(counts: Counter[str]) -> str:
     return ", ".join(f"{name} {value}" for name, value in sorted(counts.items())) or "nothing"
+
+
+def _processes_said(setting: str) -> str:
+    """`daemon.processes` as set, and for `auto` what it found (`bridge.daemon.cpus`)."""
+    if setting != "auto":
+        return setting
+    cpus = usable_cpus()
+    said = f"auto; {cpus.affinity} CPU(s)"
+    if cpus.quota is not None:
+        said += f", CPU quota {cpus.quota:g} CPU(s)"
+    return said

@@ -146,11 +146,18 @@ def sfbridge(
 class DaemonProcess:
     """`sfbridge run` in a subprocess."""
 
-    def __init__(self, config: Path, log: Path, env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        config: Path,
+        log: Path,
+        env: Mapping[str, str] | None = None,
+        prefix: Sequence[str] = (),
+    ) -> None:
+        """`prefix`: a command that runs the daemon's command line (its arguments) with exec."""
         self.log_path = log
         self._log = log.open("w")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "bridge", "-c", str(config), "run"],
+            [*prefix, sys.executable, "-m", "bridge", "-c", str(config), "run"],
             stdout=self._log,
             stderr=subprocess.STDOUT,
             env={**os.environ, **(env or {})},

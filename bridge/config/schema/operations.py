@@ -36,8 +36,9 @@ DAEMON = Section(
         Key(
             "processes",
             "string",
-            "How many processes run the workers: `auto` (one per CPU the daemon may use, at "
-            "most 4, never more than the largest worker pool) or a number. Python runs one "
+            "How many processes run the workers: `auto` (one per CPU the daemon may use, by "
+            "its CPU affinity and its cgroups' CPU quota rounded up, at most 4, never more "
+            "than the largest worker pool) or a number. Python runs one "
             "thread at a time per process, so one process forwards on little more than one "
             "core. The workers of every pool and each forwarder's `concurrency` are dealt out "
             "among the processes, with no more connections in all; the daemon's own process "
