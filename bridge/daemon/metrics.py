@@ -22,7 +22,7 @@ import logging
 import platform
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
 
@@ -41,6 +41,8 @@ from bridge.config.listen import parse_listen
 from bridge.config.model import BridgeConfig
 from bridge.connections import Connections
 from bridge.daemon.forwarder_health import ForwarderHealth
+from bridge.daemon.process_metrics import WorkerProcessCollector
+from bridge.daemon.processes import WorkerProcessState
 from bridge.exceptions import DatabaseError, MetricsStartError
 from bridge.forwarding.settle import (
     DELIVERED,
@@ -167,6 +169,9 @@ class BridgeMetrics:
         )
         # The process's memory, CPU and open files, named sfbridge_process_* (Linux only).
         ProcessCollector(namespace="sfbridge", registry=registry)
+        # ... and the worker processes', sfbridge_worker_process_* (`use_worker_processes`).
+        self._worker_processes = WorkerProcessCollector()
+        registry.register(self._worker_processes)
         registry.register(_StateCollector(self))
         self.use_config(config, outages)
 
@@ -192,6 +197,12 @@ class BridgeMetrics:
             # At 0 too, so that increase() sees the first suspected duplicates (an alert).
             self.suspected_duplicates.labels(forwarder.name)
             self.workers_busy.labels(forwarder.name)
+
+    def use_worker_processes(
+        self, states: Callable[[], Iterable[WorkerProcessState]] | None
+    ) -> None:
+        """Show these worker processes' memory, CPU and restarts (None: there are none)."""
+        self._worker_processes.follow(states)
 
     def set_workers(self, counts: Mapping[str, int]) -> None:
         for name, count in counts.items():

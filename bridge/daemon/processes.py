@@ -40,6 +40,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import ForkingPickler
 from types import MappingProxyType
@@ -149,6 +150,15 @@ class Outbox:
                 pass  # the process is gone; its reader starts another, which gets `use`d
 
 
+@dataclass(frozen=True)
+class WorkerProcessState:
+    """What metrics show of a worker process (`bridge.daemon.process_metrics`)."""
+
+    number: int  # 2, 3, ...: the daemon's own process is 1
+    pid: int | None  # None: not running (between a death and its restart)
+    restarts: int  # started again after it ended by itself
+
+
 class WorkerProcess:
     """The daemon's handle on one worker process, started again whenever it dies."""
 
@@ -180,6 +190,7 @@ class WorkerProcess:
         self._last_beat = time.monotonic()
         self._beat_alive = True
         self._signalled: str | None = None  # the signal it said it stopped on
+        self.restarts = 0  # started again after it ended by itself
         self.ready = threading.Event()  # its workers have started (the first time)
         self.on_ready: Callable[[], None] | None = None  # each time they have
         self._reader = threading.Thread(target=self._run, name=f"sfbridge-{self.name}", daemon=True)
@@ -243,6 +254,7 @@ class WorkerProcess:
                 return  # the whole service was told to stop
             if self._stopping.is_set():
                 return
+            self.restarts += 1
             if time.monotonic() - started >= STEADY_SECONDS:
                 pause = 0.0
             pause = min(max(pause * 2, FIRST_RESTART_PAUSE), MAX_RESTART_PAUSE)
@@ -356,6 +368,13 @@ class WorkerProcess:
         with self._lock:
             return self._earlier + self._totals
 
+    def state(self) -> WorkerProcessState:
+        with self._lock:
+            process = self._process
+            running = process is not None and process.exitcode is None
+            pid = process.pid if running and process is not None else None
+        return WorkerProcessState(self.share.index + 1, pid, self.restarts)
+
     def ask_to_stop(self) -> None:
         """SIGTERM to the process, which stops as the daemon does (the caller has set the
         stopping event, so no process is started after this)."""
@@ -454,6 +473,9 @@ class WorkerProcesses:
         for process in self.processes:
             total.update(process.totals())
         return total
+
+    def states(self) -> list[WorkerProcessState]:
+        return [process.state() for process in self.processes]
 
 
 def _log_level() -> int:

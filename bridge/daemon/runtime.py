@@ -198,6 +198,10 @@ class Daemon:
             self._processes.start()
         else:
             self._processes = None
+        if self.metrics is not None:
+            self.metrics.use_worker_processes(
+                self._processes.states if self._processes is not None else None
+            )
         # The watchers are all here: they mark the worker processes' boards too.
         self._pools = start_pools(
             self.config,

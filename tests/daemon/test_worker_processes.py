@@ -102,10 +102,21 @@ def test_two_processes_share_the_work_and_the_daemon_reports_for_both(
             15,
             "every delivery, from both processes, in the daemon's metrics",
         )
+        # Its memory and CPU are the worker process's own, not the daemon's.
+        samples = scrape(port)
+        pid = _worker_pid(daemon)
+        with open(f"/proc/{pid}/status") as status:
+            rss = next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmRSS"))
+        shown = value(samples, "sfbridge_worker_process_resident_memory_bytes", process="2")
+        assert shown is not None and 0.5 * rss < shown < 2 * rss, (shown, rss)
+        assert shown != value(samples, "sfbridge_process_resident_memory_bytes")
+        assert value(samples, "sfbridge_worker_process_cpu_seconds_total", process="2")
+        assert value(samples, "sfbridge_worker_process_up", process="2") == 1
+        assert value(samples, "sfbridge_worker_process_restarts_total", process="2") == 0
+        assert not [key for key in samples if dict(key[1]).get("process") == "1"]
         log = daemon.output()
         assert "2 processes run the workers (daemon.processes: 2)" in log
         assert "up to 2 worker(s)" in log and "in process 1 of 2" in log
-        pid = _worker_pid(daemon)
         assert daemon.stop() == 0
     assert _gone(pid)
     assert "forwarded since start: delivered 3000" in daemon.output()
@@ -114,7 +125,8 @@ def test_two_processes_share_the_work_and_the_daemon_reports_for_both(
 def test_a_killed_worker_process_is_started_again_and_nothing_is_lost_or_doubled(
     pg_pair_factory: Any,
 ) -> None:
-    pair = _pair(pg_pair_factory)
+    port = free_port()
+    pair = _pair(pg_pair_factory, metrics={"listen": f"127.0.0.1:{port}"})
     with pair.daemon(pair.config.parent / "daemon.log") as daemon:
         first = _worker_pid(daemon)
         daemon.wait_for_output("in process 2 of 2")
@@ -125,11 +137,15 @@ def test_a_killed_worker_process_is_started_again_and_nothing_is_lost_or_doubled
         daemon.wait_for_output("ended unexpectedly (exit code -9)")
         second = _worker_pid(daemon, nth=2)
         assert second != first
+        restarts = "sfbridge_worker_process_restarts_total"
+        assert value(scrape(port), restarts, process="2") == 1
         wait_until(lambda: pair.delivered() == 4000, 60, "every message")
         received = message_ids(pair.receiver, SAMPLES_RECEIVER)
         assert set(received) == sent and set(received.values()) == {1}
         assert pg_rows(pair.sender, f"SELECT count(*) FROM {ERROR_QUEUE}") == [(0,)]
-        # The new one forwards: its workers (numbers 2 and 3) deliver more traffic.
+        # The new one forwards: its workers (numbers 2 and 3) deliver more traffic, once
+        # they have started (it logs its share twice each time it starts).
+        daemon.wait_for_output("in process 2 of 2", count=4)
         before = _delivered_by(pair, {2, 3})
         more: set[str] = set()
         for _ in range(5):  # what came before was received
