@@ -11,6 +11,12 @@ source is taken again after the batch; a full claim marks the source as a backlo
 (another worker may join while the batch runs), and it stays one until a batch comes back
 short. A source whose batch failed, or whose forwarder is paused, is held
 back for a while and then taken again whether marked or not, as a worker used to try again.
+
+A daemon with worker processes (`bridge.daemon.processes`) has a board per process. A mark goes
+to the daemon's own board first, and on to the others only where no worker of its own can start
+on it now (`mark` returns those), so a message that trickles in is claimed once, not once per
+process; a source that turns into a backlog here (`on_backlog`) is marked on the others too,
+so that a burst still gets every process's workers.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from bridge.messages import Source
@@ -57,33 +63,57 @@ class WorkBoard:
         self._cursor = 0
         self._changed = threading.Condition()
         self._closed = False
+        self._idle = 0  # workers waiting in `take`
+        # Told of each source that turns into a backlog (a full claim), outside the lock.
+        self.on_backlog: Callable[[Key], None] | None = None
 
-    def mark(self, keys: Iterable[Key]) -> None:
-        """The watcher saw work in these sources (unknown keys are ignored)."""
+    def mark(self, keys: Iterable[Key]) -> list[Key]:
+        """The watcher saw work in these sources. Returns those no worker here can start on
+        now: not on this board, held back, at their forwarder's cap, or beyond the idle
+        workers that other marked sources have not already spoken for."""
+        now = time.monotonic()
+        not_now: list[Key] = []
         with self._changed:
+            # Idle workers not already on their way to a source that wants a batch.
+            free = self._idle - sum(1 for entry in self._entries if self._wanted(entry, now))
             woke = False
             for key in keys:
                 entry = self._by_key.get(key)
-                if entry is not None and not entry.marked:
-                    entry.marked = woke = True
+                if entry is None:
+                    not_now.append(key)
+                    continue
+                if self._wanted(entry, now):
+                    if free < 0:  # counted in `free` already: may be one without a worker
+                        not_now.append(key)
+                    continue
+                entry.marked = woke = True
+                if free > 0 and self._startable(entry, now):
+                    free -= 1
+                else:
+                    not_now.append(key)
             if woke:
                 self._changed.notify_all()
+        return not_now
 
     def take(self, timeout: float) -> Entry | None:
         """The next source to forward a batch of, round-robin; None after `timeout` seconds
         without one, or once closed. The caller must `finish` what it took."""
         deadline = time.monotonic() + timeout
         with self._changed:
-            while not self._closed:
-                now = time.monotonic()
-                entry, wake_at = self._next(now)
-                if entry is not None:
-                    entry.marked = False
-                    self._running[entry.forwarder] += 1
-                    return entry
-                if now >= deadline:
-                    return None
-                self._changed.wait(min(deadline, wake_at) - now)
+            self._idle += 1
+            try:
+                while not self._closed:
+                    now = time.monotonic()
+                    entry, wake_at = self._next(now)
+                    if entry is not None:
+                        entry.marked = False
+                        self._running[entry.forwarder] += 1
+                        return entry
+                    if now >= deadline:
+                        return None
+                    self._changed.wait(min(deadline, wake_at) - now)
+            finally:
+                self._idle -= 1
         return None
 
     def finish(
@@ -101,12 +131,15 @@ class WorkBoard:
         watcher sees."""
         with self._changed:
             self._running[entry.forwarder] -= 1
+            turned = full and not entry.backlog
             entry.backlog = full
             entry.failing = failing
             entry.failures = entry.failures + 1 if failing else 0
             entry.marked = entry.marked or again
             entry.held_until = time.monotonic() + hold if hold > 0 else 0.0
             self._changed.notify_all()
+        if turned:
+            self._told_backlog(entry)
 
     def more_waiting(self, entry: Entry) -> None:
         """A batch of `entry` that is still running claimed a full batch: the source may be
@@ -114,9 +147,15 @@ class WorkBoard:
         ends. A burst into an idle queue thus gets a second worker after one claim, not
         after one whole batch."""
         with self._changed:
-            if not entry.backlog:
-                entry.backlog = True
-                self._changed.notify_all()
+            if entry.backlog:
+                return
+            entry.backlog = True
+            self._changed.notify_all()
+        self._told_backlog(entry)
+
+    def _told_backlog(self, entry: Entry) -> None:
+        if self.on_backlog is not None:
+            self.on_backlog(entry.key)
 
     def failing(self) -> set[Key]:
         """Sources whose last batch failed."""
@@ -134,6 +173,15 @@ class WorkBoard:
         with self._changed:
             self._closed = True
             self._changed.notify_all()
+
+    def _wanted(self, entry: Entry, now: float) -> bool:
+        """Whether `entry` wants a batch and a worker may start one now."""
+        return (entry.marked or entry.backlog or entry.failing) and self._startable(entry, now)
+
+    def _startable(self, entry: Entry, now: float) -> bool:
+        return (
+            entry.held_until <= now and self._running[entry.forwarder] < self._caps[entry.forwarder]
+        )
 
     def _next(self, now: float) -> tuple[Entry | None, float]:
         """The first source from the cursor on that wants a batch and may have one now, and

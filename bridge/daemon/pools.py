@@ -51,6 +51,12 @@ class Pools:
         for watcher in self.watchers:
             watcher.start()
 
+    def mark(self, database: str, keys: list[Key]) -> None:
+        """Mark sources on this process's board of `database`, if it has one."""
+        board = self.boards.get(database)
+        if board is not None:
+            board.mark(keys)
+
     def look_again(self) -> None:
         """Every watcher looks at every source soon (a worker process's boards are new)."""
         for watcher in self.watchers:
@@ -94,10 +100,13 @@ def start_pools(
     *,
     watched: Collection[str] = (),
     relay: Callable[[str, list[Key]], None] | None = None,
+    backlog: Callable[[str, Key], None] | None = None,
     notices: Notices | None = None,
 ) -> Pools:
     """Start the workers of `share`, and a watcher for each database of `watched` (every
-    forwarder of it, on this process's board or not), which also tells `relay` what it marks;
+    forwarder of it, on this process's board or not), which tells `relay` what it marks that
+    no worker here can start on now; `backlog` is told of each source that turns into a
+    backlog here (the daemon's other processes join in: `bridge.daemon.board`);
     `notices` says what the workers learn of tables (one for all of a daemon's processes);
     returns at once. The watchers start with `Pools.start_watchers`, once every board they
     mark is there."""
@@ -110,6 +119,7 @@ def start_pools(
         forwarders = [f for f in forwarders if f.database == database]
         caps = {f.name: share.caps[f.name] for f in forwarders}
         board = WorkBoard(caps)
+        board.on_backlog = partial(backlog, database) if backlog is not None else None
         pools.boards[database] = board
         for forwarder in forwarders:
             log.info(

@@ -193,6 +193,8 @@ class WorkerProcess:
         self.restarts = 0  # started again after it ended by itself
         self.ready = threading.Event()  # its workers have started (the first time)
         self.on_ready: Callable[[], None] | None = None  # each time they have
+        # A source turned into a backlog there: (database, key, this process).
+        self.on_backlog: Callable[[str, Key, WorkerProcess], None] | None = None
         self._reader = threading.Thread(target=self._run, name=f"sfbridge-{self.name}", daemon=True)
 
     def start(self) -> None:
@@ -337,6 +339,9 @@ class WorkerProcess:
                 self._health.succeeded(event[2])
             else:
                 self._health.failed(event[2], event[3])
+        elif kind == "backlog":
+            if self.on_backlog is not None:
+                self.on_backlog(event[1], tuple(event[2]), self)
         elif kind == "notice":
             self._notices.say(*event[1:])
 
@@ -414,6 +419,10 @@ class WorkerProcesses:
             WorkerProcess(config, share, health, observer, outages, self._stopping, notices)
             for share in shares
         ]
+        for process in self.processes:
+            process.on_backlog = self.backlog
+        # Marks the daemon's own boards (`Pools.mark`), once they are there.
+        self.mark_here: Callable[[str, list[Key]], None] | None = None
 
     def start(self) -> None:
         self._outages.listener = self._tell
@@ -445,6 +454,15 @@ class WorkerProcesses:
         """What a watcher of the daemon marked, for the worker processes' boards."""
         for process in self.processes:
             process.mark(database, keys)
+
+    def backlog(self, database: str, key: Key, origin: WorkerProcess | None = None) -> None:
+        """A source turned into a backlog in the daemon's process (`origin` None) or in
+        `origin`: marked on every other process's board, so that their workers join in."""
+        for process in self.processes:
+            if process is not origin:
+                process.mark(database, [key])
+        if origin is not None and self.mark_here is not None:
+            self.mark_here(database, [key])
 
     def ask_to_stop(self) -> None:
         self._stopping.set()

@@ -29,7 +29,13 @@ from types import FrameType
 
 from bridge.config.model import BridgeConfig
 from bridge.connections import Connections, load_drivers
-from bridge.daemon.budget import process_count, shares, worker_count
+from bridge.daemon.budget import (
+    MAX_AUTO_PROCESSES,
+    pool_sizes,
+    process_count,
+    shares,
+    worker_count,
+)
 from bridge.daemon.cpus import usable_cpus
 from bridge.daemon.forwarder_health import ForwarderHealth
 from bridge.daemon.heartbeat import Heartbeat
@@ -189,7 +195,7 @@ class Daemon:
                 count,
                 "es" if count > 1 else "",
                 "" if count > 1 else "s",
-                _processes_said(self.config.daemon.processes),
+                _processes_said(self.config, count),
             )
         if count > 1:
             self._processes = WorkerProcesses(
@@ -212,8 +218,11 @@ class Daemon:
             self.metrics,
             watched=sorted({database for part in parts for database in part.pools}),
             relay=self._processes.mark if self._processes is not None else None,
+            backlog=self._processes.backlog if self._processes is not None else None,
             notices=notices,
         )
+        if self._processes is not None:
+            self._processes.mark_here = self._pools.mark
         upkeep = Upkeep(stop)
         if self.config.ledger.cleanup:
             upkeep.add(
@@ -351,12 +360,17 @@ def _format_counts(counts: Counter[str]) -> str:
     return ", ".join(f"{name} {value}" for name, value in sorted(counts.items())) or "nothing"
 
 
-def _processes_said(setting: str) -> str:
-    """`daemon.processes` as set, and for `auto` what it found (`bridge.daemon.cpus`)."""
+def _processes_said(config: BridgeConfig, count: int) -> str:
+    """`daemon.processes` as set, and for `auto` what it found and what limited it."""
+    setting = config.daemon.processes
     if setting != "auto":
         return setting
     cpus = usable_cpus()
-    said = f"auto; {cpus.affinity} CPU(s)"
+    said = f"auto: {cpus.affinity} CPU(s)"
     if cpus.quota is not None:
-        said += f", CPU quota {cpus.quota:g} CPU(s)"
+        said += f", a CPU quota of {cpus.quota:g}"
+    if count < min(cpus.usable, MAX_AUTO_PROCESSES):
+        said += f", the largest pool has {max(pool_sizes(config).values())} worker(s)"
+    elif cpus.usable > MAX_AUTO_PROCESSES:
+        said += f", at most {MAX_AUTO_PROCESSES}"
     return said

@@ -71,8 +71,9 @@ class WorkWatcher(threading.Thread):
         observer: ForwardingObserver | None = None,
         also: Callable[[list[Key]], None] | None = None,
     ) -> None:
-        """`also`: told every mark too (the daemon's worker processes, whose boards this
-        watcher marks through it: `bridge.daemon.processes`)."""
+        """`also`: told the marks no worker on `board` can start on now (the daemon's
+        worker processes, whose boards this watcher marks through it:
+        `bridge.daemon.processes`)."""
         super().__init__(name=f"watch-{database}", daemon=True)
         self.config = config
         self.database = database
@@ -329,9 +330,9 @@ class WorkWatcher(threading.Thread):
     def _mark_board(self, keys: list[Key]) -> None:
         if not keys:
             return
-        self.board.mark(keys)
-        if self._also is not None:
-            self._also(keys)
+        not_now = self.board.mark(keys)
+        if self._also is not None and not_now:
+            self._also(not_now)
 
     def _seen(self, up: bool) -> None:
         if self._database_up is not up:

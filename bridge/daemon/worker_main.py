@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 from collections.abc import Mapping
+from functools import partial
 from multiprocessing.connection import Connection
 from types import FrameType
 from typing import Any
@@ -173,7 +174,11 @@ def _serve(
     observer = RelayedObserver(link) if metrics else None
     # Said by the daemon, once for all processes: every process learns the same of a table.
     notices = Notices(relay=lambda *notice: link.send("notice", *notice))
-    pools = start_pools(config, share, stop, outages, health, observer, notices=notices)
+    # A backlog here: the daemon marks it on its own board and the other processes' boards.
+    backlog = partial(link.send, "backlog")
+    pools = start_pools(
+        config, share, stop, outages, health, observer, backlog=backlog, notices=notices
+    )
     boards.update(pools.boards)
     link.send("ready")
     limit = progress_limit(config)

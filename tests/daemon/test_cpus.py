@@ -147,13 +147,13 @@ def test_a_daemon_with_half_a_cpu_runs_one_process(pg_pair_factory: Any) -> None
         enter = ["sh", "-c", 'echo $$ > "$0" && exec "$@"', str(procs)]
         log = pair.config.parent / "daemon.log"
         with DaemonProcess(pair.config, log, prefix=enter) as daemon:
-            daemon.wait_for_output("the workers (daemon.processes: auto")
+            daemon.wait_for_output("the workers (daemon.processes: auto: ")
             sent = pg_send(pair.sender, pair.forward, 200)
             wait_until(lambda: pair.delivered() == 200, 30, "the deliveries")
             assert daemon.stop() == 0
     output = daemon.output()
-    assert "1 process runs the workers (daemon.processes: auto; " in output, output
-    assert "CPU quota 0.5 CPU(s))" in output, output
+    assert "1 process runs the workers (daemon.processes: auto: " in output, output
+    assert ", a CPU quota of 0.5)" in output, output
     assert "worker process 2" not in output
     received = message_ids(pair.receiver, SAMPLES_RECEIVER)
     assert set(received) == sent and set(received.values()) == {1}

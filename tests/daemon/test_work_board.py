@@ -46,6 +46,59 @@ def test_a_busy_queue_takes_turns_with_the_others() -> None:
     assert order[3:] == [("busy", "queue")] * 3  # the others had nothing more
 
 
+def _waiting_workers(board: WorkBoard, count: int) -> list[threading.Thread]:
+    """`count` workers waiting in `take` (each takes one entry and keeps it)."""
+    threads = [threading.Thread(target=board.take, args=(30,), daemon=True) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + 10
+    while board._idle < count:  # how many wait is the point here
+        assert time.monotonic() < deadline, "the workers never waited"
+        time.sleep(0.001)
+    return threads
+
+
+def test_a_mark_says_what_no_worker_here_can_start_on_now() -> None:
+    """What `mark` returns goes on to the daemon's other processes (`bridge.daemon.board`)."""
+    board = WorkBoard({"a": 1, "b": 1, "c": 1})
+    # Nobody waits: nothing can start now, though the marks stay (taken after a batch).
+    assert board.mark([("a", "queue")]) == [("a", "queue")]
+    assert board.mark([("a", "queue")]) == [("a", "queue")]  # still nobody to take it
+    assert board.take(0) is not None
+    assert board.mark([("x", "queue")]) == [("x", "queue")]  # not on this board
+    # One worker waits: one source starts now; `a` is at its cap (its batch runs).
+    threads = _waiting_workers(board, 1)
+    marked = [("a", "retry"), ("b", "queue"), ("c", "queue")]
+    assert board.mark(marked) == [("a", "retry"), ("c", "queue")]
+    threads[0].join(5)
+    # A source marked twice in one go is spoken for once: the second is not sent on.
+    board = WorkBoard({"a": 2})
+    threads = _waiting_workers(board, 1)
+    assert board.mark([("a", "queue"), ("a", "queue")]) == []
+    threads[0].join(5)
+
+
+def test_a_source_that_turns_into_a_backlog_is_told_once_per_turn() -> None:
+    board = WorkBoard({"f": 2})
+    told: list[Any] = []
+    board.on_backlog = told.append
+    board.mark([("f", "queue")])
+    entry = board.take(0)
+    assert entry is not None
+    board.more_waiting(entry)  # a full claim while the batch runs
+    board.more_waiting(entry)
+    board.finish(entry, full=True)
+    assert told == [("f", "queue")]
+    again = board.take(0)
+    assert again is not None
+    board.finish(again, full=False)  # the backlog is gone
+    board.mark([("f", "queue")])
+    last = board.take(0)
+    assert last is not None
+    board.finish(last, full=True)  # a backlog again
+    assert told == [("f", "queue")] * 2
+
+
 def test_a_forwarder_never_runs_more_batches_than_its_concurrency() -> None:
     board = WorkBoard({"one": 1, "two": 2})
     board.mark([("one", "queue"), ("one", "retry"), ("two", "queue")])

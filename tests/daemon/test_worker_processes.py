@@ -122,6 +122,33 @@ def test_two_processes_share_the_work_and_the_daemon_reports_for_both(
     assert "forwarded since start: delivered 3000" in daemon.output()
 
 
+def test_a_trickle_is_claimed_by_the_daemons_own_workers_alone_and_a_burst_by_all(
+    pg_pair_factory: Any,
+) -> None:
+    """A mark goes on to the worker process only where the daemon's own workers cannot start
+    on it: single messages are claimed once, not once per process (which doubled the claims
+    on the forwarding database); a full claim turns the queue into a backlog, and that brings
+    the worker process in."""
+    pair = _pair(pg_pair_factory)
+    with pair.daemon(pair.config.parent / "daemon.log") as daemon:
+        daemon.wait_for_output("in process 2 of 2", count=2)
+        sent: set[str] = set()
+        for number in range(1, 61):
+            sent |= pg_send(pair.sender, pair.forward, 1)
+            wait_until(lambda: pair.delivered() >= number, 30, "each message")  # noqa: B023
+        assert pair.delivered() == 60
+        # The daemon's two workers are idle whenever a message comes: the worker process
+        # (workers 2 and 3) has nothing to do. Racing for every message, it took about half.
+        assert _delivered_by(pair, {2, 3}) <= 6, _delivered_by(pair, {2, 3})
+        assert _delivered_by(pair, {0, 1}) >= 54
+        sent |= pg_send(pair.sender, pair.forward, 8000)
+        wait_until(lambda: pair.delivered() == 8060, 60, "the burst")
+        assert _delivered_by(pair, {2, 3}) > 0
+        assert daemon.stop() == 0
+    received = message_ids(pair.receiver, SAMPLES_RECEIVER)
+    assert set(received) == sent and set(received.values()) == {1}
+
+
 def test_a_killed_worker_process_is_started_again_and_nothing_is_lost_or_doubled(
     pg_pair_factory: Any,
 ) -> None:
@@ -143,14 +170,12 @@ def test_a_killed_worker_process_is_started_again_and_nothing_is_lost_or_doubled
         received = message_ids(pair.receiver, SAMPLES_RECEIVER)
         assert set(received) == sent and set(received.values()) == {1}
         assert pg_rows(pair.sender, f"SELECT count(*) FROM {ERROR_QUEUE}") == [(0,)]
-        # The new one forwards: its workers (numbers 2 and 3) deliver more traffic, once
-        # they have started (it logs its share twice each time it starts).
+        # The new one forwards: its workers (numbers 2 and 3) join in on a burst, once they
+        # have started (it logs its share twice each time it starts).
         daemon.wait_for_output("in process 2 of 2", count=4)
         before = _delivered_by(pair, {2, 3})
-        more: set[str] = set()
-        for _ in range(5):  # what came before was received
-            more |= pg_send(pair.sender, pair.forward, 1000)
-        wait_until(lambda: pair.delivered() == 5000, 30, "the traffic after the restart")
+        more = pg_send(pair.sender, pair.forward, 8000)  # what came before was received
+        wait_until(lambda: pair.delivered() == 8000, 60, "the burst after the restart")
         assert set(message_ids(pair.receiver, SAMPLES_RECEIVER)) == more
         assert _delivered_by(pair, {2, 3}) > before
         assert daemon.stop() == 0
