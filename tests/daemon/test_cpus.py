@@ -6,6 +6,7 @@ real: a daemon started in a cgroup with a quota of half a CPU runs one process."
 from __future__ import annotations
 
 import os
+import subprocess
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -131,6 +132,12 @@ def _cgroup_with_quota(quota: float) -> Iterator[Path]:
             directory.rmdir()
         pytest.skip(f"cannot make a cgroup with a CPU quota here: {error}")
     procs = directory / "cgroup.procs"
+    # Whether a process may be moved there (a cgroup v2 namespace may refuse it).
+    moved = subprocess.run(["sh", "-c", 'echo $$ > "$0"', str(procs)], capture_output=True)
+    if moved.returncode != 0:
+        wait_until(lambda: not procs.read_text().strip(), 10, "the cgroup to be empty")
+        directory.rmdir()
+        pytest.skip(f"cannot move a process into a cgroup here: {moved.stderr.decode()}")
     try:
         yield procs
     finally:
