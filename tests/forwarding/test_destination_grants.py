@@ -178,9 +178,10 @@ def test_worker_processes_say_once_that_a_queue_does_not_take_copy(
     ids: set[str] = set()
     with DaemonProcess(world["config"], tmp_path / "daemon.log") as daemon:
         daemon.wait_for_output("in process 2 of 2")
-        # Workers 0-1 are the daemon's process, 2-3 the worker process: send until both wrote.
-        for _ in range(30):
-            ids |= pg_send(world["sender"], FORWARD, 200, body=b"x" * 100)
+        # Workers 0-1 are the daemon's process, 2-3 the worker process: send until both wrote
+        # (bursts of several full batches, which bring the worker process in).
+        for _ in range(10):
+            ids |= pg_send(world["sender"], FORWARD, 3000, body=b"x" * 100)
             sent = len(ids)
             wait_until(
                 lambda: pg_count(world["receiver"], RECEIVER) == sent,  # noqa: B023
