@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import random
 import statistics
 import sys
 import time
@@ -32,11 +31,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from forwarding_benchmark import Run, extract_revision
 from throughput.daemon import Daemon, write_config
-from throughput.databases import DEFAULT_PG_PREFIX, QUEUE, RECEIVER, PgDatabase, new_messages
+from throughput.databases import DEFAULT_PG_PREFIX, QUEUE, PgDatabase, new_messages
+from throughput.latency import send_one_and_wait
 
 MODES = ("1", "auto")
 GAP = (0.05, 0.15)  # seconds between sends
-POLL = 0.0005  # how often arrival is looked for
 
 
 def transactions(database: PgDatabase) -> int:
@@ -107,17 +106,9 @@ def _trickle(
         if seconds is not None:
             time.sleep(seconds)
         for number in range(1, messages + 1):
-            time.sleep(random.uniform(*GAP))
-            ((message_id, headers),) = new_messages(1)
-            source.send_one(QUEUE, headers, body)
-            sent = time.perf_counter()
+            message_id, latency = send_one_and_wait(scenario, daemon, number, body, GAP)
             ids.add(message_id)
-            while scenario.destination.count(RECEIVER) < number:
-                daemon.check_alive(number - 1)
-                if time.perf_counter() - sent > 30:
-                    raise RuntimeError(f"message {number} not picked up within 30 s")
-                time.sleep(POLL)
-            latencies.append(1000 * (time.perf_counter() - sent))
+            latencies.append(latency)
         elapsed = time.perf_counter() - ready
         code = daemon.stop()
     spent = transactions(source) - before

@@ -43,17 +43,9 @@ def measure_pickup(
         idle_cpu = cpu_seconds(daemon.pid) - cpu_start
         idle_elapsed = time.perf_counter() - idle_start
         for number in range(1, messages + 1):
-            time.sleep(random.uniform(*GAP))
-            ((message_id, headers),) = new_messages(1)
-            scenario.source.send_one(QUEUE, headers, body)
-            sent = time.perf_counter()
+            message_id, latency = send_one_and_wait(scenario, daemon, number, body, GAP)
             ids.add(message_id)
-            while scenario.destination.count(RECEIVER) < number:
-                daemon.check_alive(number - 1)
-                if time.perf_counter() - sent > 30:
-                    raise RuntimeError(f"message {number} not picked up within 30 s")
-                time.sleep(POLL)
-            latencies.append(1000 * (time.perf_counter() - sent))
+            latencies.append(latency)
             if number % 10 == 0:
                 scenario.progress(f"pickup latency: {number}/{messages} messages")
         rss = peak_rss_mb(daemon.pid)
@@ -76,3 +68,22 @@ def measure_pickup(
         "peak_rss_mb": rss,
         "exactly_once": check,
     }
+
+
+def send_one_and_wait(
+    scenario: Scenario, daemon: Daemon, number: int, body: bytes, gap: tuple[float, float]
+) -> tuple[str, float]:
+    """After a random pause within `gap` seconds, one message into the forwarding queue in
+    its own transaction, waited for until it is the `number`th in the destination queue; its
+    id and the ms from its commit to its arrival. Raises RuntimeError when the daemon dies or
+    it takes over 30 s."""
+    time.sleep(random.uniform(*gap))
+    ((message_id, headers),) = new_messages(1)
+    scenario.source.send_one(QUEUE, headers, body)
+    sent = time.perf_counter()
+    while scenario.destination.count(RECEIVER) < number:
+        daemon.check_alive(number - 1)
+        if time.perf_counter() - sent > 30:
+            raise RuntimeError(f"message {number} not picked up within 30 s")
+        time.sleep(POLL)
+    return message_id, 1000 * (time.perf_counter() - sent)

@@ -36,7 +36,7 @@ from bridge.daemon.budget import (
     shares,
     worker_count,
 )
-from bridge.daemon.cpus import usable_cpus
+from bridge.daemon.cpus import Cpus, usable_cpus
 from bridge.daemon.forwarder_health import ForwarderHealth
 from bridge.daemon.heartbeat import Heartbeat
 from bridge.daemon.metrics import SAMPLE_INTERVAL, BridgeMetrics
@@ -186,7 +186,8 @@ class Daemon:
             self.metrics.set_workers(
                 {f.name: worker_count(self.config, f) for f in self.config.forwarders}
             )
-        count = process_count(self.config)
+        cpus = usable_cpus()
+        count = process_count(self.config, cpus.usable)
         parts = shares(self.config, count)
         notices = Notices()  # what every process learns of a table, said once
         if count > 1 or self.config.daemon.processes == "auto":
@@ -195,7 +196,7 @@ class Daemon:
                 count,
                 "es" if count > 1 else "",
                 "" if count > 1 else "s",
-                _processes_said(self.config, count),
+                _processes_said(self.config, count, cpus),
             )
         if count > 1:
             self._processes = WorkerProcesses(
@@ -360,12 +361,11 @@ def _format_counts(counts: Counter[str]) -> str:
     return ", ".join(f"{name} {value}" for name, value in sorted(counts.items())) or "nothing"
 
 
-def _processes_said(config: BridgeConfig, count: int) -> str:
+def _processes_said(config: BridgeConfig, count: int, cpus: Cpus) -> str:
     """`daemon.processes` as set, and for `auto` what it found and what limited it."""
     setting = config.daemon.processes
     if setting != "auto":
         return setting
-    cpus = usable_cpus()
     said = f"auto: {cpus.affinity} CPU(s)"
     if cpus.quota is not None:
         said += f", a CPU quota of {cpus.quota:g}"

@@ -8,6 +8,8 @@ import threading
 import time
 from typing import Any
 
+from support import wait_until
+
 from bridge.config.model import (
     BridgeConfig,
     DaemonConfig,
@@ -51,10 +53,8 @@ def _waiting_workers(board: WorkBoard, count: int) -> list[threading.Thread]:
     threads = [threading.Thread(target=board.take, args=(30,), daemon=True) for _ in range(count)]
     for thread in threads:
         thread.start()
-    deadline = time.monotonic() + 10
-    while board._idle < count:  # how many wait is the point here
-        assert time.monotonic() < deadline, "the workers never waited"
-        time.sleep(0.001)
+    # How many wait is the point here.
+    wait_until(lambda: board._idle >= count, 10, "the workers to wait")
     return threads
 
 
