@@ -8,6 +8,7 @@ transport itself.
 from __future__ import annotations
 
 import json
+import re
 import traceback
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -110,6 +111,39 @@ def serialize_headers(headers: Mapping[str, str | None]) -> str:
         return orjson.dumps(value).decode()
     except orjson.JSONEncodeError:
         return _ASCII_ENCODER.encode(value)
+
+
+def without_bridge_headers(text: str | None) -> str | None:
+    """The Headers column of a row a sender wrote, without the bridge's own headers
+    (`$.sfbridge.*`): those are the bridge's to set, on rows it writes itself (retry storage),
+    and a sender must not choose, say, the grammar its destination is read in. The same text
+    when there are none (nearly always: no header parse), or when it does not parse (a poison
+    row goes to the error queue as it is)."""
+    if not text or not _may_name_the_bridge(text):
+        return text
+    try:
+        headers = parse_headers(text)
+    except PoisonHeaders:
+        return text
+    kept = {
+        key: value for key, value in headers.items() if not key.startswith(BRIDGE_HEADER_PREFIX)
+    }
+    if len(kept) == len(headers):
+        return text
+    return serialize_headers(kept)
+
+
+_UNICODE_ESCAPE = re.compile(r"\\u([0-9a-fA-F]{4})")
+
+
+def _may_name_the_bridge(text: str) -> bool:
+    """Whether the JSON text may hold a key starting `$.sfbridge.`: it says `sfbridge`,
+    plainly or with `\\u` escapes (which JSON allows for any character of a key)."""
+    if "sfbridge" in text:
+        return True
+    if "\\u" not in text:
+        return False
+    return "sfbridge" in _UNICODE_ESCAPE.sub(lambda m: chr(int(m.group(1), 16)), text)
 
 
 def without_routing_headers(headers: Mapping[str, str | None]) -> Headers:

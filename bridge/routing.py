@@ -5,6 +5,11 @@ sending endpoint lives). Routes match a glob on the destination's table name, fi
 wins, unless a SQL Server catalog in the address names a configured database (see
 `choose_route`); the address is then resolved and rendered for the destination database's
 dialect.
+
+Whoever can insert a row into a forwarding queue writes the header, so routing is where the
+bridge decides what a sender may reach: only a database a route leads to, only the schemas and
+catalogs that route allows (`resolve_for_target`), and never a table the bridge owns or reads
+there (`OwnedTables`).
 """
 
 from __future__ import annotations
@@ -28,13 +33,41 @@ class Destination:
 
     `canonical` is the address rendered in the destination dialect's canonical form; it is
     the dedup ledger key (with the message id) and what `status` shows. `transaction` is how
-    a message crosses into that database (`bridge.config.model.TransactionMode`).
+    a message crosses into that database (`bridge.config.model.TransactionMode`). `match` is
+    the glob of the route that led here (None for a proxy's destination): a hint at a table
+    that exists names only tables it matches.
     """
 
     database: str
     address: TableAddress
     canonical: str
     transaction: TransactionMode = "ledger"
+    match: str | None = None
+
+
+# Every table the bridge creates is called so, in every dialect (`bridge.dialects.base`).
+BRIDGE_TABLE_PREFIX = "sfbridge_"
+
+# Per configured database: (casefolded schema or "", casefolded table) -> what the table is,
+# for the tables there that the bridge owns or reads (`bridge.storage.tables.owned_tables`).
+OwnedTables = Mapping[str, Mapping[tuple[str, str], str]]
+
+
+def owned_table_use(destination: Destination, owned: OwnedTables) -> str | None:
+    """What the bridge uses `destination`'s table for, when it owns or reads it (so no
+    message may be delivered into it); None for an endpoint's queue. Names compare without
+    case: a table that differs from the bridge's only in case is refused too (SQL Server
+    compares them so under its default collations)."""
+    address = destination.address
+    if address.catalog is not None:
+        return None  # another catalog on the server: not a configured database
+    table = address.table.casefold()
+    if table.startswith(BRIDGE_TABLE_PREFIX):
+        return "a table the bridge creates for itself"
+    tables = owned.get(destination.database)
+    if not tables:
+        return None
+    return tables.get(((address.schema or "").casefold(), table))
 
 
 @dataclass(frozen=True)
@@ -69,8 +102,10 @@ class Router:
         proxy: Destination | None = None,
         replies: ReplyRewriter | None = None,
         default_transaction: TransactionMode = "ledger",
+        owned: OwnedTables | None = None,
     ) -> None:
         self._source = source
+        self._owned: OwnedTables = owned or {}
         self._default_transaction: TransactionMode = default_transaction
         self._routes = tuple(routes)
         self._databases = databases
@@ -116,6 +151,7 @@ class Router:
                 self._databases,
                 default_transaction=self._default_transaction,
                 written_in=grammar_source,
+                owned=self._owned,
             )
             # Bounded: a stream of distinct bogus destinations must not grow memory forever.
             if len(self._cache) < 10_000:
@@ -145,6 +181,7 @@ def route_destination(
     *,
     default_transaction: TransactionMode = "ledger",
     written_in: DatabaseConfig | None = None,
+    owned: OwnedTables | None = None,
 ) -> Destination | Unroutable:
     """Route one destination header value; see `choose_route`."""
     return choose_route(
@@ -154,6 +191,7 @@ def route_destination(
         databases,
         default_transaction=default_transaction,
         written_in=written_in,
+        owned=owned,
     ).decision
 
 
@@ -165,6 +203,7 @@ def choose_route(
     *,
     default_transaction: TransactionMode = "ledger",
     written_in: DatabaseConfig | None = None,
+    owned: OwnedTables | None = None,
 ) -> RouteChoice:
     """Route one destination header value from the forwarding database `source`.
 
@@ -174,13 +213,18 @@ def choose_route(
 
     - the forwarding database's own catalog (what an endpoint writes by default): the route
       decides, and the catalog is dropped;
-    - the catalog of configured databases: the message goes there, by the first matching
-      route to one of them, or, without one, to the only such database with its defaults;
-      the catalog is dropped (the database's connection opens it);
-    - any other catalog: the route decides, and the catalog is kept, so the queue is that
-      catalog's on the route's database's server (three-part name).
+    - the catalog of configured databases: the message goes there by the first matching
+      route to one of them; without one it is unroutable, but for the catalog of the database
+      the address was written in (a subscriber in that database's subscription table), which
+      takes it with its defaults; the catalog is dropped (the database's connection opens it);
+    - any other catalog: the route decides, and only a catalog the route lists in `catalogs`
+      is kept (a three-part name: that catalog on the route's database's server); any other
+      is refused.
 
-    The destination's transaction mode is the route's, else `default_transaction`.
+    The schema an address names must be the database's default or one the route lists in
+    `schemas` (`resolve_for_target`). A table the bridge owns or reads there (`owned`, and
+    every `sfbridge_*` table) is refused. The destination's transaction mode is the route's,
+    else `default_transaction`.
     """
     grammar_source = written_in or source
     try:
@@ -195,10 +239,11 @@ def choose_route(
     allowed, catalog_note = _catalog_rule(parsed, source, databases)
     index, route = _first_route(parsed.table, routes, allowed)
     if route is None:
-        if allowed is None or len(allowed) > 1:
+        own = _written_in_own_catalog(allowed, written_in)
+        if own is None:
             reason = _no_route_reason(parsed.table, routes, allowed, parsed.catalog)
             return RouteChoice(Unroutable(reason), None, catalog_note)
-        route = RouteConfig(parsed.table, next(iter(allowed)))
+        route = RouteConfig(parsed.table, own)
     target = databases[route.database]
     try:
         destination = destination_of(
@@ -208,6 +253,16 @@ def choose_route(
             route,
             forwarding=source,
             default_transaction=default_transaction,
+        )
+    except RouteRefused as refused:
+        where = "" if index is None else f"routes[{index}] (match {route.match!r}) "
+        return RouteChoice(
+            Unroutable(
+                f"destination {destination_header!r}: {where}does not allow {refused}; fix "
+                "the destination header"
+            ),
+            index,
+            catalog_note,
         )
     except AddressError as error:
         # e.g. '@' in a table bound for SQLite, or a name over PostgreSQL's length limit.
@@ -219,7 +274,23 @@ def choose_route(
             index,
             catalog_note,
         )
+    use = owned_table_use(destination, owned or {})
+    if use is not None:
+        return RouteChoice(
+            Unroutable(
+                f"destination {destination_header!r} is {destination.canonical} in database "
+                f"'{destination.database}', {use}: the bridge never delivers a message into "
+                "its own tables; fix the destination header"
+            ),
+            index,
+            catalog_note,
+        )
     return RouteChoice(destination, index, catalog_note)
+
+
+class RouteRefused(AddressError):
+    """The address names a schema or catalog its route does not allow; the text says which
+    and the key that would allow it."""
 
 
 def destination_of(
@@ -233,13 +304,15 @@ def destination_of(
 ) -> Destination:
     """Where `route` takes the address `parsed` (read in `source`'s grammar): the queue in
     `target` (`resolve_for_target`), rendered canonically, with the route's transaction mode
-    or `default_transaction`. Raises AddressError for a name `target` cannot hold."""
+    or `default_transaction`. Raises RouteRefused for a schema or catalog the route does not
+    allow, AddressError for a name `target` cannot hold."""
     address = resolve_for_target(parsed, source, target, route, forwarding=forwarding)
     return Destination(
         database=target.name,
         address=address,
         canonical=grammar_for(target.dialect).render(address),
         transaction=route.transaction or default_transaction,
+        match=route.match,
     )
 
 
@@ -258,12 +331,23 @@ def _catalog_rule(
     named = databases_of_catalog(catalog, databases)
     if not named:
         return None, (
-            f"[{catalog}] is no configured database's: the route decides, and a SQL Server "
-            "database there reaches the queue in that catalog on its server"
+            f"[{catalog}] is no configured database's: the route decides, and only a route "
+            "that lists it in `catalogs` reaches the queue in that catalog on its server"
         )
     names = tuple(database.name for database in named)
     listed = ", ".join(f"'{name}'" for name in names)
-    return names, f"[{catalog}] is database {listed}: the message goes there"
+    return names, f"[{catalog}] is database {listed}: a route to it decides"
+
+
+def _written_in_own_catalog(
+    allowed: tuple[str, ...] | None, written_in: DatabaseConfig | None
+) -> str | None:
+    """The database an address without a route may still go to: the one it was written in
+    (a subscriber's address read from that database's subscription table, which the operator
+    configured), when its catalog names that database alone."""
+    if allowed is not None and written_in is not None and allowed == (written_in.name,):
+        return written_in.name
+    return None
 
 
 def _first_route(
@@ -288,13 +372,18 @@ def resolve_for_target(
     *,
     forwarding: DatabaseConfig | None = None,
 ) -> TableAddress:
-    """Fill in schema and catalog for the destination database.
+    """Fill in schema and catalog for the destination database, within what `route` allows.
 
     Schema: the route's override, then the address's own schema (only when source and target
     speak the same dialect: a PostgreSQL schema means nothing to SQL Server), then the target
-    database's default schema, then the dialect default. The catalog travels only between
-    databases of the same dialect too, and not when it is the target's own or the forwarding
-    database's (`forwarding`, default `source`): those are the connection's database.
+    database's default schema, then the dialect default. The address's own schema must be that
+    default or one of the route's `schemas`. The catalog travels only between databases of the
+    same dialect too, and not when it is the target's own or the forwarding database's
+    (`forwarding`, default `source`): those are the connection's database; any other must be
+    one of the route's `catalogs`.
+
+    Raises RouteRefused for a schema or catalog the route does not allow, AddressError for a
+    name the target cannot hold.
     """
     same_dialect = source.dialect == target.dialect
     catalog = parsed.catalog if same_dialect else None
@@ -302,12 +391,30 @@ def resolve_for_target(
         catalog, database_catalog(forwarding or source)
     ):
         catalog = None
-    carried = TableAddress(
-        table=parsed.table,
-        schema=route.schema or (parsed.schema if same_dialect else None),
-        catalog=catalog,
-    )
-    return grammar_for(target.dialect).resolve(carried, target.schema, None)
+    if catalog is not None and not any(same_catalog(catalog, c) for c in route.catalogs):
+        raise RouteRefused(
+            f"catalog [{catalog}] (another database on the server of '{target.name}'); list it "
+            "in that route's `catalogs` to deliver there"
+        )
+    grammar = grammar_for(target.dialect)
+    schema = route.schema
+    if schema is None and same_dialect and parsed.schema is not None:
+        default = grammar.resolve(TableAddress(parsed.table), target.schema, None).schema
+        if parsed.schema != default and parsed.schema not in route.schemas:
+            raise RouteRefused(
+                f"schema {parsed.schema!r} (only {_schemas_allowed(default, route)}); list "
+                "it in that route's `schemas` to deliver there"
+            )
+        schema = parsed.schema
+    carried = TableAddress(table=parsed.table, schema=schema, catalog=catalog)
+    return grammar.resolve(carried, target.schema, None)
+
+
+def _schemas_allowed(default: str | None, route: RouteConfig) -> str:
+    """The schemas an address may name on `route`, for a refusal: the database's default and
+    the route's `schemas`."""
+    names = [name for name in (default, *route.schemas) if name]
+    return ", ".join(repr(name) for name in dict.fromkeys(names)) or "none"
 
 
 def _no_route_reason(
@@ -316,6 +423,12 @@ def _no_route_reason(
     allowed: tuple[str, ...] | None = None,
     catalog: str | None = None,
 ) -> str:
+    if allowed is not None and len(allowed) == 1:
+        return (
+            f"catalog [{catalog}] names database '{allowed[0]}', and no route for table "
+            f"{table!r} leads to it. Add a route for it to that database, or fix the "
+            "destination header."
+        )
     if allowed is not None:
         listed = ", ".join(f"'{name}'" for name in allowed)
         return (

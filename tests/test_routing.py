@@ -121,7 +121,7 @@ def test_first_matching_route_returns_the_route_itself() -> None:
 
 def test_routes_match_the_table_name_not_the_schema() -> None:
     # The glob sees only the table part of the address.
-    route = RouteConfig("sales", "receiver")
+    route = RouteConfig("sales", "receiver", schemas=("sales",))
     assert isinstance(_route('"sales"."orders"', SENDER, route), Unroutable)
     assert _destination('"sales"."sales"', SENDER, route).address.table == "sales"
 
@@ -181,6 +181,10 @@ def test_the_unroutable_reason_names_the_parsed_table_not_the_whole_header() -> 
 ALL = RouteConfig("*", "receiver")
 
 
+def _with_schemas(route: RouteConfig, *schemas: str) -> RouteConfig:
+    return RouteConfig(route.match, route.database, schemas=schemas)
+
+
 def test_a_quoted_postgresql_address_names_schema_and_table() -> None:
     destination = _destination('"public"."Samples.Receiver"', SENDER, ALL)
     assert destination.address == TableAddress("Samples.Receiver", "public")
@@ -189,7 +193,7 @@ def test_a_quoted_postgresql_address_names_schema_and_table() -> None:
 
 def test_an_unquoted_dotted_postgresql_address_is_schema_samples_table_receiver() -> None:
     # The documented gotcha: `Samples.Receiver` is NOT the table "Samples.Receiver".
-    destination = _destination("Samples.Receiver", SENDER, ALL)
+    destination = _destination("Samples.Receiver", SENDER, _with_schemas(ALL, "Samples"))
     assert destination.address == TableAddress("Receiver", "Samples")
     assert destination.canonical == '"Samples"."Receiver"'
 
@@ -214,7 +218,7 @@ def test_a_bare_postgresql_table_gets_the_public_schema() -> None:
 
 
 def test_quoted_postgresql_names_keep_their_case_and_escaped_quotes() -> None:
-    destination = _destination('"My""Schema"."Re""ceiver"', SENDER, ALL)
+    destination = _destination('"My""Schema"."Re""ceiver"', SENDER, _with_schemas(ALL, 'My"Schema'))
     assert destination.address == TableAddress('Re"ceiver', 'My"Schema')
     assert destination.canonical == '"My""Schema"."Re""ceiver"'
 
@@ -253,7 +257,8 @@ def test_a_sqlite_table_routed_to_postgresql_gets_the_target_default_schema() ->
 
 
 def test_the_address_schema_is_carried_between_databases_of_the_same_dialect() -> None:
-    destination = _destination('"sales"."Receiver"', SENDER, RouteConfig("*", "inbox"))
+    route = RouteConfig("*", "inbox", schemas=("sales",))
+    destination = _destination('"sales"."Receiver"', SENDER, route)
     assert destination.address == TableAddress("Receiver", "sales")
 
 
@@ -272,7 +277,8 @@ def test_a_postgresql_schema_does_not_reach_a_sqlite_target() -> None:
 
 
 def test_schema_and_catalog_are_carried_between_sql_server_databases() -> None:
-    destination = _destination("Receiver@[ops]@[Sales]", MSSQL, RouteConfig("*", "mssql_sales"))
+    route = RouteConfig("*", "mssql_sales", schemas=("ops",), catalogs=("Sales",))
+    destination = _destination("Receiver@[ops]@[Sales]", MSSQL, route)
     assert destination.address == TableAddress("Receiver", "ops", "Sales")
     assert destination.canonical == "Receiver@[ops]@[Sales]"
 
@@ -315,7 +321,8 @@ def test_the_target_default_schema_fills_an_address_without_one() -> None:
 
 
 def test_an_address_schema_beats_the_target_default_schema() -> None:
-    destination = _destination('"public"."Receiver"', SENDER, RouteConfig("*", "inbox"))
+    route = RouteConfig("*", "inbox", schemas=("public",))
+    destination = _destination('"public"."Receiver"', SENDER, route)
     assert destination.address == TableAddress("Receiver", "public")
 
 
@@ -327,9 +334,8 @@ def test_the_source_default_schema_is_not_used_for_the_target() -> None:
 
 def test_resolve_for_target_directly() -> None:
     parsed = TableAddress("Receiver", "sales")
-    assert resolve_for_target(parsed, SENDER, INBOX, RouteConfig("*", "inbox")) == TableAddress(
-        "Receiver", "sales"
-    )
+    route = RouteConfig("*", "inbox", schemas=("sales",))
+    assert resolve_for_target(parsed, SENDER, INBOX, route) == TableAddress("Receiver", "sales")
     assert resolve_for_target(parsed, SENDER, EDGE, RouteConfig("*", "edge")) == TableAddress(
         "Receiver"
     )
@@ -362,7 +368,8 @@ def test_the_destination_names_the_target_database() -> None:
 def test_the_canonical_form_is_the_target_dialects_rendering(
     source: DatabaseConfig, header: str, target: str, canonical: str
 ) -> None:
-    assert _destination(header, source, RouteConfig("*", target)).canonical == canonical
+    route = RouteConfig("*", target, schemas=("o]ps",), catalogs=("S]ales",))
+    assert _destination(header, source, route).canonical == canonical
 
 
 def test_equivalent_headers_share_one_canonical_form() -> None:
@@ -579,17 +586,30 @@ def test_the_senders_own_catalog_lets_the_route_decide() -> None:
     assert "the route decides" in choice.catalog
 
 
-def test_a_catalog_naming_a_configured_database_sends_the_message_there_without_a_route() -> None:
+def test_a_catalog_naming_a_configured_database_without_a_route_to_it_is_refused() -> None:
+    # A sender must not reach a database no route leads to by naming its catalog.
     choice = _choice("Samples.Billing@[dbo]@[BillingDb]", TO_RECEIVER)
-    destination = choice.decision
-    assert isinstance(destination, Destination), destination
-    assert (destination.database, destination.address) == (
+    assert choice.decision == Unroutable(
+        "catalog [BillingDb] names database 'billing', and no route for table "
+        "'Samples.Billing' leads to it. Add a route for it to that database, or fix the "
+        "destination header."
+    )
+    assert choice.route is None
+    assert choice.catalog == "[BillingDb] is database 'billing': a route to it decides"
+
+
+def test_a_subscriber_in_another_databases_subscription_table_reaches_it_without_a_route() -> None:
+    # The operator configured that database's subscription table: its own catalog leads home.
+    router = Router(SENDER_DB, [TO_RECEIVER], CATALOG_DATABASES)
+    decision = router.route("Samples.Billing@[dbo]@[BillingDb]", "billing")
+    assert isinstance(decision, Destination), decision
+    assert (decision.database, decision.address) == (
         "billing",
         TableAddress("Samples.Billing", "dbo"),
     )
-    assert destination.transaction == "ledger"  # the default: no route says otherwise
-    assert choice.route is None
-    assert choice.catalog == "[BillingDb] is database 'billing': the message goes there"
+    assert decision.transaction == "ledger"  # the default: no route says otherwise
+    # Written in the sender's database, the same address is refused.
+    assert isinstance(router.route("Samples.Billing@[dbo]@[BillingDb]"), Unroutable)
 
 
 def test_a_catalog_beats_a_route_to_another_database_and_takes_a_route_to_its_own() -> None:
@@ -606,9 +626,16 @@ def test_a_catalog_beats_a_route_to_another_database_and_takes_a_route_to_its_ow
     assert choice.route == 1
 
 
-def test_a_catalog_of_no_configured_database_is_kept_on_the_routes_database() -> None:
+def test_a_catalog_of_no_configured_database_is_refused_unless_the_route_lists_it() -> None:
+    refused = _choice("Samples.Receiver@[dbo]@[ArchiveDb]", TO_RECEIVER).decision
+    assert refused == Unroutable(
+        "destination 'Samples.Receiver@[dbo]@[ArchiveDb]': routes[0] (match 'Samples.Receiver*')"
+        " does not allow catalog [ArchiveDb] (another database on the server of 'receiver'); "
+        "list it in that route's `catalogs` to deliver there; fix the destination header"
+    )
     # Another catalog on the receiver's server: reached with a three-part name.
-    choice = _choice("Samples.Receiver@[dbo]@[ArchiveDb]", TO_RECEIVER)
+    route = RouteConfig("Samples.Receiver*", "receiver", catalogs=("archivedb",))
+    choice = _choice("Samples.Receiver@[dbo]@[ArchiveDb]", route)
     destination = choice.decision
     assert isinstance(destination, Destination), destination
     assert destination.database == "receiver"

@@ -33,6 +33,7 @@ KeyType = Literal[
     "mapping",
     "listen",
     "size",
+    "names",
 ]
 SectionShape = Literal["mapping", "named", "list", "multimap"]
 

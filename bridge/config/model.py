@@ -96,12 +96,16 @@ class ForwarderConfig:
 
 @dataclass(frozen=True)
 class RouteConfig:
-    """Destination table-name glob -> database. `schema` overrides the destination schema."""
+    """Destination table-name glob -> database. `schema` overrides the destination schema;
+    `schemas` and `catalogs` are the ones an address may name besides the database's own
+    (`bridge.routing.resolve_for_target`)."""
 
     match: str
     database: str
     schema: str | None = None
     transaction: TransactionMode | None = None  # None: `delivery.transaction`
+    schemas: tuple[str, ...] = ()
+    catalogs: tuple[str, ...] = ()
 
     def matches(self, table: str) -> bool:
         """Whether `match` matches the table name (case-sensitive, like NServiceBus)."""

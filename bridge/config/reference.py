@@ -31,6 +31,8 @@ def describe_type(key: Key) -> str:
         return text
     if key.type == "address":
         return "queue address"
+    if key.type == "names":
+        return "list of names"
     if key.type == "topic":
         return "type full name"
     if key.type == "listen":
@@ -63,7 +65,7 @@ def describe_default(key: Key) -> str:
         if key.dialects:
             return f"required for {', '.join(key.dialects)}"
         return "**required**"
-    if key.default is None:
+    if key.default is None or key.default == ():
         return "none"
     if key.type == "duration" and isinstance(key.default, int | float):
         return f"`{format_duration(float(key.default))}`"
@@ -79,6 +81,8 @@ def _describe_example(key: Key) -> str:
         return "`{" + ", ".join(f"{k}: {v}" for k, v in key.example.items()) + "}`"
     if isinstance(key.example, bool):
         return f"`{str(key.example).lower()}`"
+    if isinstance(key.example, list):
+        return "`[" + ", ".join(str(item) for item in key.example) + "]`"
     return f"`{key.example}`"
 
 

@@ -69,7 +69,25 @@ class ValueConverter:
             return self._convert_listen(value, path)
         if key.type == "size":
             return self._convert_size(key, value, path)
+        if key.type == "names":
+            return self._convert_names(value, path)
         return self._convert_choice(key, value, path)
+
+    def _convert_names(self, value: object, path: str) -> object:
+        """A list of non-blank names, as a tuple (duplicates dropped)."""
+        if not isinstance(value, list):
+            hint = f"; write [{value}]" if isinstance(value, str) else ""
+            self.log.error(path, f"expected a list of names, got {describe_value(value)}{hint}")
+            return INVALID
+        names: list[str] = []
+        for index, item in enumerate(value):
+            if not isinstance(item, str) or not item.strip():
+                self.log.error(
+                    f"{path}[{index}]", f"expected a non-empty name, got {describe_value(item)}"
+                )
+                return INVALID
+            names.append(item)
+        return tuple(dict.fromkeys(names))
 
     def _convert_size(self, key: Key, value: object, path: str) -> object:
         try:

@@ -38,6 +38,7 @@ from bridge.dialects.registry import grammar_for
 from bridge.exceptions import AddressError
 from bridge.headers import REPLY_TO_ADDRESS_HEADER, Headers
 from bridge.routing import Destination, Router
+from bridge.storage.tables import owned_tables
 
 __all__ = [
     "CALLBACK_QUEUE_HEADER",
@@ -100,6 +101,7 @@ def forwarder_router(config: BridgeConfig, forwarder: ForwarderConfig) -> Router
         proxy=proxy_destination(config, forwarder),
         replies=ReplyAddresses.from_config(config),
         default_transaction=config.delivery.transaction,
+        owned=owned_tables(config),
     )
 
 

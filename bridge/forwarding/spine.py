@@ -23,6 +23,7 @@ Tables of the bridge found missing on the way are created and the batch tried on
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import logging
 import time
@@ -58,6 +59,7 @@ from bridge.forwarding.side_by_side import SideBySide
 from bridge.forwarding.subscriptions import SubscriberDirectory
 from bridge.forwarding.transactions import BatchTransactions
 from bridge.forwarding.writes import QueueWriter
+from bridge.headers import without_bridge_headers
 from bridge.messages import ClaimedMessage, Decision, Poison, Publish, Source, Unit
 from bridge.outages import OutageTracker
 from bridge.storage.ledger import ledger_address
@@ -228,7 +230,9 @@ class BatchForwarder:
         batch.units = [
             unit
             for message in batch.claimed
-            for unit in self.units_of(batch.connection, message, batch.missing_tables)
+            for unit in self.units_of(
+                batch.connection, message, batch.missing_tables, batch.source
+            )
         ]
 
     def _deliver(self, batch: Batch) -> None:
@@ -288,8 +292,18 @@ class BatchForwarder:
         connection: Connection,
         message: ClaimedMessage,
         missing_tables: list[BridgeTableMissing],
+        source: Source = "queue",
     ) -> list[Unit]:
-        """One unit per message, or per subscriber copy of a published event."""
+        """One unit per message, or per subscriber copy of a published event.
+
+        A row from the forwarding queue is a sender's: the bridge's own headers on it are
+        dropped before anything reads it (`without_bridge_headers`), so that neither routing
+        nor retry storage nor the error queue takes them from a sender. Retry storage holds
+        rows the bridge wrote, whose bridge headers it set itself."""
+        if source == "queue":
+            headers_text = without_bridge_headers(message.headers_text)
+            if headers_text is not message.headers_text:
+                message = dataclasses.replace(message, headers_text=headers_text)
         decision = self._decide(message)
         if isinstance(decision, Publish):
             return self.published.units(connection, message, decision, missing_tables)

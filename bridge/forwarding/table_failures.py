@@ -10,6 +10,7 @@ its items fail at once instead of each batch waiting out the lock again
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
+from fnmatch import fnmatchcase
 
 from bridge.addressing import TableAddress
 from bridge.dialects import Dialect
@@ -23,7 +24,7 @@ from bridge.exceptions import (
 )
 from bridge.messages import Delivered, DeliveryResult, Failed, Item
 from bridge.outages import OutageTracker
-from bridge.routing import nearest_table
+from bridge.routing import BRIDGE_TABLE_PREFIX, Destination, nearest_table
 from bridge.storage.grants import MissingRight, missing_insert_right
 
 
@@ -58,9 +59,7 @@ def item_failure(
         )
     if isinstance(error, LockTimeout):
         return offsets, locked_table_failure(dialect, database, destination.address, error)
-    return offsets, missing_queue_failure(
-        connection, dialect, database, destination.address, not_suggested
-    )
+    return offsets, missing_queue_failure(connection, dialect, destination, not_suggested)
 
 
 def denied_queue_failure(
@@ -157,15 +156,17 @@ def _free_written(
 def missing_queue_failure(
     connection: Connection,
     dialect: Dialect,
-    database: str,
-    address: TableAddress,
+    destination: Destination,
     not_suggested: Collection[str] = frozenset(),
 ) -> Failed:
     """A Failed result for a destination table that does not exist, with a nearest-match hint
-    among the endpoints' tables: never one of the bridge's own (its `sfbridge_*` tables, and
-    `not_suggested`: the casefolded names of its queues there, a proxy queue among them, which
-    a message meant for an endpoint must never be sent to)."""
+    among the tables the route allows (its glob, in the queue's schema, which the route
+    allows): a sender who reads the error queue learns nothing of other tables. Never one of
+    the bridge's own (its `sfbridge_*` tables, and `not_suggested`: the casefolded names of its
+    queues there, a proxy queue among them, which a message meant for an endpoint must never be
+    sent to)."""
     hint = ""
+    database, address = destination.database, destination.address
     try:
         # The address lets SQL Server list the tables of the queue's catalog.
         listed = connection.query(dialect.sql("list_tables", queue=address))
@@ -173,7 +174,8 @@ def missing_queue_failure(
             str(row[1])
             for row in listed
             if str(row[1]).casefold() not in not_suggested
-            and not str(row[1]).casefold().startswith("sfbridge_")
+            and not str(row[1]).casefold().startswith(BRIDGE_TABLE_PREFIX)
+            and (destination.match is None or fnmatchcase(str(row[1]), destination.match))
         ]
         suggestion = nearest_table(address.table, candidates)
         if suggestion and suggestion != address.table:

@@ -106,6 +106,34 @@ def bridge_queue_names(config: BridgeConfig, database: str) -> frozenset[str]:
     return frozenset(names)
 
 
+def owned_tables(config: BridgeConfig) -> dict[str, dict[tuple[str, str], str]]:
+    """Per configured database, the tables there that the bridge owns or reads and that no
+    message may therefore be delivered into (`bridge.routing.OwnedTables`): every forwarder's
+    queue (a proxy queue among them) and error queue, and the subscription tables it reads.
+    Its `sfbridge_*` tables are refused by name wherever they are."""
+    owned: dict[str, dict[tuple[str, str], str]] = {}
+
+    def add(database: str, address: TableAddress, use: str) -> None:
+        key = ((address.schema or "").casefold(), address.table.casefold())
+        owned.setdefault(database, {}).setdefault(key, use)
+
+    for forwarder in config.forwarders:
+        tables = forwarder_tables(config, forwarder)
+        kind = "proxy queue" if forwarder.destination is not None else "forwarding queue"
+        add(forwarder.database, tables.queue, f"the {kind} of forwarder '{forwarder.name}'")
+        add(
+            forwarder.database,
+            tables.error_queue,
+            f"the error queue of forwarder '{forwarder.name}'",
+        )
+    for subscription in config.subscription_tables:
+        database = config.databases[subscription.database]
+        grammar = dialect_for(database.dialect).grammar
+        address = grammar.resolve(grammar.parse(subscription.table), database.schema, None)
+        add(subscription.database, address, "a subscription table the bridge reads")
+    return owned
+
+
 # The function the push triggers call, in each table's schema (see `PUSH_STATEMENT_NAMES`).
 NOTIFY_FUNCTION = "sfbridge_notify"
 

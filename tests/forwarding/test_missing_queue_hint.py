@@ -1,6 +1,7 @@
-"""The 'did you mean' of a missing destination queue names an endpoint's table, never one of
-the bridge's own (a proxy queue above all: a message sent there would go back through the
-bridge). On a real SQLite database."""
+"""The 'did you mean' of a missing destination queue names an endpoint's table that the route
+allows, never one of the bridge's own (a proxy queue above all: a message sent there would go
+back through the bridge), nor one outside the route (a sender reading its error queue must not
+learn other tables' names). On a real SQLite database."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from bridge.config.model import (
 from bridge.connections import connect
 from bridge.dialects import dialect_for
 from bridge.forwarding.table_failures import missing_queue_failure
+from bridge.routing import Destination
 from bridge.storage.tables import bridge_queue_names
 
 SQLITE = dialect_for("sqlite")
@@ -43,7 +45,8 @@ def config(tmp_path: Path) -> BridgeConfig:
     )
 
 
-def hint_for(tmp_path: Path, tables: list[str], missing: str) -> str:
+def hint_for(tmp_path: Path, tables: list[str], missing: str, match: str | None = None) -> str:
+    tmp_path.mkdir(exist_ok=True)
     bridge = config(tmp_path)
     with sqlite3.connect(tmp_path / "receiver.db") as raw:
         for table in tables:
@@ -53,8 +56,7 @@ def hint_for(tmp_path: Path, tables: list[str], missing: str) -> str:
         failed = missing_queue_failure(
             connection,
             SQLITE,
-            "receiver",
-            TableAddress(missing),
+            Destination("receiver", TableAddress(missing), missing, match=match),
             bridge_queue_names(bridge, "receiver"),
         )
     finally:
@@ -81,3 +83,12 @@ def test_a_proxy_queue_is_never_suggested_for_a_missing_endpoint_queue(tmp_path:
 def test_an_endpoint_table_close_to_the_name_is_suggested(tmp_path: Path) -> None:
     reason = hint_for(tmp_path, ["Samples.Sender", "Samples.Receivers"], "Samples.Receiver")
     assert "(did you mean 'Samples.Receivers'?)" in reason, reason
+
+
+def test_only_a_table_the_route_matches_is_suggested(tmp_path: Path) -> None:
+    tables = ["Samples.Receivers", "Payroll.Salaries"]
+    routed = hint_for(tmp_path, tables, "Samples.Receiver", match="Samples.*")
+    assert "(did you mean 'Samples.Receivers'?)" in routed, routed
+    # The route allows Samples.* only: the close name outside it is not given away.
+    probing = hint_for(tmp_path / "again", tables, "Payroll.Salary", match="Samples.*")
+    assert "did you mean" not in probing, probing

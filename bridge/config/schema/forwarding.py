@@ -168,6 +168,25 @@ ROUTES = Section(
             "How messages cross into this route's database (default: `delivery.transaction`); "
             'see "Transaction modes".',
         ),
+        Key(
+            "schemas",
+            "names",
+            "Schemas a destination address may name besides the database's default, for "
+            "endpoints in several schemas (NServiceBus `UseSchemaForEndpoint`). An address "
+            "naming any other schema is refused as unroutable (not for sqlite; `schema` "
+            'overrides the address). See "Trust: what a sender reaches".',
+            example=["billing", "shipping"],
+            default=(),
+        ),
+        Key(
+            "catalogs",
+            "names",
+            "Other catalogs on this SQL Server database's server that an address may name "
+            "(three-part names); any other catalog that is not a configured database's is "
+            "refused as unroutable (only for sqlserver).",
+            example=["ArchiveDb"],
+            default=(),
+        ),
     ),
 )
 
