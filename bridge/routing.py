@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from bridge.addressing import TableAddress
@@ -42,7 +42,8 @@ class Destination:
     address: TableAddress
     canonical: str
     transaction: TransactionMode = "ledger"
-    match: str | None = None
+    # Not part of what the destination is: two routes to one queue lead to the same place.
+    match: str | None = field(default=None, compare=False)
 
 
 # Every table the bridge creates is called so, in every dialect (`bridge.dialects.base`).

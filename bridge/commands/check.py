@@ -6,6 +6,7 @@ import json
 from collections.abc import Iterator
 
 from bridge.addressing import TableAddress
+from bridge.commands.check_reach import check_route_reach
 from bridge.commands.check_tables import (
     Finding,
     check_destination,
@@ -42,6 +43,7 @@ def run_checks(config: BridgeConfig) -> list[Finding]:
     reachable: set[str] = set()
     try:
         findings.extend(_driver_logging(config))
+        findings.extend(check_route_reach(config))
         for name in config.databases:
             try:
                 connection = connections.get(name)

@@ -8,12 +8,19 @@ with a destructive DELETE (a row another transaction takes meanwhile is not retu
 into the forwarding queue, and the transaction committed, so a crash at any point leaves each
 message in exactly one of the two queues. Purging deletes the chosen rows, a batch per
 transaction.
+
+One kind of row is replayed into the forwarder's retry storage instead, due at once: an
+event's copy whose destination is written in another database's grammar
+(`$.sfbridge.address-database`). The bridge drops its own headers from every row a sender
+writes into a forwarding queue (`bridge.headers.without_bridge_headers`), so there the copy
+would be read in the wrong grammar; retry storage is the bridge's, and keeps the header.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from bridge.addressing import TableAddress
 from bridge.commands.failed_messages import FailedMessage, QueueOwners, describe, replay_headers
@@ -25,7 +32,14 @@ from bridge.exceptions import TableNotFound
 from bridge.forwarding.claim import decode_row
 from bridge.forwarding.proxies import proxy_destination
 from bridge.forwarding.writes import QueueWriter
-from bridge.headers import parse_headers, serialize_headers
+from bridge.headers import (
+    ADDRESS_DATABASE_HEADER,
+    DESTINATION_HEADER,
+    Headers,
+    parse_headers,
+    serialize_headers,
+)
+from bridge.messages import ClaimedMessage
 from bridge.routing import Destination
 from bridge.storage.tables import forwarder_tables, owned_table
 
@@ -46,6 +60,8 @@ class ErrorQueue:
     forwarders: tuple[str, ...]
     owners: QueueOwners
     forwarding_queues: dict[str, TableAddress] = field(compare=False)
+    # Each forwarder's retry storage: where a replayed row that needs a bridge header goes.
+    retry_tables: dict[str, TableAddress] = field(compare=False, default_factory=dict)
     # Proxy forwarders of the database and where they deliver: their messages carry no
     # routing header, so this is their destination.
     proxies: dict[str, Destination] = field(compare=False, default_factory=dict)
@@ -103,6 +119,11 @@ def error_queues(config: BridgeConfig, forwarder: str | None = None) -> list[Err
                     default_catalog=database_catalog(settings),
                 ),
                 forwarding_queues=drained,
+                retry_tables={
+                    f.name: forwarder_tables(config, f).retry
+                    for f in config.forwarders
+                    if f.database == database
+                },
                 proxies={
                     f.name: fixed
                     for f in config.forwarders
@@ -205,7 +226,15 @@ def replay_messages(
         target = queue.forwarding_queues[forwarder]
         for start in range(0, len(chosen), batch_size):
             batch = chosen[start : start + batch_size]
-            moved = _replay_batch(connection, dialect, queue, target, batch, writer, in_batch)
+            moved = _replay_batch(
+                connection,
+                dialect,
+                queue,
+                (forwarder, target, queue.retry_tables.get(forwarder)),
+                batch,
+                writer,
+                in_batch,
+            )
             report.moved += moved
             moved_seqs = {message.seq for message in moved}
             report.gone += [message for message in batch if message.seq not in moved_seqs]
@@ -218,11 +247,13 @@ def _replay_batch(
     connection: Connection,
     dialect: Dialect,
     queue: ErrorQueue,
-    target: TableAddress,
+    forwarder: tuple[str, TableAddress, TableAddress | None],
     batch: Sequence[FailedMessage],
     writer: QueueWriter,
     in_batch: Callable[[Connection, int], None] | None = None,
 ) -> list[FailedMessage]:
+    """`forwarder`: its name, its queue and its retry storage (None: none known)."""
+    name, target, retry = forwarder
     by_seq = {message.seq: message for message in batch}
     try:
         connection.begin()
@@ -234,16 +265,22 @@ def _replay_batch(
         claimed = sorted((decode_row(dialect, row) for row in rows), key=lambda m: m.order)
         if claimed:
             parameters: list[object] = []
+            queued = 0
             for row in claimed:
                 headers = replay_headers(parse_headers(row.headers_text))
+                if retry is not None and headers.get(ADDRESS_DATABASE_HEADER):
+                    _retry_now(connection, dialect, retry, name, row, headers)
+                    continue
+                queued += 1
                 parameters += [
                     dialect.encode_id(row.row_id),
                     dialect.encode_timestamp(row.expires),
                     serialize_headers(headers),
                     row.body,
                 ]
-            with owned_table("forwarding queue", dialect.grammar.render(target)):
-                writer.write(connection, dialect, "send_many", target, parameters, len(claimed))
+            if queued:
+                with owned_table("forwarding queue", dialect.grammar.render(target)):
+                    writer.write(connection, dialect, "send_many", target, parameters, queued)
             if in_batch is not None:
                 in_batch(connection, len(claimed))
         connection.commit()
@@ -251,6 +288,35 @@ def _replay_batch(
         connection.rollback()
         raise
     return [by_seq[row.order] for row in claimed]
+
+
+def _retry_now(
+    connection: Connection,
+    dialect: Dialect,
+    retry: TableAddress,
+    forwarder: str,
+    row: ClaimedMessage,
+    headers: Headers,
+) -> None:
+    """Put one replayed row into `forwarder`'s retry storage, due now, no attempt spent."""
+    now = datetime.now(UTC).replace(tzinfo=None)  # naive UTC, as the tables keep it
+    with owned_table("retry storage", dialect.grammar.render(retry)):
+        connection.execute(
+            dialect.sql("retry_store", retry=retry),
+            (
+                dialect.encode_id(row.row_id),
+                forwarder,
+                headers.get(DESTINATION_HEADER) or "",
+                None,
+                dialect.encode_timestamp(row.expires),
+                serialize_headers(headers),
+                row.body,
+                0,
+                dialect.encode_timestamp(now),
+                dialect.encode_timestamp(now),
+                "replayed from the error queue (sfbridge errors replay)",
+            ),
+        )
 
 
 def purge_messages(

@@ -156,7 +156,10 @@ def _delivery_lines(
         route = config.routes[choice.route]
         lines.append(f"     by routes[{choice.route}] (match '{route.match}'), {crossing}")
     else:
-        lines.append(f"     by its catalog, no route needed, {crossing}")
+        lines.append(
+            f"     by its catalog (a subscriber in that database's own subscription table), "
+            f"no route needed, {crossing}"
+        )
     if choice.catalog is not None:
         lines.append(f"     catalog {choice.catalog}")
     return lines

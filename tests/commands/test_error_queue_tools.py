@@ -494,3 +494,56 @@ def test_a_replay_that_dies_before_its_commit_leaves_every_message_in_the_error_
     assert sorted(m.row_id for m in report.moved) == sorted(sent) and report.gone == []
     assert world.rows(ERROR) == []
     assert sorted(row_id for row_id, _ in world.rows(FORWARD)) == sorted(sent)
+
+
+def test_a_copy_in_another_databases_grammar_is_replayed_through_retry_storage(
+    tmp_path: Path, new_pg_database: Any
+) -> None:
+    # A SQLite edge whose event went to a PostgreSQL subscriber read from that database's
+    # subscription table: its copy names the queue in PostgreSQL's grammar, and says so in a
+    # bridge header that the forwarding queue would not keep (a sender could forge it).
+    edge = SqliteEndpoint(tmp_path / "edge.db")
+    central = PostgresEndpoint(new_pg_database())
+    path = write_config(
+        tmp_path / "sfbridge.yaml",
+        {
+            "databases": {"edge": edge.database_entry(), "central": central.database_entry()},
+            "forwarders": [{"name": "orders", "database": "edge", "queue": FORWARD}],
+            "routes": [{"match": "Samples.Receiver*", "database": "central"}],
+        },
+    )
+    assert sfbridge("-c", str(path), "install").returncode == 0
+    central.create_queue(RECEIVER)
+    copy = nsb_message_headers(
+        '"public"."Samples.Receiver"',
+        **{
+            "$.sfbridge.address-database": "central",
+            "NServiceBus.FailedQ": FORWARD,
+            "$.sfbridge.failure-reason": "missing-queue",
+        },
+    )
+    edge.send(ERROR, [(copy, b"{}", None)])
+
+    replayed = sfbridge("-c", str(path), "errors", "replay")
+    assert replayed.returncode == 0, replayed.stderr
+    with sqlite3.connect(edge.path) as connection:
+        waiting = connection.execute("SELECT headers, attempts FROM sfbridge_retry").fetchall()
+        queued = connection.execute(f'SELECT count(*) FROM "{FORWARD}"').fetchone()[0]
+    assert queued == 0
+    [(headers, attempts)] = waiting
+    assert json.loads(headers)["$.sfbridge.address-database"] == "central"
+    assert attempts == 0
+
+    config, _ = load_config(path)
+    connections = Connections(config.databases)
+    try:
+        forwarder = BatchForwarder(config, config.forwarders[0], connections)
+        assert forwarder.forward_batch("retry").counts == Counter({"delivered": 1})
+        # The same headers written by a sender into the forwarding queue: the bridge header
+        # is dropped, and the address read in SQLite's grammar matches no route.
+        edge.send(FORWARD, [(copy, b"{}", None)])
+        assert forwarder.forward_batch().counts == Counter({"sent-to-error-queue": 1})
+    finally:
+        connections.close()
+    [received] = central.receive_all(RECEIVER)
+    assert received["headers"]["NServiceBus.MessageId"] == copy["NServiceBus.MessageId"]

@@ -98,7 +98,7 @@ def _route(config: Path, *args: str) -> Any:
         pytest.param("Samples.Receiver", None, id="table-only"),
         pytest.param(
             "[Samples.Receiver]@[dbo]@[ReceiverDb]",
-            "catalog [ReceiverDb] is database 'receiver': the message goes there",
+            "catalog [ReceiverDb] is database 'receiver': a route to it decides",
             id="the-receivers-catalog-table-in-brackets",
         ),
     ],
