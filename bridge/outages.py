@@ -338,7 +338,6 @@ class OutageTracker:
             _duration(timedelta(seconds=self._interval)),
         )
 
-
     def _say_refused(self, database: str, error: str, login: str | None) -> None:
         if self._quiet:
             return

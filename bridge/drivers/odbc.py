@@ -178,7 +178,8 @@ class OdbcConnection:
         set (one per statement of a batch); they are skipped, so the connection is free for the
         next statement. `query_timeout`: the driver's own timeout for every statement
         (SQL_ATTR_QUERY_TIMEOUT, whole seconds; SQL Server's drivers enforce it on the client,
-        so a silent server cannot hold a call; psqlODBC has none). Raises ConnectionFailed (AuthenticationFailed when the server refused the login).
+        so a silent server cannot hold a call; psqlODBC has none). Raises ConnectionFailed
+        (AuthenticationFailed when the server refused the login).
         """
         import pyodbc  # lazy: see the module docstring
 
