@@ -83,7 +83,8 @@ def test_a_refused_login_waits_in_retry_storage_and_is_tried_rarely_until_a_relo
     pg_create_queue(receiver, SAMPLES_RECEIVER)
     pg_create_queue(locked_db, LOCKED_QUEUE)
     # The operator changed the password on one side only: the server refuses the login.
-    write_config(tmp_path / "sfbridge.yaml", _config(sender, receiver, _login(locked, REFUSED_LOGIN)))
+    refused = _config(sender, receiver, _login(locked, REFUSED_LOGIN))
+    write_config(tmp_path / "sfbridge.yaml", refused)
 
     with DaemonProcess(path, tmp_path / "daemon.log") as daemon:
         pg_send(sender, SENDER_FORWARD, 20, destination=LOCKED_QUEUE)

@@ -64,7 +64,7 @@ def test_a_refused_login_is_authentication_failed_naming_the_login_not_the_passw
 def test_a_missing_database_or_server_is_not_a_refused_login(
     driver: str, new_pg_database: Callable[[], str]
 ) -> None:
-    missing_database = re.sub(r"Database=[^;]*;", "Database=sfbridge_no_such_db;", new_pg_database())
+    missing_database = re.sub(r"Database=[^;]*;", "Database=no_such_db;", new_pg_database())
     no_server = re.sub(r"Port=\d+;", "Port=1;", new_pg_database())
     for text in (missing_database, no_server):
         with pytest.raises(ConnectionFailed) as failure:
@@ -83,7 +83,7 @@ def test_a_missing_database_or_server_is_not_a_refused_login(
         ("", "fe_sendauth: no password supplied", None),
         # SQL Server through FreeTDS / Microsoft's driver: SQLSTATE 28000, error 18456.
         ("28000", "[FreeTDS][SQL Server]Login failed for user 'bridge'. (18456)", "bridge"),
-        ("42000", "[SQL Server]Login failed for user 'bridge'. (18456) (SQLDriverConnect)", "bridge"),
+        ("42000", "[SQL Server]Login failed for user 'bridge'. (18456) (SQLDriver)", "bridge"),
     ],
 )
 def test_refused_logins_are_told_by_sqlstate_class_28_or_the_servers_words(
