@@ -9,7 +9,8 @@ from contextlib import contextmanager
 
 from bridge.config.model import DatabaseConfig
 from bridge.dialects import Dialect, dialect_for
-from bridge.drivers import Connection
+from bridge.drivers import AuthenticationFailed, Connection
+from bridge.outages import OutageTracker
 
 log = logging.getLogger(__name__)
 
@@ -48,19 +49,41 @@ def load_drivers(databases: Mapping[str, DatabaseConfig], *, quiet: bool = False
 class Connections:
     """Connections owned by one worker (a connection is never used by two threads at once: a
     worker's delivery threads, `bridge.forwarding.side_by_side`, each use the connections of
-    their own database only)."""
+    their own database only).
 
-    def __init__(self, databases: Mapping[str, DatabaseConfig]) -> None:
+    `logins`: a daemon's outage tracker. A login the server refused is recorded there, and
+    while it stands no new connection to that database logs in (the daemon's probe alone tries
+    it, rarely: `bridge.outages`); `get` raises AuthenticationFailed at once instead."""
+
+    def __init__(
+        self, databases: Mapping[str, DatabaseConfig], logins: OutageTracker | None = None
+    ) -> None:
         self._databases = databases
         self._open: dict[tuple[str, str], Connection] = {}
+        self.logins = logins
 
     def get(self, database: str, role: str = "") -> Connection:
         """An open connection to `database`; a `role` other than the default one is a second
         connection of its own (e.g. for records committed apart from a batch). Raises
-        ConnectionFailed."""
+        ConnectionFailed (AuthenticationFailed while the login is refused)."""
         connection = self._open.get((database, role))
         if connection is None:
-            connection = connect(self._databases[database])
+            logins = self.logins
+            if logins is not None and (refused := logins.refused_login(database)) is not None:
+                when = f"{refused.next_probe_at:%H:%M:%S} UTC" if refused.next_probe_at else "later"
+                last = (refused.last_error or "").removeprefix(f"database '{database}': ")
+                raise AuthenticationFailed(
+                    database,
+                    f"its login is refused; the daemon tries it again at {when}, or at once "
+                    f"after a reload ({last})",
+                    login=refused.login,
+                )
+            try:
+                connection = connect(self._databases[database])
+            except AuthenticationFailed as error:
+                if logins is not None:
+                    logins.record_trouble(database, "auth-failed", str(error), error.login)
+                raise
             self._open[(database, role)] = connection
         return connection
 

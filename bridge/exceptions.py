@@ -140,6 +140,20 @@ class ConnectionFailed(DatabaseUnavailable):
     """Opening a connection failed. Not retried in-process: the database is probably down."""
 
 
+class AuthenticationFailed(ConnectionFailed):
+    """The server refused the login: a wrong password, a role that does not exist or may not
+    log in, pg_hba.conf, SQL Server's "login failed" (18456). Not an outage that passes by
+    itself: a person ends it by fixing the login and reloading, and every attempt counts
+    against an account lock-out policy, so it is tried again rarely (`bridge.outages`).
+    `login` is the user name, where known; never the password."""
+
+    def __init__(
+        self, database: str, message: str, *, login: str | None = None, advice: str | None = None
+    ) -> None:
+        super().__init__(database, message, advice=advice)
+        self.login = login
+
+
 class ConnectionLost(DatabaseUnavailable):
     """An open connection broke mid-session. Worth one immediate retry on a new connection."""
 

@@ -9,6 +9,12 @@ Who probes: in the daemon, one scheduled job (`external_probe`), once per probe 
 no worker ever blocks on a dead database, and the daemon's worker processes learn what it finds
 (`listener`, `bridge.daemon.processes`); standalone (tests, one-off drains), the first
 delivery attempt after the interval is the probe, and only one caller gets to make it.
+
+A refused login (`auth-failed`) is a state of its own: it does not pass by itself, and every
+attempt counts against an account lock-out policy. It is tried again after the probe interval,
+then after twice as long each time, up to `AUTH_RETRY_MAX_SECONDS` (`auth_retry_delay`); in the
+daemon nothing else logs in meanwhile (`refused_login`, which `bridge.connections.Connections`
+asks). A reload starts a new tracker: the login is tried again at once.
 """
 
 from __future__ import annotations
@@ -21,10 +27,15 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
+from bridge.secrets import mask_secrets
+
 log = logging.getLogger(__name__)
 
-State = Literal["up", "unreachable", "not-ready"]
-TroubleKind = Literal["unreachable", "not-ready"]
+State = Literal["up", "unreachable", "not-ready", "auth-failed"]
+TroubleKind = Literal["unreachable", "not-ready", "auth-failed"]
+
+# A refused login is tried again at most this far apart (after doubling from the interval).
+AUTH_RETRY_MAX_SECONDS = 600.0
 
 # While a database stays in trouble, say so again this often (the first time is at once).
 REMINDER_SECONDS = 600.0
@@ -42,6 +53,7 @@ class DatabaseState:
     since: datetime
     last_error: str | None = None
     next_probe_at: datetime | None = None
+    login: str | None = None  # the user name of a refused login (auth-failed)
 
     @property
     def in_trouble(self) -> bool:
@@ -70,6 +82,10 @@ class OutageTracker:
         self._states: dict[str, DatabaseState] = {}
         self._next_probe: dict[str, float] = {}  # monotonic
         self._next_reminder: dict[str, float] = {}
+        # Refused logins in a row per database, and whether a new login was let through
+        # since the last one (a refusal that was not tried again is the same refusal told twice).
+        self._refusals: dict[str, int] = {}
+        self._tried: set[str] = set()
         # Tables another session held locked past the query timeout: (database, table) ->
         # (monotonic time until which they count as busy, the error).
         self._busy: dict[tuple[str, str], tuple[float, str]] = {}
@@ -91,31 +107,78 @@ class OutageTracker:
             if state is None or not state.in_trouble:
                 return None
             if not self._external and self._clock() >= self._next_probe[database]:
-                self._schedule_probe(database)
+                self._schedule_probe(database, granted=True)
                 return None
             return state
 
     def record_trouble(
-        self, database: str, kind: TroubleKind, error: str, *, relayed: bool = False
+        self,
+        database: str,
+        kind: TroubleKind,
+        error: str,
+        login: str | None = None,
+        *,
+        relayed: bool = False,
     ) -> None:
-        """`database` failed as a whole (unreachable, or not ready for the bridge).
-        `relayed`: another process of the daemon saw it (the listener is not told)."""
+        """`database` failed as a whole (unreachable, not ready for the bridge, or its
+        login refused: `login` is then the user name, where known). `relayed`: another
+        process of the daemon saw it (the listener is not told)."""
         with self._lock:
             before = self._states.get(database)
-            now = self._clock()
-            if before is None or before.state != kind:
-                since = _utcnow()
-                self._say_trouble(database, kind, error, since=None)
-                self._next_reminder[database] = now + REMINDER_SECONDS
+            if kind == "auth-failed":
+                self._record_refused(database, before, error, login)
             else:
-                since = before.since
-                if now >= self._next_reminder.get(database, 0.0):
-                    self._say_trouble(database, kind, error, since=since)
-                    self._next_reminder[database] = now + REMINDER_SECONDS
-            self._states[database] = DatabaseState(database, kind, since, error)
-            self._schedule_probe(database)
+                self._record_outage(database, kind, before, error)
             self.version += 1
-        self._tell(relayed, "record_trouble", database, kind, error)
+        self._tell(relayed, "record_trouble", database, kind, error, login)
+
+    def _record_outage(
+        self, database: str, kind: TroubleKind, before: DatabaseState | None, error: str
+    ) -> None:
+        # Caller holds the lock.
+        now = self._clock()
+        if before is None or before.state != kind:
+            since = _utcnow()
+            self._say_trouble(database, kind, error, since=None)
+            self._next_reminder[database] = now + REMINDER_SECONDS
+        else:
+            since = before.since
+            if now >= self._next_reminder.get(database, 0.0):
+                self._say_trouble(database, kind, error, since=since)
+                self._next_reminder[database] = now + REMINDER_SECONDS
+        self._states[database] = DatabaseState(database, kind, since, error)
+        self._schedule_probe(database)
+
+    def _record_refused(
+        self, database: str, before: DatabaseState | None, error: str, login: str | None
+    ) -> None:
+        # Caller holds the lock. Said once, when the state starts (not reminded: the state
+        # stays until a person acts, and the metric and `status` show it meanwhile).
+        if before is not None and before.state == "auth-failed":
+            if database not in self._tried:
+                return  # the refusal already recorded, told again (another worker, a process)
+            self._refusals[database] += 1
+            since = before.since
+            login = login or before.login
+        else:
+            self._refusals[database] = 1
+            since = _utcnow()
+        self._tried.discard(database)
+        self._states[database] = DatabaseState(database, "auth-failed", since, error, login=login)
+        self._schedule_probe(database)
+        if before is None or before.state != "auth-failed":
+            self._say_refused(database, error, login)
+
+    def refused_login(self, database: str) -> DatabaseState | None:
+        """The state of `database` while its login is refused, for a daemon's connections to
+        fail at once instead of logging in (only the daemon's probe tries: `due_for_probe`);
+        None otherwise, and always without an external prober (there the caller `trouble`
+        lets through is the attempt)."""
+        with self._lock:
+            state = self._states.get(database)
+            if self._external and state is not None and state.state == "auth-failed":
+                return state
+            return None
 
     def record_up(self, database: str, *, relayed: bool = False) -> None:
         with self._lock:
@@ -123,13 +186,24 @@ class OutageTracker:
             if before is not None and not before.in_trouble:
                 return
             if before is not None and not self._quiet:
-                log.warning(
-                    "database '%s' is usable again after %s; delivering what waited for it",
-                    database,
-                    _duration(_utcnow() - before.since),
-                )
+                if before.state == "auth-failed":
+                    log.warning(
+                        "database '%s': the login%s is accepted again after %s; delivering "
+                        "what waited for it",
+                        database,
+                        f" '{before.login}'" if before.login else "",
+                        _duration(_utcnow() - before.since),
+                    )
+                else:
+                    log.warning(
+                        "database '%s' is usable again after %s; delivering what waited for it",
+                        database,
+                        _duration(_utcnow() - before.since),
+                    )
             self._states[database] = DatabaseState(database, "up", _utcnow())
             self._next_probe.pop(database, None)
+            self._refusals.pop(database, None)
+            self._tried.discard(database)
             self.version += 1
         self._tell(relayed, "record_up", database)
 
@@ -159,7 +233,7 @@ class OutageTracker:
                 if state.in_trouble and now >= self._next_probe[name]
             ]
             for name in due:
-                self._schedule_probe(name)
+                self._schedule_probe(name, granted=True)
             return due
 
     def record_busy(self, database: str, table: str, error: str, *, relayed: bool = False) -> None:
@@ -233,12 +307,19 @@ class OutageTracker:
         with self._lock:
             return [self._states[name] for name in sorted(self._states)]
 
-    def _schedule_probe(self, database: str) -> None:
-        # Caller holds the lock.
-        self._next_probe[database] = self._clock() + self._interval
+    def _schedule_probe(self, database: str, *, granted: bool = False) -> None:
+        """Caller holds the lock. `granted`: a caller was just let through to try (a refused
+        login then waits as long as the next refusal would make it wait)."""
         state = self._states.get(database)
+        wait = self._interval
+        if state is not None and state.state == "auth-failed":
+            refusals = self._refusals.get(database, 1) + (1 if granted else 0)
+            wait = auth_retry_delay(self._interval, refusals)
+            if granted:
+                self._tried.add(database)
+        self._next_probe[database] = self._clock() + wait
         if state is not None and state.in_trouble:
-            next_at = _utcnow() + timedelta(seconds=self._interval)
+            next_at = _utcnow() + timedelta(seconds=wait)
             self._states[database] = replace(state, next_probe_at=next_at)
 
     def _say_trouble(
@@ -256,6 +337,29 @@ class OutageTracker:
             error,
             _duration(timedelta(seconds=self._interval)),
         )
+
+    def _say_refused(self, database: str, error: str, login: str | None) -> None:
+        if self._quiet:
+            return
+        log.error(
+            "database '%s': the server refused the login%s: %s; its messages wait in retry "
+            "storage, and the login is tried again in %s, then twice as long each time up to "
+            "every %s (so as not to lock the account). Fix the login (the password, the "
+            "role, pg_hba.conf) and reload (systemctl reload sfbridge) to try at once",
+            database,
+            f" '{login}'" if login else "",
+            mask_secrets(error),
+            _duration(timedelta(seconds=self._interval)),
+            _duration(timedelta(seconds=AUTH_RETRY_MAX_SECONDS)),
+        )
+
+
+def auth_retry_delay(probe_interval: float, refusals: int) -> float:
+    """Seconds from the `refusals`-th refused login in a row (1: the first) to the next
+    attempt: the probe interval, doubling with each refusal, at most `AUTH_RETRY_MAX_SECONDS`
+    (never less than the probe interval, were it set longer)."""
+    doubled = probe_interval * 2 ** min(max(refusals - 1, 0), 30)
+    return max(probe_interval, min(doubled, AUTH_RETRY_MAX_SECONDS))
 
 
 def _utcnow() -> datetime:

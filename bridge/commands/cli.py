@@ -335,6 +335,8 @@ def _status(config: BridgeConfig, args: argparse.Namespace) -> int:
     unavailable = any("error" in forwarder for forwarder in status["forwarders"])
     if unavailable:
         return ExitCode.UNAVAILABLE
+    if status["auth_failed"]:
+        return ExitCode.FAILED  # a refused login stays until a person fixes it
     # Nothing is forwarded while no daemon runs: a script or a check must not read it as fine.
     return ExitCode.OK if status["daemons_running"] else ExitCode.FAILED
 

@@ -14,7 +14,7 @@ from bridge.config.model import BridgeConfig
 from bridge.connections import Connections
 from bridge.dialects import Dialect, dialect_for
 from bridge.drivers import Connection
-from bridge.exceptions import DatabaseError, TableNotFound
+from bridge.exceptions import AuthenticationFailed, DatabaseError, TableNotFound
 from bridge.forwarding.in_doubt import old_prepared_transactions
 from bridge.forwarding.proxies import proxy_destination
 from bridge.secrets import inert
@@ -52,17 +52,29 @@ def collect_status(config: BridgeConfig, audit_entries: int = RECENT_COMMANDS) -
             for name in (forwarder.name for forwarder in config.forwarders)
         ]
         old, _ = old_prepared_transactions(config, connections)
+        destinations = _destinations(config, connections, states)
         return {
             "daemons": daemons,
             "daemons_running": len(running),
             "forwarders": forwarders,
             "error_queues": error_queues,
-            "destinations": _destinations(config, connections, states),
+            "destinations": destinations,
+            "auth_failed": _auth_failed(forwarders, destinations),
             "prepared_transactions": old,
             "audit": recent_commands(config, connections, audit_entries),
         }
     finally:
         connections.close()
+
+
+def _auth_failed(forwarders: list[dict[str, Any]], destinations: list[dict[str, Any]]) -> list[str]:
+    """The databases whose login is refused now: a forwarding database `status` itself could
+    not log in to, or a destination a running daemon says so of."""
+    refused = {f["database"] for f in forwarders if f.get("error_state") == "auth-failed"}
+    refused |= {
+        d["database"] for d in destinations if d["state"] == "auth-failed" and not d["stale"]
+    }
+    return sorted(refused)
 
 
 def _daemons(config: BridgeConfig, connections: Connections) -> list[dict[str, Any]]:
@@ -303,7 +315,13 @@ def _forwarder_status(
         connections.discard(forwarder.database)
         status["error"] = str(error)
         # A table of the bridge's missing is a state of the database, as for a destination.
-        status["error_state"] = "not-ready" if isinstance(error, TableNotFound) else "unavailable"
+        status["error_state"] = (
+            "not-ready"
+            if isinstance(error, TableNotFound)
+            else "auth-failed"
+            if isinstance(error, AuthenticationFailed)
+            else "unavailable"
+        )
     return status
 
 
@@ -455,12 +473,15 @@ def _render_destination(entry: dict[str, Any]) -> list[str]:
     if state == "up":
         was = "was up" if entry["stale"] else "up"
         return [f"  {name:<12} {was} since {since}; {waiting} ({seen})"]
-    label = "DOWN" if state == "unreachable" else "NOT READY"
-    return [
-        f"  {name:<12} {label} since {since}; {waiting}; next probe {entry['next_probe_at']} "
-        f"({seen})",
+    label = {"unreachable": "DOWN", "auth-failed": "AUTH FAILED"}.get(state, "NOT READY")
+    probe = "next login attempt" if state == "auth-failed" else "next probe"
+    lines = [
+        f"  {name:<12} {label} since {since}; {waiting}; {probe} {entry['next_probe_at']} ({seen})",
         f"               last error: {entry['last_error']}",
     ]
+    if state == "auth-failed":
+        lines.append("               fix the login, then reload the daemon to try at once")
+    return lines
 
 
 def _render_forwarders(statuses: list[dict[str, Any]]) -> list[str]:
@@ -485,6 +506,11 @@ def _render_forwarders(statuses: list[dict[str, Any]]) -> list[str]:
                 lines.append(
                     f"  NOT READY: {status['error']} ('sfbridge check' says what is missing and "
                     "who may create it)"
+                )
+            elif status.get("error_state") == "auth-failed":
+                lines.append(
+                    f"  AUTH FAILED: {status['error']} (fix the login, then reload the daemon: "
+                    "systemctl reload sfbridge)"
                 )
             else:
                 lines.append(f"  UNAVAILABLE: {status['error']}")

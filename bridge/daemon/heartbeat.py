@@ -18,6 +18,7 @@ from bridge.config.model import BridgeConfig
 from bridge.connections import Connections
 from bridge.dialects import dialect_for
 from bridge.exceptions import DatabaseError, DatabaseUnavailable, TableNotFound
+from bridge.outages import OutageTracker
 from bridge.storage.daemons import DaemonRecord, forget_daemons, save_daemon, this_daemon
 from bridge.storage.grants import lacking_right
 from bridge.storage.tables import (
@@ -46,6 +47,9 @@ class Heartbeat:
         # Databases whose heartbeat failed and was logged: one warning per failure, not per
         # beat, and again once it recovered and failed anew.
         self._failing: set[str] = set()
+        # The daemon's outage tracker, set by each start: no heartbeat logs in while the
+        # database's login is refused (`bridge.connections.Connections`).
+        self.logins: OutageTracker | None = None
 
     def forwarding_databases(self) -> list[str]:
         return list(dict.fromkeys(forwarder.database for forwarder in self.config.forwarders))
@@ -78,6 +82,7 @@ class Heartbeat:
             if state == "running" and self._stopping:
                 return
             connections = self._connections.setdefault(database, Connections(self.config.databases))
+            connections.logins = self.logins
             try:
                 self._write(connections, database, state)
             except DatabaseError as error:

@@ -383,6 +383,16 @@ class BridgeMetrics:
             trouble = outages.in_trouble(database) if outages is not None else False
             up.add_metric([database], 0 if trouble or database in forwarding_down else 1)
         yield up
+        refused = GaugeMetricFamily(
+            "sfbridge_database_auth_failed",
+            "1 while the database refuses the bridge's login (a wrong password, an unknown or "
+            "NOLOGIN role, pg_hba.conf): tried again only every few minutes until a reload.",
+            labels=["database"],
+        )
+        for database in sorted(config.databases):
+            state = outages.state(database) if outages is not None else None
+            refused.add_metric([database], 1 if state and state.state == "auth-failed" else 0)
+        yield refused
         failing = GaugeMetricFamily(
             "sfbridge_forwarder_failing",
             "1 while the forwarder's batches fail (its queue cannot be read, or a batch fails "

@@ -148,7 +148,9 @@ def start_pools(
     for database in watched:
         board = pools.boards.setdefault(database, WorkBoard({}))
         also = partial(relay, database) if relay is not None else None
-        pools.watchers.append(WorkWatcher(config, database, board, stop, health, observer, also))
+        pools.watchers.append(
+            WorkWatcher(config, database, board, stop, health, observer, also, logins=outages)
+        )
     for worker in pools.workers:
         worker.start()
     return pools

@@ -6,7 +6,12 @@ from __future__ import annotations
 
 from bridge.config.model import BridgeConfig
 from bridge.connections import Connections
-from bridge.exceptions import BridgeTableMissing, DatabaseError, PermissionDenied
+from bridge.exceptions import (
+    AuthenticationFailed,
+    BridgeTableMissing,
+    DatabaseError,
+    PermissionDenied,
+)
 from bridge.outages import OutageTracker
 from bridge.storage.ledger import (
     RUNTIME_DDL_OFF_ADVICE,
@@ -23,7 +28,9 @@ def probe_databases(config: BridgeConfig, tracker: OutageTracker) -> None:
     """Look at each database in trouble whose probe is due; record what is found.
 
     A probe connects and makes sure the ledger is there (creating it when allowed), which is
-    what delivery needs of a destination database. Never raises.
+    what delivery needs of a destination database; a database whose login was refused (which
+    may be a forwarding database) only logs in: delivery heals a missing ledger on its way.
+    Never raises.
     """
     due = tracker.due_for_probe()
     if not due:
@@ -31,8 +38,12 @@ def probe_databases(config: BridgeConfig, tracker: OutageTracker) -> None:
     connections = Connections(config.databases)
     try:
         for database in due:
+            refused = tracker.refused_login(database) is not None
             try:
                 connection = connections.get(database)
+                if refused:
+                    tracker.record_up(database)
+                    continue
                 ensure_ledger(connection, config, database, create=config.install.at_runtime)
                 tracker.record_up(database)
             except BridgeTableMissing:
@@ -45,6 +56,8 @@ def probe_databases(config: BridgeConfig, tracker: OutageTracker) -> None:
                 tracker.record_trouble(
                     database, "not-ready", ledger_problem(config, database, advice)
                 )
+            except AuthenticationFailed as error:
+                tracker.record_trouble(database, "auth-failed", str(error), error.login)
             except DatabaseError as error:
                 connections.discard(database)
                 tracker.record_trouble(database, "unreachable", str(error))

@@ -133,7 +133,7 @@ class Outbox:
             for database in databases:
                 state = self._outages.state(database)
                 if state is not None and state.in_trouble:
-                    args = (database, state.state, state.last_error or "")
+                    args = (database, state.state, state.last_error or "", state.login)
                     messages.append(("outage", "record_trouble", args))
                 else:
                     messages.append(("outage", "record_up", (database,)))

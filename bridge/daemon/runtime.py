@@ -161,7 +161,11 @@ class Daemon:
             parts.append("FAILING: " + ", ".join(state.forwarder for state in failing))
         if self._outages is not None:
             troubled = [state for state in self._outages.states() if state.in_trouble]
-            for kind, word in (("unreachable", "DOWN"), ("not-ready", "NOT READY")):
+            for kind, word in (
+                ("unreachable", "DOWN"),
+                ("not-ready", "NOT READY"),
+                ("auth-failed", "AUTH FAILED"),
+            ):
                 names = [state.database for state in troubled if state.state == kind]
                 if names:
                     parts.append(f"{word}: " + ", ".join(names))
@@ -180,6 +184,7 @@ class Daemon:
         self._worker_stop = stop = threading.Event()
         outages = OutageTracker(probe_interval(self.config), external_probe=True)
         self._outages = outages
+        self.heartbeat.logins = outages
         publisher = StatePublisher(self.config, outages, self.health)
         if self.metrics is not None:
             self.metrics.use_config(self.config, outages, self.health)
@@ -243,7 +248,7 @@ class Daemon:
         upkeep.add(publisher.publish, 2.0)
         upkeep.add(self._log_progress, 60.0)
         if self.metrics is not None:
-            self._sampling = sampling = Connections(self.config.databases)
+            self._sampling = sampling = Connections(self.config.databases, outages)
             metrics = self.metrics
             upkeep.add(lambda: metrics.sample(sampling), SAMPLE_INTERVAL, at_once=True)
         self._upkeep = upkeep
@@ -268,7 +273,7 @@ class Daemon:
 
     def _settle_in_doubt(self) -> None:
         """The scheduled job: settle what crashed batches left (`bridge.forwarding.in_doubt`)."""
-        connections = Connections(self.config.databases)
+        connections = Connections(self.config.databases, self._outages)
         try:
             settled = resolve_in_doubt(self.config, connections)
         except Exception:

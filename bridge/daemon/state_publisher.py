@@ -52,7 +52,7 @@ class StatePublisher:
         health = {state.forwarder: state for state in self._health.states()} if self._health else {}
         if not states and not health:
             return
-        connections = Connections(self._config.databases)
+        connections = Connections(self._config.databases, self._tracker)
         all_written = True
         try:
             for forwarder in _one_forwarder_per_database(self._config):

@@ -34,6 +34,7 @@ from bridge.daemon.push import PUSH_POLL_INTERVAL, PushChannels
 from bridge.dialects import dialect_for
 from bridge.exceptions import DatabaseError, DatabaseUnavailable, TableNotFound
 from bridge.forwarding.observers import ForwardingObserver, safe_observer
+from bridge.outages import OutageTracker
 from bridge.storage.tables import forwarder_tables
 
 log = logging.getLogger(__name__)
@@ -70,10 +71,12 @@ class WorkWatcher(threading.Thread):
         health: ForwarderHealth,
         observer: ForwardingObserver | None = None,
         also: Callable[[list[Key]], None] | None = None,
+        *,
+        logins: OutageTracker | None = None,
     ) -> None:
         """`also`: told the marks no worker on `board` can start on now (the daemon's
         worker processes, whose boards this watcher marks through it:
-        `bridge.daemon.processes`)."""
+        `bridge.daemon.processes`). `logins`: see `bridge.connections.Connections`."""
         super().__init__(name=f"watch-{database}", daemon=True)
         self.config = config
         self.database = database
@@ -87,6 +90,7 @@ class WorkWatcher(threading.Thread):
         self._wake = threading.Event()
         forwarders = [f for f in config.forwarders if f.database == database]
         self._also = also
+        self._logins = logins
         self._forwarders = forwarders
         self._parts: list[Part] = []
         for forwarder in forwarders:
@@ -123,7 +127,7 @@ class WorkWatcher(threading.Thread):
         self._wake.set()
 
     def run(self) -> None:
-        connections = Connections(self.config.databases)
+        connections = Connections(self.config.databases, self._logins)
         backoff = FIRST_BACKOFF
         next_poll = next_fast = 0.0
         next_listen = 0.0

@@ -69,7 +69,7 @@ class PoolWorker(threading.Thread):
         self._source_down = False
 
     def run(self) -> None:
-        connections = Connections(self.config.databases)
+        connections = Connections(self.config.databases, self._outages)
         forwarders: dict[str, BatchForwarder] = {}
         try:
             while not self.stop.is_set():

@@ -9,6 +9,7 @@ types, never a driver exception or a SQLSTATE. Drivers know no dialect: a dialec
 from bridge.drivers.base import Connection, Unreadable
 from bridge.exceptions import (
     AlreadyExists,
+    AuthenticationFailed,
     ConnectionFailed,
     ConnectionLost,
     DatabaseError,
@@ -26,6 +27,7 @@ from bridge.exceptions import (
 
 __all__ = [
     "AlreadyExists",
+    "AuthenticationFailed",
     "Connection",
     "ConnectionFailed",
     "ConnectionLost",

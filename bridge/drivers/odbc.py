@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from bridge.drivers.base import Row
-from bridge.drivers.sqlstates import classify
+from bridge.drivers.sqlstates import classify, connect_failure
 from bridge.exceptions import ConnectionFailed, DatabaseError, ValueNotConvertible
 from bridge.secrets import mask_secrets
 
@@ -92,6 +92,15 @@ def driver_log_switches(connection_string: str) -> tuple[str, str, list[str]] | 
         if parser.get(section, name, fallback="0").strip() not in ("", "0")
     ]
     return (path, section, switches) if switches else None
+
+
+def login_of(connection_string: str) -> str | None:
+    """The user name an ODBC connection string logs in with (`Uid`, `User ID`, `User`,
+    `Username`), or None."""
+    for key, value in parse_connection_string(connection_string):
+        if key.lower().replace(" ", "") in ("uid", "userid", "user", "username") and value:
+            return value[1:-1] if value.startswith("{") and value.endswith("}") else value
+    return None
 
 
 def _state_and_message(error: Exception) -> tuple[str, str]:
@@ -169,7 +178,8 @@ class OdbcConnection:
         set (one per statement of a batch); they are skipped, so the connection is free for the
         next statement. `query_timeout`: the driver's own timeout for every statement
         (SQL_ATTR_QUERY_TIMEOUT, whole seconds; SQL Server's drivers enforce it on the client,
-        so a silent server cannot hold a call; psqlODBC has none). Raises ConnectionFailed.
+        so a silent server cannot hold a call; psqlODBC has none). Raises ConnectionFailed
+        (AuthenticationFailed when the server refused the login).
         """
         import pyodbc  # lazy: see the module docstring
 
@@ -183,8 +193,9 @@ class OdbcConnection:
             )
         except pyodbc.Error as error:
             state, message = _state_and_message(error)
-            raise ConnectionFailed(
-                database, f"cannot connect: {mask_secrets(_clean(message))} (SQLSTATE {state})"
+            text = f"cannot connect: {mask_secrets(_clean(message))} (SQLSTATE {state})"
+            raise connect_failure(
+                database, state, message, text, login_of(connection_string)
             ) from None
         try:
             if query_timeout is not None:

@@ -26,7 +26,7 @@ from urllib.parse import unquote
 
 from bridge.drivers.base import Row, Unreadable
 from bridge.drivers.odbc import parse_connection_string
-from bridge.drivers.sqlstates import classify
+from bridge.drivers.sqlstates import classify, connect_failure
 from bridge.exceptions import ConnectionFailed, ConnectionLost, DatabaseError, QueryTimeout
 from bridge.secrets import mask_secrets
 
@@ -146,7 +146,8 @@ class PsycopgConnection:
         application_name: str | None = None,
     ) -> None:
         """Connect (see `libpq_parameters`) and run `session_setup` once. Raises
-        ConnectionFailed with a message free of secrets.
+        ConnectionFailed with a message free of secrets (AuthenticationFailed when the server
+        refused the login).
 
         `application_name` is what the server shows for the connection (`pg_stat_activity`)
         unless the connection string names one.
@@ -187,8 +188,12 @@ class PsycopgConnection:
             if deadline is not None:
                 self._connection.deadline = deadline + SERVER_ANSWER_GRACE
         except psycopg.Error as error:
-            text = _without(_message(error), _passwords(connection_string, parameters))
-            raise ConnectionFailed(database, f"cannot connect: {text}") from None
+            secrets = _passwords(connection_string, parameters)
+            text = _without(_message(error), secrets)
+            state = getattr(error, "sqlstate", None) or ""
+            raise connect_failure(
+                database, state, text, f"cannot connect: {text}", _login(parameters)
+            ) from None
         try:
             with self._connection.cursor() as cursor:
                 for statement in session_setup:
@@ -475,6 +480,19 @@ def _passwords(connection_string: str, parameters: dict[str, str]) -> list[str]:
             raw = userinfo.split(":", 1)[1]
             found += [raw, unquote(raw)]
     return sorted({p for p in found if p}, key=len, reverse=True)
+
+
+def _login(parameters: dict[str, str]) -> str | None:
+    """The user name of these connection parameters (given apart or in the conninfo)."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    if parameters.get("user"):
+        return parameters["user"]
+    try:
+        user = conninfo_to_dict(parameters.get("conninfo", "")).get("user")
+    except Exception:  # a conninfo psycopg cannot parse: the connect said why
+        return None
+    return str(user) if user else None
 
 
 def _without(text: str, secrets: list[str]) -> str:

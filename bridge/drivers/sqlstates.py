@@ -3,8 +3,12 @@ any ODBC database, psycopg for PostgreSQL)."""
 
 from __future__ import annotations
 
+import re
+
 from bridge.exceptions import (
     AlreadyExists,
+    AuthenticationFailed,
+    ConnectionFailed,
     ConnectionLost,
     DatabaseError,
     DuplicateKey,
@@ -30,6 +34,20 @@ _CONNECTION_LOST_STATES = {
     "HYT01",
 }
 CONNECT_FAILED_STATES = {"08001", "08004", "28000", "28P01", "IM002", "IM003", "3D000"}
+# Class 28: 28000 invalid_authorization_specification (PostgreSQL: a role that does not exist or
+# may not log in, pg_hba.conf rejects; SQL Server: login failed), 28P01 invalid_password.
+_LOGIN_REFUSED_STATES = {"28000", "28P01"}
+# libpq (so psycopg, whose `sqlstate` is None on connect) and psqlODBC (which says 08001) report
+# a refused login before a SQLSTATE reaches the client: the server's FATAL text gives it away
+# (PostgreSQL's English messages; "%s authentication failed" covers password, SCRAM, ident,
+# peer, LDAP, RADIUS, GSSAPI and certificates). SQL Server: "Login failed" is error 18456.
+_LOGIN_REFUSED_TEXT = re.compile(
+    r"authentication failed for user|role \"[^\"]*\" does not exist|is not permitted to log in"
+    r"|pg_hba\.conf|fe_sendauth: no password supplied|Login failed for user|\(18456\)",
+    re.IGNORECASE,
+)
+# The login as the server names it, when the connection string did not say.
+_LOGIN_IN_TEXT = re.compile(r"(?:for user|role) [\"']([^\"']+)[\"']", re.IGNORECASE)
 _TRANSIENT_STATES = {"40001", "40P01"}
 # 55P03 lock_not_available: `lock_timeout` (or NOWAIT) gave up on a lock someone else holds.
 _LOCK_TIMEOUT_STATES = {"55P03"}
@@ -78,3 +96,18 @@ def classify(
     if state in _CONNECTION_LOST_STATES or ("connection" in message.lower() and "lost" in message):
         return ConnectionLost(database, text)
     return DatabaseError(database, text)
+
+
+def connect_failure(
+    database: str, state: str, message: str, text: str, login: str | None
+) -> ConnectionFailed:
+    """The exception for a connection that could not be opened: AuthenticationFailed when the
+    server refused the login (SQLSTATE class 28, or its words in `message` where the driver
+    reports no SQLSTATE), else ConnectionFailed; `text` is what it shows (free of secrets).
+    `login`: the user name the connection string gives, if any (else the server's message
+    may name it)."""
+    if state in _LOGIN_REFUSED_STATES or _LOGIN_REFUSED_TEXT.search(message):
+        if login is None and (named := _LOGIN_IN_TEXT.search(message)) is not None:
+            login = named.group(1)
+        return AuthenticationFailed(database, text, login=login)
+    return ConnectionFailed(database, text)

@@ -35,6 +35,7 @@ from bridge.connections import Connections, savepoint
 from bridge.dialects import Dialect
 from bridge.drivers import Connection
 from bridge.exceptions import (
+    AuthenticationFailed,
     BridgeTableMissing,
     ConnectionLost,
     DatabaseError,
@@ -363,7 +364,9 @@ class RemoteDelivery:
 
     def _fail_all(self, items: Sequence[Item], error: DatabaseError) -> list[DeliveryResult]:
         outage = isinstance(error, DatabaseUnavailable)
-        if outage:
+        if isinstance(error, AuthenticationFailed):
+            self._outages.record_trouble(self._target.name, "auth-failed", str(error), error.login)
+        elif outage:
             self._outages.record_trouble(self._target.name, "unreachable", str(error))
         return [Failed(str(error), outage=outage)] * len(items)
 

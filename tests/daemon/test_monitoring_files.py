@@ -38,7 +38,7 @@ def test_alert_rules_are_valid_prometheus_rules() -> None:
         text=True,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 12 rules found" in result.stdout
+    assert "SUCCESS: 13 rules found" in result.stdout
 
 
 def test_each_alert_fires_when_it_should_and_not_before() -> None:
@@ -74,6 +74,7 @@ def test_every_alert_has_a_severity_and_says_what_to_do() -> None:
         "SfbridgeErrorQueueGrowing",
         "SfbridgeBatchFailures",
         "SfbridgeWorkerProcessRestarting",
+        "SfbridgeLoginRefused",
     } <= fired
 
 

@@ -770,6 +770,7 @@ class TcpRelay:
         # Data swallowed while silent on connections relayed before: each time, a client that
         # was talking to the server waits for an answer that never comes.
         self.unanswered = 0
+        self.accepted = 0  # connections clients opened through it (each one a login attempt)
         self._sockets: list[Any] = []
         self._lock = threading.Lock()
         self._closed = False
@@ -807,6 +808,7 @@ class TcpRelay:
                 client, _ = self._listener.accept()
             except OSError:
                 return
+            self.accepted += 1
             upstream = None
             if not self.silent.is_set():
                 try:
