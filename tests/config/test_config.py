@@ -1169,7 +1169,11 @@ def test_unknown_route_database_is_reported_with_nearest_match() -> None:
         ),
         pytest.param("schema", 5, "expected a string, got an integer (5)", id="schema-number"),
         pytest.param(
-            "to", "x", "unknown key (expected one of: match, database, schema, transaction)", id="k"
+            "to",
+            "x",
+            "unknown key (expected one of: match, database, schema, transaction, schemas, "
+            "catalogs)",
+            id="k",
         ),
     ],
 )
