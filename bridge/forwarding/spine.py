@@ -230,9 +230,7 @@ class BatchForwarder:
         batch.units = [
             unit
             for message in batch.claimed
-            for unit in self.units_of(
-                batch.connection, message, batch.missing_tables, batch.source
-            )
+            for unit in self.units_of(batch.connection, message, batch.missing_tables, batch.source)
         ]
 
     def _deliver(self, batch: Batch) -> None:
