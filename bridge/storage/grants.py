@@ -9,7 +9,7 @@ daemon and `install` all ask this module, so they agree on what a login may do.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from bridge.addressing import TableAddress
@@ -106,8 +106,7 @@ def missing_insert_right(
     rendered = dialect.grammar.render(table)
     qualified = dialect.grammar.qualified_name(table)
     try:
-        allowed, sequences = connection.query(dialect.sql("can_insert"), (qualified,))[0]
-        lacking = [name for name in str(sequences or "").split("\n") if name]
+        allowed, lacking = _insert_rights(connection, dialect, qualified)
         if allowed and not lacking:
             return None
         login = connection.query(dialect.sql("current_login"))[0][0]
@@ -119,6 +118,55 @@ def missing_insert_right(
     grants = [] if allowed or not insert else [insert.format(table=qualified, login=login_name)]
     grants += [use.format(sequence=name, login=login_name) for name in lacking if use]
     return MissingRight(f"write rows into {rendered}", "; ".join(grants) + ";" if grants else "")
+
+
+def _insert_rights(
+    connection: Connection, dialect: Dialect, qualified: str
+) -> tuple[bool, list[str]]:
+    """(whether the login may INSERT into the table, the sequences an insert uses that it may
+    not). Raises the DatabaseError family."""
+    allowed, sequences = connection.query(dialect.sql("can_insert"), (qualified,))[0]
+    return bool(allowed), [name for name in str(sequences or "").split("\n") if name]
+
+
+def lacking_table_rights(
+    connection: Connection, dialect: Dialect, table: TableAddress, needed: Sequence[str]
+) -> MissingRight | None:
+    """What the login lacks of the rights `needed` on `table` (and, with INSERT, the
+    sequences an insert uses), with the GRANTs; None when it lacks none, or where that cannot
+    be read (the table missing: reported as such elsewhere). Never raises."""
+    held = table_rights(connection, dialect, table)
+    if held is None:
+        return None
+    qualified = dialect.grammar.qualified_name(table)
+    lacking = [right for right in needed if right not in held]
+    sequences: list[str] = []
+    if "INSERT" in needed:
+        try:
+            sequences = _insert_rights(connection, dialect, qualified)[1]
+        except DatabaseError:
+            pass
+        finally:
+            connection.rollback()
+    if not lacking and not sequences:
+        return None
+    try:
+        login = dialect.grammar.quote_identifier(
+            str(connection.query(dialect.sql("current_login"))[0][0])
+        )
+    except DatabaseError:
+        return None
+    finally:
+        connection.rollback()
+    grants = []
+    if lacking and "rights" in dialect.grants:
+        grants.append(
+            dialect.grants["rights"].format(rights=", ".join(lacking), table=qualified, login=login)
+        )
+    use = dialect.grants.get("use_sequence", "")
+    grants += [use.format(sequence=name, login=login) for name in sequences if use]
+    what = ", ".join(lacking + [f"USAGE on sequence {name}" for name in sequences])
+    return MissingRight(f"{what} on {qualified}", "; ".join(grants) + ";" if grants else "")
 
 
 @dataclass(frozen=True)
