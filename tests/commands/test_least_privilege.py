@@ -14,8 +14,15 @@ from typing import Any
 
 import pytest
 import yaml
-from support import ERROR_QUEUE, DaemonProcess, pg_connect, pg_count, sfbridge, wait_until
-from support import write_config
+from support import (
+    ERROR_QUEUE,
+    DaemonProcess,
+    pg_connect,
+    pg_count,
+    sfbridge,
+    wait_until,
+    write_config,
+)
 from support.pairs import PgPair, make_pg_pair
 
 pytestmark = pytest.mark.integration
@@ -55,7 +62,9 @@ def login(postgres: Any, pair: PgPair) -> Iterator[str]:
             connection.commit()
     with postgres.admin() as admin:
         for connection_string in (pair.sender, pair.receiver):
-            admin.execute(f'REVOKE ALL ON DATABASE "{database_of(connection_string)}" FROM "{name}"')
+            admin.execute(
+                f'REVOKE ALL ON DATABASE "{database_of(connection_string)}" FROM "{name}"'
+            )
         admin.execute(f'DROP ROLE "{name}"')
 
 
@@ -112,7 +121,7 @@ def test_a_login_made_from_print_grants_checks_clean_and_forwards_exactly_once(
     script = grant_as_dba(pair, postgres, login)
     assert f'CREATE ROLE "{login}" LOGIN NOSUPERUSER' in script
     assert f'GRANT INSERT ON "public"."Samples.Receiver" TO "{login}";' in script
-    assert "SELECT" not in script.split("Samples.Receiver\" TO")[0].splitlines()[-1]
+    assert "SELECT" not in script.split('Samples.Receiver" TO')[0].splitlines()[-1]
     config = as_login(pair, login, tmp_path / "as-login.yaml")
 
     check = sfbridge("-c", str(config), "check")
@@ -150,8 +159,7 @@ def test_check_shows_the_exact_grant_a_login_lacks_and_the_rights_it_does_not_ne
     [lacking] = [line for line in check.stdout.splitlines() if line.startswith("PROBLEM")]
     assert f"database 'sender' login '{login}'" in lacking
     assert (
-        f'have a DBA run GRANT DELETE ON "public"."Samples.Sender.Forward" TO "{login}";'
-        in lacking
+        f'have a DBA run GRANT DELETE ON "public"."Samples.Sender.Forward" TO "{login}";' in lacking
     ), lacking
     [extra] = [line for line in check.stdout.splitlines() if line.startswith("WARNING")]
     assert f"database 'receiver' login '{login}'" in extra and "DELETE, TRUNCATE" in extra
