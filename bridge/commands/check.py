@@ -6,6 +6,7 @@ import json
 from collections.abc import Iterator
 
 from bridge.addressing import TableAddress
+from bridge.commands.check_login import check_logins
 from bridge.commands.check_reach import check_route_reach
 from bridge.commands.check_tables import (
     Finding,
@@ -89,6 +90,7 @@ def run_checks(config: BridgeConfig) -> list[Finding]:
                 findings.extend(_check_event_subscribers(config, forwarder, connections))
         findings.extend(_check_transaction_modes(config, connections, reachable))
         findings.extend(_check_connection_limits(config, connections, reachable))
+        findings.extend(check_logins(config, connections, reachable))
         for name in ledger_databases(config):
             if name not in reachable:
                 continue

@@ -43,6 +43,20 @@ def build_parser() -> argparse.ArgumentParser:
     install.add_argument(
         "--print-sql", action="store_true", help="print the DDL per database instead of running it"
     )
+    install.add_argument(
+        "--print-grants",
+        action="store_true",
+        help="print, per database, the statements that create a dedicated login with the least "
+        "the bridge needs (the DBA creates the tables with --print-sql)",
+    )
+    install.add_argument(
+        "--login", help="with --print-grants: the login's name (default: the connection's Uid)"
+    )
+    install.add_argument(
+        "--login-creates-tables",
+        action="store_true",
+        help="with --print-grants: let the login create (and own) the bridge's tables instead",
+    )
     commands.add_parser("run", help="run the daemon in the foreground (SIGTERM/SIGINT to stop)")
     commands.add_parser("check", help="check config, connectivity, table shapes and indexes")
     status = commands.add_parser(
@@ -254,6 +268,11 @@ def _install(config: BridgeConfig, args: argparse.Namespace) -> int:
 
     if args.print_sql:
         print(render_plan(config, install_plan(config)))
+        return ExitCode.OK
+    if args.print_grants:
+        from bridge.commands.least_privilege import render_grants
+
+        print(render_grants(config, args.login, login_creates_tables=args.login_creates_tables))
         return ExitCode.OK
     for step in run_install(config):
         print(f"ok  database '{step.database}': {step.description}")

@@ -39,6 +39,7 @@ from bridge.daemon.budget import (
 from bridge.daemon.cpus import Cpus, usable_cpus
 from bridge.daemon.forwarder_health import ForwarderHealth
 from bridge.daemon.heartbeat import Heartbeat
+from bridge.daemon.login_check import start_login_check
 from bridge.daemon.metrics import SAMPLE_INTERVAL, BridgeMetrics
 from bridge.daemon.pools import STOP_GRACE_SECONDS, Pools, progress_limit, start_pools
 from bridge.daemon.probes import PROBE_TICK, probe_databases
@@ -181,6 +182,7 @@ class Daemon:
     def start(self) -> None:
         """Start watchers, workers and upkeep in background threads; returns at once."""
         load_drivers(self.config.databases)
+        start_login_check(self.config)
         self._worker_stop = stop = threading.Event()
         outages = OutageTracker(probe_interval(self.config), external_probe=True)
         self._outages = outages

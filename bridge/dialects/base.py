@@ -110,7 +110,15 @@ PUSH_STATEMENT_NAMES = frozenset({"create_notify_trigger", "notify_triggers"})
 # it): one row of (connections the server accepts from ordinary logins, connections open now
 # by other clients than the bridge, a text that tells servers apart).
 CONNECTION_LIMIT_STATEMENT_NAMES = frozenset({"connection_limit"})
+# Optional, all or none: what the connection's login may do beyond what the bridge needs
+# (`bridge.storage.grants`, `sfbridge check`). `login_powers`: (power, severe) rows, severe 1
+# for a superuser (PostgreSQL) or sysadmin / db_owner (SQL Server); `owned_objects`: (kind,
+# schema, name) rows of the database, schemas and tables the login owns; `table_rights`:
+# the rights it holds on the table `?` (its rendered name), one a row, from INSERT, SELECT,
+# UPDATE, DELETE and the dialect's others that matter (TRUNCATE...).
+LOGIN_RIGHTS_STATEMENT_NAMES = frozenset({"login_powers", "owned_objects", "table_rights"})
 OPTIONAL_STATEMENT_GROUPS = (
+    LOGIN_RIGHTS_STATEMENT_NAMES,
     ARRAY_STATEMENT_NAMES,
     PUSH_STATEMENT_NAMES,
     CONNECTION_LIMIT_STATEMENT_NAMES,
@@ -381,8 +389,15 @@ class Dialect:
     # The exact statements a DBA runs to give the bridge's login a right it lacks
     # (`bridge.storage.grants`): `create_tables` in an existing schema, `create_schemas` in the
     # database; `{login}`, `{schema}` and `{database}` are filled with quoted names. Empty where
-    # rights are not granted in SQL (SQLite: file permissions).
+    # rights are not granted in SQL (SQLite: file permissions). `install --print-grants`
+    # (`bridge.commands.least_privilege`) uses the others, each optional: `create_login` (once
+    # per server), `create_user` and `connect` (per database), `use_catalog`, `use_schema`,
+    # `create_schema`, `rights` and `revoke` (`{rights}` on `{table}`), `use_sequence`,
+    # `schema_insert` (a glob's whole schema); `login_note` is a comment for the DBA.
     grants: Mapping[str, str] = field(default_factory=dict)
+    # The sequences an INSERT into a table uses, from its CREATE TABLE statement (PostgreSQL:
+    # the `serial` columns'); None where inserts need no right but INSERT.
+    serial_sequences: Callable[[TableAddress, str], tuple[TableAddress, ...]] | None = None
     # Rendered statements by (overrides, name, rows, tables): the same text is the same
     # object, which pyodbc needs to reuse a prepared statement. Least recently used first;
     # bounded, since row counts and queues (named by messages) vary without end.

@@ -9,7 +9,7 @@ daemon and `install` all ask this module, so they agree on what a login may do.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from bridge.addressing import TableAddress
@@ -104,9 +104,9 @@ def missing_insert_right(
     transaction `connection` has (a batch's source transaction, for a queue of the forwarding
     database): the caller ends it. Never raises."""
     rendered = dialect.grammar.render(table)
+    qualified = dialect.grammar.qualified_name(table)
     try:
-        allowed, sequences = connection.query(dialect.sql("can_insert"), (rendered,))[0]
-        lacking = [name for name in str(sequences or "").split("\n") if name]
+        allowed, lacking = _insert_rights(connection, dialect, qualified)
         if allowed and not lacking:
             return None
         login = connection.query(dialect.sql("current_login"))[0][0]
@@ -115,6 +115,123 @@ def missing_insert_right(
     login_name = dialect.grammar.quote_identifier(str(login))
     insert = dialect.grants.get("insert", "")
     use = dialect.grants.get("use_sequence", "")
-    grants = [] if allowed or not insert else [insert.format(table=rendered, login=login_name)]
+    grants = [] if allowed or not insert else [insert.format(table=qualified, login=login_name)]
     grants += [use.format(sequence=name, login=login_name) for name in lacking if use]
     return MissingRight(f"write rows into {rendered}", "; ".join(grants) + ";" if grants else "")
+
+
+def _insert_rights(
+    connection: Connection, dialect: Dialect, qualified: str
+) -> tuple[bool, list[str]]:
+    """(whether the login may INSERT into the table, the sequences an insert uses that it may
+    not). Raises the DatabaseError family."""
+    allowed, sequences = connection.query(dialect.sql("can_insert"), (qualified,))[0]
+    return bool(allowed), [name for name in str(sequences or "").split("\n") if name]
+
+
+def lacking_table_rights(
+    connection: Connection, dialect: Dialect, table: TableAddress, needed: Sequence[str]
+) -> MissingRight | None:
+    """What the login lacks of the rights `needed` on `table` (and, with INSERT, the
+    sequences an insert uses), with the GRANTs; None when it lacks none, or where that cannot
+    be read (the table missing: reported as such elsewhere). Never raises."""
+    held = table_rights(connection, dialect, table)
+    if held is None:
+        return None
+    qualified = dialect.grammar.qualified_name(table)
+    lacking = [right for right in needed if right not in held]
+    sequences: list[str] = []
+    if "INSERT" in needed:
+        try:
+            sequences = _insert_rights(connection, dialect, qualified)[1]
+        except DatabaseError:
+            pass
+        finally:
+            connection.rollback()
+    if not lacking and not sequences:
+        return None
+    try:
+        login = dialect.grammar.quote_identifier(
+            str(connection.query(dialect.sql("current_login"))[0][0])
+        )
+    except DatabaseError:
+        return None
+    finally:
+        connection.rollback()
+    grants = []
+    if lacking and "rights" in dialect.grants:
+        grants.append(
+            dialect.grants["rights"].format(rights=", ".join(lacking), table=qualified, login=login)
+        )
+    use = dialect.grants.get("use_sequence", "")
+    grants += [use.format(sequence=name, login=login) for name in sequences if use]
+    what = ", ".join(lacking + [f"USAGE on sequence {name}" for name in sequences])
+    return MissingRight(f"{what} on {qualified}", "; ".join(grants) + ";" if grants else "")
+
+
+@dataclass(frozen=True)
+class LoginPowers:
+    """What the login of one connection may do beyond any table's rights: `powers` as
+    phrases ("superuser", "CREATEDB", "member of pg_write_all_data"), `severe` when it is a
+    superuser (SQL Server: sysadmin or db_owner), `login` its name."""
+
+    login: str
+    powers: tuple[str, ...]
+    severe: bool
+
+
+def login_powers(connection: Connection, dialect: Dialect) -> LoginPowers | None:
+    """The powers of `connection`'s login; None where the dialect has no logins (SQLite).
+    `connection` must have no transaction open and has none afterwards. Raises the
+    DatabaseError family."""
+    if "login_powers" not in dialect.statements:
+        return None
+    try:
+        rows = connection.query(dialect.sql("login_powers"))
+        login = str(connection.query(dialect.sql("current_login"))[0][0])
+    finally:
+        connection.rollback()
+    return LoginPowers(
+        login, tuple(str(row[0]) for row in rows), any(int(row[1] or 0) for row in rows)
+    )
+
+
+@dataclass(frozen=True)
+class OwnedObject:
+    """Something the login owns: `kind` (database, schema, table), its schema, its name."""
+
+    kind: str
+    schema: str | None
+    name: str
+
+
+def owned_objects(connection: Connection, dialect: Dialect) -> list[OwnedObject]:
+    """What the login owns in the database; none where the dialect has no owners. Same
+    transaction rules and errors as `login_powers`."""
+    if "owned_objects" not in dialect.statements:
+        return []
+    try:
+        rows = connection.query(dialect.sql("owned_objects"))
+    finally:
+        connection.rollback()
+    return [
+        OwnedObject(str(kind), schema and str(schema), str(name)) for kind, schema, name in rows
+    ]
+
+
+def table_rights(
+    connection: Connection, dialect: Dialect, table: TableAddress
+) -> frozenset[str] | None:
+    """The rights the login holds on `table` (granted to it, a role of it or PUBLIC); None
+    where the dialect has none or the table cannot be asked about (missing). Never raises."""
+    if "table_rights" not in dialect.statements:
+        return None
+    try:
+        rows = connection.query(
+            dialect.sql("table_rights"), (dialect.grammar.qualified_name(table),)
+        )
+        return frozenset(str(row[0]) for row in rows)
+    except DatabaseError:
+        return None
+    finally:
+        connection.rollback()

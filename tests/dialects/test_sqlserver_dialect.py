@@ -22,7 +22,7 @@ import pytest
 from bridge.addressing import TableAddress
 from bridge.config.model import DatabaseConfig, RouteConfig
 from bridge.dialects import STATEMENT_NAMES, dialect_for
-from bridge.dialects.base import RAW_CLAIM_STATEMENT_NAMES
+from bridge.dialects.base import LOGIN_RIGHTS_STATEMENT_NAMES, RAW_CLAIM_STATEMENT_NAMES
 from bridge.dialects.postgresql import STATEMENTS as PG_STATEMENTS
 from bridge.dialects.sqlserver import DIALECT as SQLSERVER
 from bridge.dialects.sqlserver import (
@@ -208,7 +208,9 @@ def render_all(address: TableAddress, rows: int = 2) -> dict[str, str]:
 
 
 def test_the_dialect_defines_exactly_the_statement_names() -> None:
-    assert set(SQLSERVER.statements) == STATEMENT_NAMES | RAW_CLAIM_STATEMENT_NAMES
+    assert set(SQLSERVER.statements) == (
+        STATEMENT_NAMES | RAW_CLAIM_STATEMENT_NAMES | LOGIN_RIGHTS_STATEMENT_NAMES
+    )
     assert dialect_for("sqlserver") is SQLSERVER
     assert SQLSERVER.grammar is GRAMMAR
 
@@ -239,7 +241,12 @@ def test_every_table_is_named_with_its_catalog_when_the_address_has_one() -> Non
         fields = _placeholders(template)
         sql = rendered.get(name)
         # A fragment; schemas (created where the bridge's own tables are): the connection's db.
-        if sql is None or name in ("create_schema", "schema_exists"):
+        # The login's rights: in the connection's database, which they are about.
+        if (
+            sql is None
+            or name in ("create_schema", "schema_exists")
+            or name in (LOGIN_RIGHTS_STATEMENT_NAMES)
+        ):
             continue
         if TABLE_PLACEHOLDERS & fields:
             assert "[receiver].[nsb].[Samples.Receiver]" in sql, name
@@ -546,6 +553,9 @@ PARAMETERS: dict[str, int] = {
     "table_indexes": 2,
     "savepoint": 0,
     "rollback_to_savepoint": 0,
+    "login_powers": 0,
+    "owned_objects": 0,
+    "table_rights": 1,  # the table's qualified name
 }
 
 

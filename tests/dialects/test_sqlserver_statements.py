@@ -205,6 +205,17 @@ def _runs() -> list[tuple[str, Run]]:
         ("schema_exists", Run(("no_such_schema",), query=True, check=lambda rows: rows[0][0] == 0)),
         ("can_create_schemas", Run(query=True, check=lambda rows: rows[0][0] in (0, 1))),
         ("current_login", Run(query=True, check=lambda rows: len(rows[0]) == 2)),
+        # The test server's login is sysadmin; it owns the database it created.
+        ("login_powers", Run(query=True, check=lambda rows: ("sysadmin", 1) in map(tuple, rows))),
+        ("owned_objects", Run(query=True, check=lambda rows: all(len(r) == 3 for r in rows))),
+        (
+            "table_rights",
+            Run(
+                (f"[{SCHEMA}].[Samples.Receiver]",),
+                query=True,
+                check=lambda rows: {"INSERT", "DELETE"} <= {r[0] for r in rows},
+            ),
+        ),
         (
             "can_insert",
             Run((f"[{SCHEMA}].[Samples.Receiver]",), query=True, check=_may_insert),

@@ -14,6 +14,9 @@
 
 from __future__ import annotations
 
+import re
+
+from bridge.addressing import TableAddress
 from bridge.dialects.base import ConfiguredDatabase, Dialect, decode_uuid, require_naive_utc
 from bridge.dialects.postgresql.grammar import GRAMMAR, PostgreSqlGrammar
 from bridge.dialects.postgresql.statements import STATEMENTS, _decode_timestamp
@@ -109,6 +112,41 @@ def load_driver(database: ConfiguredDatabase) -> None:
         odbc_driver.load_driver()
 
 
+# PostgreSQL's longest identifier, in bytes (NAMEDATALEN - 1).
+MAX_IDENTIFIER_BYTES = 63
+_SERIAL_COLUMN = re.compile(r"^\s*(\w+)\s+(?:small|big)?serial\b", re.IGNORECASE | re.MULTILINE)
+
+
+def serial_sequences(table: TableAddress, create_table: str) -> tuple[TableAddress, ...]:
+    """The sequences PostgreSQL makes for the `serial` columns of `create_table` (the DDL of
+    `table`), named as it names them: `<table>_<column>_seq`, the longer part cut first to fit
+    63 bytes (`ChooseRelationName`). A name taken already gets a number instead, which only
+    the catalog knows: `check` reads the real one."""
+    sequences = []
+    for match in _SERIAL_COLUMN.finditer(create_table):
+        name = _object_name(table.table, match.group(1).lower(), "seq")
+        sequences.append(TableAddress(name, table.schema, table.catalog))
+    return tuple(sequences)
+
+
+def _object_name(first: str, second: str, label: str) -> str:
+    """PostgreSQL's `makeObjectName(first, second, label)`."""
+    first_bytes, second_bytes = first.encode(), second.encode()
+    room = MAX_IDENTIFIER_BYTES - len(label.encode()) - 2
+    first_length, second_length = len(first_bytes), len(second_bytes)
+    while first_length + second_length > room:
+        if first_length > second_length:
+            first_length -= 1
+        else:
+            second_length -= 1
+    return "_".join((_clip(first_bytes, first_length), _clip(second_bytes, second_length), label))
+
+
+def _clip(text: bytes, length: int) -> str:
+    """The first `length` bytes of UTF-8 `text`, less a character cut in two."""
+    return text[:length].decode("utf-8", errors="ignore")
+
+
 DIALECT = Dialect(
     name="postgresql",
     title="PostgreSQL",
@@ -138,5 +176,23 @@ DIALECT = Dialect(
         "create_schemas": "GRANT CREATE ON DATABASE {database} TO {login}",
         "insert": "GRANT INSERT ON {table} TO {login}",
         "use_sequence": "GRANT USAGE ON SEQUENCE {sequence} TO {login}",
+        # Roles belong to the cluster: once per server.
+        "create_login": (
+            "CREATE ROLE {login} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOBYPASSRLS"
+        ),
+        "login_note": (
+            "give it a password (psql: \\password {login}), or let pg_hba.conf authenticate "
+            "it otherwise"
+        ),
+        "connect": "GRANT CONNECT ON DATABASE {database} TO {login}",
+        "use_schema": "GRANT USAGE ON SCHEMA {schema} TO {login}",
+        "create_schema": "CREATE SCHEMA IF NOT EXISTS {schema}",
+        "rights": "GRANT {rights} ON {table} TO {login}",
+        "revoke": "REVOKE {rights} ON {table} FROM {login}",
+        "schema_insert": (
+            "GRANT INSERT ON ALL TABLES IN SCHEMA {schema} TO {login}; "
+            "GRANT USAGE ON ALL SEQUENCES IN SCHEMA {schema} TO {login}"
+        ),
     },
+    serial_sequences=serial_sequences,
 )

@@ -465,6 +465,36 @@ STATEMENTS: dict[str, str] = {
                       AND a.attidentity = '') AS s
                 WHERE s.name IS NOT NULL AND NOT has_sequence_privilege(s.name, 'USAGE'))
         FROM t""",
+    # What the login may do beyond the bridge's needs (LOGIN_RIGHTS_STATEMENT_NAMES). Role
+    # attributes (superuser is not inherited; the others are worth a look) and membership in
+    # the predefined roles that read, write or run anything, or in a superuser role.
+    "login_powers": """
+        SELECT p.power, p.severe FROM pg_roles AS r CROSS JOIN LATERAL (VALUES
+                ('superuser', 1, r.rolsuper), ('CREATEROLE', 0, r.rolcreaterole),
+                ('CREATEDB', 0, r.rolcreatedb), ('BYPASSRLS', 0, r.rolbypassrls))
+            AS p (power, severe, held)
+        WHERE r.rolname = current_user AND p.held
+        UNION ALL
+        SELECT 'member of ' || quote_ident(m.rolname), 0 FROM pg_roles AS m
+        WHERE m.rolname <> current_user AND pg_has_role(current_user, m.oid, 'MEMBER')
+          AND (m.rolsuper OR m.rolname IN ('pg_read_all_data', 'pg_write_all_data',
+               'pg_execute_server_program', 'pg_read_server_files', 'pg_write_server_files',
+               'pg_signal_backend'))""",
+    "owned_objects": """
+        WITH me AS (SELECT oid FROM pg_roles WHERE rolname = current_user)
+        SELECT 'database', NULL, d.datname FROM pg_database AS d, me
+        WHERE d.datname = current_database() AND d.datdba = me.oid
+        UNION ALL
+        SELECT 'schema', NULL, n.nspname FROM pg_namespace AS n, me WHERE n.nspowner = me.oid
+        UNION ALL
+        SELECT 'table', n.nspname, c.relname
+        FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace, me
+        WHERE c.relowner = me.oid AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
+        ORDER BY 1, 2, 3""",
+    "table_rights": """
+        SELECT p.name FROM unnest(ARRAY['SELECT', 'INSERT', 'UPDATE', 'DELETE', 'TRUNCATE',
+                                        'REFERENCES', 'TRIGGER']) AS p (name)
+        WHERE has_table_privilege(CAST(? AS regclass), p.name)""",
     # Transaction records (`bridge.forwarding.transactions`), one table per forwarding database: a
     # two-phase commit decision ('C' commit, 'A' abort) under the prepared transaction's gid;
     # an at-least-once delivery in flight ('P', with its message ids); '$store' holds the

@@ -232,5 +232,13 @@ DIALECT = Dialect(
         # A schema the login creates is its own; its tables still need CREATE TABLE.
         "create_schemas": "GRANT CREATE SCHEMA, CREATE TABLE TO {login}",
         "insert": "GRANT INSERT ON {table} TO {login}",
+        # A login belongs to the server (run in master, once); a user to each database.
+        "create_login": "CREATE LOGIN {login} WITH PASSWORD = N'CHANGE-ME', CHECK_POLICY = ON",
+        "login_note": "replace CHANGE-ME with the password the bridge's EnvironmentFile holds",
+        "use_catalog": "USE {catalog}",
+        "create_user": "CREATE USER {login} FOR LOGIN {login}",
+        "rights": "GRANT {rights} ON {table} TO {login}",
+        "revoke": "REVOKE {rights} ON {table} FROM {login}",
+        "schema_insert": "GRANT INSERT ON SCHEMA::{schema} TO {login}",
     },
 )

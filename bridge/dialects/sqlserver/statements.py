@@ -449,6 +449,29 @@ STATEMENTS: dict[str, str] = {
     # Whether this login may write rows into a queue (an IDENTITY column needs no right of
     # its own).
     "can_insert": "SELECT HAS_PERMS_BY_NAME(?, 'OBJECT', 'INSERT'), CAST(NULL AS nvarchar(1))",
+    # What the login may do beyond the bridge's needs (LOGIN_RIGHTS_STATEMENT_NAMES).
+    "login_powers": """
+        SELECT 'sysadmin', 1 WHERE IS_SRVROLEMEMBER('sysadmin') = 1
+        UNION ALL SELECT 'db_owner', 1 WHERE IS_MEMBER('db_owner') = 1
+        UNION ALL SELECT 'member of ' + r.name, 0
+            FROM (VALUES ('securityadmin'), ('serveradmin'), ('dbcreator')) AS r (name)
+            WHERE IS_SRVROLEMEMBER(r.name) = 1
+        UNION ALL SELECT 'member of ' + r.name, 0
+            FROM (VALUES ('db_ddladmin'), ('db_securityadmin'), ('db_accessadmin'),
+                         ('db_datawriter')) AS r (name)
+            WHERE IS_MEMBER(r.name) = 1""",
+    "owned_objects": """
+        SELECT 'database', NULL, DB_NAME() FROM sys.databases
+        WHERE database_id = DB_ID() AND owner_sid = SUSER_SID()
+        UNION ALL SELECT 'schema', NULL, s.name FROM sys.schemas AS s
+        WHERE s.principal_id = USER_ID() AND s.name <> 'dbo'
+        UNION ALL SELECT 'table', s.name, t.name FROM sys.tables AS t
+        JOIN sys.schemas AS s ON s.schema_id = t.schema_id
+        WHERE COALESCE(t.principal_id, s.principal_id) = USER_ID() AND USER_ID() <> 1""",
+    "table_rights": """
+        SELECT p.name FROM (VALUES ('SELECT'), ('INSERT'), ('UPDATE'), ('DELETE'), ('ALTER'),
+                                   ('CONTROL'), ('REFERENCES')) AS p (name)
+        WHERE HAS_PERMS_BY_NAME(?, 'OBJECT', p.name) = 1""",
     "savepoint": "SAVE TRANSACTION sfbridge_local",
     "rollback_to_savepoint": "ROLLBACK TRANSACTION sfbridge_local",
     "release_savepoint": "",
