@@ -116,8 +116,8 @@ def needs_of(config: BridgeConfig) -> dict[str, DatabaseNeeds]:
         needs[table.database].add(TableNeed(address, ("SELECT",), "subscription table", False))
     for index, route in enumerate(config.routes):
         if _is_glob(route.match):
-            schema = _route_schema(config, route.database, route)
-            needs[route.database].globs.append(GlobRoute(index, route.match, schema))
+            for schema in _route_schemas(config, route):
+                needs[route.database].globs.append(GlobRoute(index, route.match, schema))
     return needs
 
 
@@ -129,17 +129,19 @@ def destination_queues(config: BridgeConfig) -> Iterator[tuple[Destination, str]
         if _is_glob(route.match) or first_matching_route(route.match, config.routes) is not route:
             continue
         target = config.databases[route.database]
-        try:
-            destination = destination_of(
-                TableAddress(route.match),
-                target,
-                target,
-                route,
-                default_transaction=config.delivery.transaction,
-            )
-        except AddressError:
-            continue  # `check` reports it
-        yield destination, f"destination queue of route '{route.match}'"
+        # The database's default schema, and each one the route lets an address name.
+        for schema in (None, *(() if route.schema else route.schemas)):
+            try:
+                destination = destination_of(
+                    TableAddress(route.match, schema),
+                    target,
+                    target,
+                    route,
+                    default_transaction=config.delivery.transaction,
+                )
+            except AddressError:
+                continue  # `check` reports it
+            yield destination, f"destination queue of route '{route.match}'"
     for forwarder in config.forwarders:
         try:
             fixed = proxy_destination(config, forwarder)
@@ -153,12 +155,15 @@ def _is_glob(match: str) -> bool:
     return any(character in match for character in "*?[")
 
 
-def _route_schema(config: BridgeConfig, name: str, route: RouteConfig) -> str | None:
-    """The schema a route's queues resolve to in its database."""
-    database = config.databases[name]
+def _route_schemas(config: BridgeConfig, route: RouteConfig) -> list[str | None]:
+    """The schemas a route's queues may be in: its `schema`, else the database's default and
+    the route's `schemas` (`bridge.routing.resolve_for_target`)."""
+    database = config.databases[route.database]
     grammar = dialect_for(database.dialect).grammar
-    schema = route.schema or database.schema
-    return grammar.resolve(TableAddress("queue"), schema, None).schema
+    default = grammar.resolve(TableAddress("queue"), route.schema or database.schema, None).schema
+    if route.schema or default is None:
+        return [default]
+    return list(dict.fromkeys([default, *route.schemas]))
 
 
 def configured_login(config: BridgeConfig, name: str) -> str | None:

@@ -214,6 +214,9 @@ def test_headers_without_bridge_headers_are_the_same_text() -> None:
     mention = json.dumps({"NServiceBus.Note": "sent through sfbridge"})
     assert without_bridge_headers(mention) == mention
     assert without_bridge_headers("not json") == "not json"  # a poison row stays as it is
+    # .NET's serializer escapes `+` (nested types) and non-ASCII: still the same text.
+    dotnet = '{"NServiceBus.EnclosedMessageTypes":"Shared.Outer\\u002BInner, Shared \\u00e9"}'
+    assert without_bridge_headers(dotnet) is dotnet
 
 
 def test_forged_failure_headers_do_not_reach_the_error_queue() -> None:
