@@ -260,6 +260,7 @@ _NEEDS_EVERY_DATABASE = {
     "configuration names",
     "install": "install opens every database it creates tables in, and touches none until "
     "their variables are set",
+    "spark": "Spark jobs do the daemon's work in bulk and need every database's variables",
 }
 
 
@@ -286,6 +287,7 @@ def _load(path: str) -> BridgeConfig:
 def _spark(config: BridgeConfig, args: argparse.Namespace) -> int:
     from bridge.commands.spark import run
 
+    config.require_environment("spark", config.databases)
     return run(config, args)
 
 
