@@ -77,8 +77,8 @@ def unset_variable_advice(variables: tuple[str, ...]) -> str:
     on a command line (`env $(cat FILE)` would show them to every user, in `ps`)."""
     them = "it" if len(variables) == 1 else "them"
     return (
-        f"sfbridge.service reads {them} from {ENVIRONMENT_FILE} (EnvironmentFile=); run the "
-        f"command with that file, as root or sfbridge: (set -a; . {ENVIRONMENT_FILE}; "
+        f"sfbridge.service reads {them} from {ENVIRONMENT_FILE} (EnvironmentFile=; add {them} "
+        f"there if missing); in a shell, as root or sfbridge: (set -a; . {ENVIRONMENT_FILE}; "
         "set +a; sfbridge ...)"
     )
 

@@ -105,7 +105,7 @@ def test_a_verb_that_opens_the_receiver_names_the_variable_the_database_and_the_
         "sfbridge send: database 'receiver': cannot connect: environment variable "
         "RECEIVER_PASSWORD is not set (databases.receiver.connection names it)"
     )
-    assert f"reads it from {ENVIRONMENT_FILE} (EnvironmentFile=)" in second
+    assert f"reads it from {ENVIRONMENT_FILE} (EnvironmentFile=; add it there if missing)" in second
     assert f"(set -a; . {ENVIRONMENT_FILE}; set +a; sfbridge ...)" in second
     no_secret_in(result.stdout, result.stderr)
 

@@ -121,7 +121,10 @@ def test_connecting_without_the_variable_names_it_the_database_and_the_environme
         "(databases.receiver.connection names it)"
     )
     assert error.advice is not None
-    assert f"reads it from {ENVIRONMENT_FILE} (EnvironmentFile=)" in error.advice
+    assert (
+        f"reads it from {ENVIRONMENT_FILE} (EnvironmentFile=; add it there if missing)"
+        in error.advice
+    )
     assert f"(set -a; . {ENVIRONMENT_FILE}; set +a; sfbridge ...)" in error.advice
     # Never on a command line, where every local user could read the secrets in `ps`.
     assert "$(cat" not in error.advice
