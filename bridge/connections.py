@@ -20,8 +20,10 @@ def connect(database: DatabaseConfig, *, create: bool = False) -> Connection:
 
     `create` lets a file-based dialect (SQLite) create a missing file (used by `install` and
     the demo); everywhere else a missing file is an unavailable database. Raises
-    ConnectionFailed.
+    ConnectionFailed, and UnsetVariable where its `connection` or `path` names an environment
+    variable that was not set (the one place a database's secrets are needed).
     """
+    database.require_environment()
     return dialect_for(database.dialect).connect(database, create=create)
 
 

@@ -237,6 +237,46 @@ class LedgerLocked(LockTimeout):
     """Someone holds a lock on the ledger: every message of the database waits, not one."""
 
 
+class UnsetVariable(DatabaseError):
+    """A database cannot be opened (or its catalog read, `doing`) because its `connection` or
+    `path` (`key_path`) names environment variables that are not set: a person's omission,
+    told with where the service gets them (`advice`); exit code USAGE. Raised only where the
+    database is used, so a command runs with the secrets of the databases it touches."""
+
+    def __init__(
+        self,
+        database: str,
+        variables: tuple[str, ...],
+        key_path: str,
+        *,
+        advice: str,
+        doing: str = "cannot connect",
+    ) -> None:
+        names = ", ".join(variables)
+        unset = (
+            f"environment variable {names} is not set ({key_path} names it)"
+            if len(variables) == 1
+            else f"environment variables {names} are not set ({key_path} names them)"
+        )
+        super().__init__(database, f"{doing}: {unset}", advice=advice)
+        self.variables = variables
+        self.key_path = key_path
+        self.problem = f"{doing}: {unset}"  # the text without the advice
+
+
+class UnsetVariables(Exception):
+    """`run` or `install`, which open every database at once, found values that name unset
+    environment variables (`unset`: key path -> the variables); refused before anything
+    starts, with `advice`, exit code USAGE."""
+
+    def __init__(self, verb: str, unset: Iterable[tuple[str, tuple[str, ...]]], advice: str):
+        self.verb = verb
+        self.unset = tuple(unset)
+        self.advice = advice
+        lines = [f"{path}: {' and '.join(names)} not set" for path, names in self.unset]
+        super().__init__("\n".join([*lines, advice]))
+
+
 # -- the data path --------------------------------------------------------------------------
 
 

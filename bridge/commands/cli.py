@@ -12,7 +12,14 @@ from collections.abc import Sequence
 
 from bridge import __version__
 from bridge.config import BridgeConfig, load_config, parse_duration
-from bridge.exceptions import ConfigError, DatabaseError, ExitCode
+from bridge.config.environment import ENVIRONMENT_FILE
+from bridge.exceptions import (
+    ConfigError,
+    DatabaseError,
+    ExitCode,
+    UnsetVariable,
+    UnsetVariables,
+)
 from bridge.secrets import inert
 
 log = logging.getLogger("sfbridge")
@@ -230,6 +237,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             return ExitCode.USAGE
         print(f"sfbridge: invalid configuration {args.config}:\n{error}", file=sys.stderr)
         return ExitCode.USAGE
+    except UnsetVariables as error:
+        print(
+            f"sfbridge {args.command}: {_NEEDS_EVERY_DATABASE[args.command]}; not set:",
+            file=sys.stderr,
+        )
+        for path, names in error.unset:
+            print(f"  {path}: {', '.join(names)}", file=sys.stderr)
+        print(f"  {error.advice}", file=sys.stderr)
+        return ExitCode.USAGE
+    except UnsetVariable as error:
+        print(
+            f"sfbridge {_verb(args)}: database '{error.database}': {error.problem}", file=sys.stderr
+        )
+        print(f"  {error.advice}", file=sys.stderr)
+        return ExitCode.USAGE
     except DatabaseError as error:
         if args.verbose:
             log.exception("database error")
@@ -242,6 +264,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         # stdout at /dev/null so that flushing it at exit does not raise again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return ExitCode.OK
+
+
+# Verbs that open every database they work with at once, so that they refuse to start
+# (`BridgeConfig.require_environment`) rather than stop halfway for a variable that is not
+# set; every other verb opens a database when it comes to it, and needs its variables then.
+_NEEDS_EVERY_DATABASE = {
+    "run": "the daemon opens every database when it starts, so it needs every variable the "
+    "configuration names",
+    "install": "install opens every database it creates tables in, and touches none until "
+    "their variables are set",
+    "spark": "Spark jobs do the daemon's work in bulk and need every database's variables",
+}
+
+
+def _verb(args: argparse.Namespace) -> str:
+    """The command as typed, e.g. `errors replay`."""
+    words = [args.command]
+    words += [getattr(args, f"{args.command}_command", None) or ""]
+    return " ".join(word for word in words if word)
 
 
 def _is_missing_file(error: ConfigError) -> bool:
@@ -260,6 +301,7 @@ def _load(path: str) -> BridgeConfig:
 def _spark(config: BridgeConfig, args: argparse.Namespace) -> int:
     from bridge.commands.spark import run
 
+    config.require_environment("spark", config.databases)
     return run(config, args)
 
 
@@ -274,6 +316,7 @@ def _install(config: BridgeConfig, args: argparse.Namespace) -> int:
 
         print(render_grants(config, args.login, login_creates_tables=args.login_creates_tables))
         return ExitCode.OK
+    config.require_environment("install", {step.database for step in install_plan(config)})
     for step in run_install(config):
         print(f"ok  database '{step.database}': {step.description}")
     return ExitCode.OK
@@ -284,14 +327,30 @@ def _run(config: BridgeConfig, args: argparse.Namespace) -> int:
     from bridge.daemon.runtime import Daemon
     from bridge.forwarding.spine import tune_garbage_collection
 
+    config.require_environment("run")
     setup_sentry(config.sentry)
     tune_garbage_collection()
-    daemon = Daemon(config, reload_config=lambda: _load(args.config))
+    daemon = Daemon(config, reload_config=lambda: _reload(args.config))
     daemon.install_signal_handlers()
     code = daemon.run()
     if daemon.abandoned or _threads_left():
         _leave_now(code)
     return code
+
+
+def _reload(path: str) -> BridgeConfig:
+    """The configuration the daemon reloads on SIGHUP; refused (the old one kept) when it
+    names a variable that is not set: the daemon's environment is the one it started with."""
+    config = _load(path)
+    try:
+        config.require_environment("run")
+    except UnsetVariables as error:
+        advice = (
+            "a running daemon keeps the environment it started with: add them to "
+            f"{ENVIRONMENT_FILE} and restart it (systemctl restart sfbridge)"
+        )
+        raise UnsetVariables(error.verb, error.unset, advice) from None
+    return config
 
 
 def _threads_left() -> bool:

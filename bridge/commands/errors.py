@@ -47,6 +47,7 @@ from bridge.exceptions import (
     ErrorsRequestError,
     ExitCode,
     SelectionError,
+    UnsetVariable,
 )
 from bridge.forwarding.proxies import forwarder_router
 from bridge.headers import ADDRESS_DATABASE_HEADER, DESTINATION_HEADER
@@ -114,6 +115,8 @@ def run_errors(config: BridgeConfig, args: argparse.Namespace) -> int:
         connections.close()
     for problem in problems:
         _say(f"sfbridge errors {verb}: {problem}", file=sys.stderr)
+    if any(isinstance(problem, UnsetVariable) for problem in problems):
+        return ExitCode.USAGE  # as for the configuration: the person running it must act
     if any(isinstance(problem, DatabaseUnavailable) for problem in problems):
         return ExitCode.UNAVAILABLE
     return ExitCode.FAILED if problems and code == ExitCode.OK else code

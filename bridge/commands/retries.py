@@ -35,6 +35,7 @@ from bridge.exceptions import (
     DatabaseUnavailable,
     ErrorsRequestError,
     ExitCode,
+    UnsetVariable,
 )
 from bridge.forwarding.writes import QueueWriter
 from bridge.secrets import for_terminal
@@ -155,6 +156,8 @@ def run_retries(config: BridgeConfig, args: argparse.Namespace) -> int:
         connections.close()
     for problem in problems:
         print(f"sfbridge retries {verb}: {problem}", file=sys.stderr)
+    if any(isinstance(problem, UnsetVariable) for problem in problems):
+        return ExitCode.USAGE  # as for the configuration: the person running it must act
     if any(isinstance(problem, DatabaseUnavailable) for problem in problems):
         return ExitCode.UNAVAILABLE
     return ExitCode.FAILED if problems else ExitCode.OK

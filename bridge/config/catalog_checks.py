@@ -11,7 +11,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from bridge.addressing import TableAddress
-from bridge.config.catalogs import database_catalog, databases_of_catalog, same_catalog
+from bridge.config.catalogs import (
+    database_catalog,
+    databases_of_catalog,
+    partial_catalog,
+    same_catalog,
+)
+from bridge.config.environment import Unresolved
 from bridge.config.messages import join_path
 from bridge.config.model import DatabaseConfig, FixedDestination
 from bridge.config.problems import ProblemLog
@@ -27,12 +33,24 @@ def database_config(document: Document, name: object) -> DatabaseConfig | None:
     entry = document.databases.get(name) if isinstance(name, str) else None
     if entry is None or entry.values.get("dialect") is None:
         return None
+    dialect = entry.values["dialect"]
+    connection = entry.values.get("connection")
+    catalog = entry.values.get("catalog")
+    if isinstance(connection, Unresolved):
+        # Checked when the variables are there (`run` needs them all); validation gets the
+        # catalog the connection string names without them, else none (checks skipped).
+        return DatabaseConfig(
+            name=str(name),
+            dialect=dialect,
+            schema=entry.values.get("schema"),
+            catalog=catalog or partial_catalog(dialect, connection),
+        )
     return DatabaseConfig(
         name=str(name),
-        dialect=entry.values["dialect"],
-        connection=entry.values.get("connection"),
+        dialect=dialect,
+        connection=connection,
         schema=entry.values.get("schema"),
-        catalog=entry.values.get("catalog"),
+        catalog=catalog,
     )
 
 

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, fields
 from fnmatch import fnmatchcase
 from typing import Literal
+
+from bridge.config.environment import Unresolved, unset_variable_advice
+from bridge.exceptions import UnsetVariables
+from bridge.secrets import mask_secrets
 
 # A dialect name from bridge.dialects.registry; the schema offers exactly those as choices.
 Dialect = str
@@ -26,10 +30,14 @@ class DatabaseConfig:
     """One database the bridge talks to.
 
     `connection` is the ODBC connection string with `${VAR}` already expanded (postgresql,
-    sqlserver); `path` is the SQLite file (sqlite). `schema` is the default schema used for
-    addresses that name none (None: the dialect's default, `public` / `dbo`). `catalog`
-    (sqlserver) is the database's name on its server, as addresses name it (None: the one the
-    connection string opens; see `bridge.config.catalogs`).
+    sqlserver); `path` is the SQLite file (sqlite). Both are None and `unresolved` says why
+    when the value names an environment variable that was not set: the database cannot be
+    opened (`require_environment`), the rest of the configuration works. `schema` is the
+    default schema used for addresses that name none (None: the dialect's default, `public` /
+    `dbo`). `catalog` (sqlserver) is the database's name on its server, as addresses name it
+    (None: the one the connection string opens; see `bridge.config.catalogs`).
+
+    Its repr masks the credentials in `connection` (a traceback's locals, a debug log).
     """
 
     name: str
@@ -45,6 +53,16 @@ class DatabaseConfig:
     # The most connections the daemon holds to this database at once (see
     # `bridge.daemon.budget`).
     max_connections: int = 10
+    unresolved: Unresolved | None = None
+
+    def require_environment(self, doing: str = "cannot connect") -> None:
+        """Raises UnsetVariable (saying what cannot be done: `doing`) when `connection` or
+        `path` names an environment variable that was not set."""
+        if self.unresolved is not None:
+            raise self.unresolved.error(self.name, doing)
+
+    def __repr__(self) -> str:
+        return _masked_repr(self, "connection")
 
 
 @dataclass(frozen=True)
@@ -190,8 +208,27 @@ class LoggingConfig:
 
 @dataclass(frozen=True)
 class SentryConfig:
+    """`dsn` None: no Sentry, or (`unresolved`) a `${VAR}` that was not set, which only the
+    daemon, the one user of Sentry, refuses."""
+
     dsn: str | None = None
     environment: str | None = None
+    unresolved: Unresolved | None = None
+
+    def __repr__(self) -> str:
+        return _masked_repr(self, "dsn")
+
+
+def _masked_repr(instance: object, secret: str) -> str:
+    """The dataclass's repr with the credentials in its field `secret` masked."""
+    shown = []
+    for item in fields(instance):  # type: ignore[arg-type]
+        value = getattr(instance, item.name)
+        text = repr(value)
+        if item.name == secret and isinstance(value, str):
+            text = repr(mask_secrets(value))
+        shown.append(f"{item.name}={text}")
+    return f"{type(instance).__name__}({', '.join(shown)})"
 
 
 @dataclass(frozen=True)
@@ -243,6 +280,23 @@ class BridgeConfig:
             if f.destination is not None and f.destination.database != f.database
         }
         return found
+
+    def require_environment(self, verb: str, databases: Iterable[str] | None = None) -> None:
+        """For a command that opens every database at once (`run`, `install`), before it
+        touches any: raises UnsetVariables naming every value of `databases` (default: all,
+        and `sentry.dsn`) that names an environment variable that was not set."""
+        chosen = self.databases if databases is None else dict.fromkeys(databases)
+        values = [self.databases[name].unresolved for name in chosen]
+        if databases is None:
+            values.append(self.sentry.unresolved)
+        unset = [value for value in values if value is not None]
+        if unset:
+            variables = tuple(dict.fromkeys(name for value in unset for name in value.variables))
+            raise UnsetVariables(
+                verb,
+                [(value.key_path, value.variables) for value in unset],
+                unset_variable_advice(variables),
+            )
 
     def forwarder(self, name: str) -> ForwarderConfig:
         for forwarder in self.forwarders:

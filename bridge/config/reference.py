@@ -166,8 +166,10 @@ def render_reference_markdown(heading_level: int = 2) -> str:
         "- **Durations** are seconds (`10`, `1.5`) or number-and-unit parts with units `ms`, "
         "`s`, `m`, `h`, `d`, largest first: `500ms`, `10s`, `1.5s`, `2m`, `1h`, `7d`, `1h30m`.",
         "- **`${VAR}`** in `connection`, `path` and `sentry.dsn` is replaced by the environment "
-        "variable `VAR` (an error if it is not set); `${VAR:-default}` uses `default` when it is "
-        "unset or empty; `$$` is a literal `$`.",
+        "variable `VAR`; `${VAR:-default}` uses `default` when it is unset or empty; `$$` is a "
+        "literal `$`. Every reference is checked when the file is read, but a variable that is "
+        "not set is an error only for a command that opens its database (`sentry.dsn`: only "
+        '`run`); see "Secrets in the environment".',
         "- **Queue addresses** are a table name or an address in the database's dialect "
         '(PostgreSQL `"schema"."table"`, SQL Server `table@[schema]@[catalog]`, SQLite '
         "`table`).",

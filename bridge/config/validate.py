@@ -12,7 +12,9 @@ import types
 from collections.abc import Mapping
 from typing import Any
 
+from bridge.config.catalogs import partial_catalog
 from bridge.config.cross_checks import check_across_keys
+from bridge.config.environment import Unresolved
 from bridge.config.model import (
     BridgeConfig,
     DaemonConfig,
@@ -73,7 +75,7 @@ def _build(document: Document, source_path: str | None) -> BridgeConfig:
         ledger=LedgerConfig(**mappings["ledger"]),
         daemon=DaemonConfig(**mappings["daemon"]),
         logging=LoggingConfig(**mappings["logging"]),
-        sentry=SentryConfig(**mappings["sentry"]),
+        sentry=SentryConfig(**_resolved(mappings["sentry"], "dsn")),
         metrics=MetricsConfig(**mappings["metrics"]),
         subscriptions=types.MappingProxyType(
             {
@@ -89,8 +91,22 @@ def _build(document: Document, source_path: str | None) -> BridgeConfig:
     )
 
 
+def _resolved(values: dict[str, Any], key: str) -> dict[str, Any]:
+    """`values` with an `Unresolved` value of `key` moved to `unresolved` (`key`: None)."""
+    value = values.get(key)
+    if not isinstance(value, Unresolved):
+        return values
+    return {**values, key: None, "unresolved": value}
+
+
 def _database_values(entry: Entry, source_path: str | None) -> dict[str, Any]:
-    values = dict(entry.values)
+    values = _resolved(_resolved(dict(entry.values), "connection"), "path")
+    unresolved = values.get("unresolved")
+    if unresolved is not None and values.get("catalog") is None:
+        # The catalog addresses name the database by, where the connection string says it
+        # without the unset variables (`Database=ReceiverDb;Pwd=${RECEIVER_PASSWORD}`);
+        # else `bridge.config.catalogs` asks for them when the catalog is needed.
+        values["catalog"] = partial_catalog(values["dialect"], unresolved)
     path = values.get("path")
     # Relative SQLite paths are taken from the config file's folder, not from the working
     # directory, which under systemd is `/` and differs between a shell and the service.

@@ -1,6 +1,7 @@
 """Checking and converting one configuration value against its `Key`.
 
-Strings are `${VAR}`-expanded where the key allows it and matched against its pattern, numbers
+Strings are `${VAR}`-expanded where the key allows it (a variable that is not set makes the
+value `Unresolved`, an error only where it is used) and matched against its pattern, numbers
 and durations are range-checked (with a warning outside a key's usual range), choices are
 normalised; every problem goes to the `ProblemLog`, worded without echoing secrets.
 """
@@ -12,7 +13,7 @@ from collections.abc import Mapping
 from typing import Final
 
 from bridge.config.durations import format_duration, parse_duration
-from bridge.config.environment import expand_env
+from bridge.config.environment import Unresolved, expand_references
 from bridge.config.keys import Key
 from bridge.config.listen import parse_listen
 from bridge.config.messages import describe_value, suggestion
@@ -142,12 +143,18 @@ class ValueConverter:
             return INVALID
         text = value
         if key.expand_env:
-            text, errors = expand_env(value, self.environ)
-            for message in errors:
+            expansion = expand_references(value, self.environ)
+            for message in expansion.errors:
                 self.log.error(path, message)
-            if errors:
+            if expansion.errors:
                 return INVALID
-        if key.secret:
+            if key.secret:
+                self._check_literal_password(value, path)
+            if expansion.unset:
+                # An error only where the value is used (see bridge.config.environment).
+                return Unresolved(path, expansion.unset, expansion.text)
+            text = expansion.text
+        elif key.secret:
             self._check_literal_password(value, path)
         if not text.strip():
             if key.empty_is_none:

@@ -38,7 +38,7 @@ _DATABASE_ERRORS = re.compile(
     r"TransientDatabaseError|TableNotFound|PermissionDenied)\b"
 )
 _EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Failed|Lost|NotFound|Denied|"
-                             r"Unavailable|Headers)): (.*)$")  # fmt: skip
+                             r"Unavailable|Headers|UnsetVariables?)): (.*)$")  # fmt: skip
 _TASK_FAILED = re.compile(r"failed (\d+) times?")
 
 
@@ -131,6 +131,14 @@ def _explain_task(python: str, tried: str) -> tuple[str, ExitCode]:
             "the executors' Python cannot import sfbridge: point spark.pyspark.python (--conf) "
             "at an interpreter that has it on every worker, or ship one with --python-env "
             "ARCHIVE" + tried,
+            ExitCode.USAGE,
+        )
+    if "UnsetVariable" in kind:
+        # Its advice (the systemd EnvironmentFile) is for this host, not for executors.
+        unset = _message(python).split("; ", 1)[0]
+        return (
+            f"a Spark task lacks an environment variable: {unset} (give executors the "
+            "variables the YAML reads with --conf spark.executorEnv.NAME=VALUE)" + tried,
             ExitCode.USAGE,
         )
     if "ConfigError" in kind:

@@ -30,12 +30,14 @@ class ShippedConfig:
 
     def load(self) -> BridgeConfig:
         """The configuration, validated in this process (once per Python worker, which Spark
-        reuses for many tasks). Raises ConfigError, e.g. for a variable the executor's
-        environment lacks."""
+        reuses for many tasks). Raises ConfigError, and UnsetVariables for a variable of any
+        database that the executor's environment lacks: a task does the daemon's work, which
+        would otherwise count a database it cannot open as one that is down."""
         return _load(self.path, self.text)
 
 
 @functools.lru_cache(maxsize=4)
 def _load(path: str, text: str) -> BridgeConfig:
     config, _ = load_config_text(text, path)
+    config.require_environment("spark", config.databases)
     return config

@@ -34,7 +34,7 @@ from bridge.config.environment import expand_env
 from bridge.config.keys import REQUIRED, Key, Section
 from bridge.config.reference import render_reference_markdown
 from bridge.config.schema import SCHEMA
-from bridge.exceptions import ConfigError
+from bridge.exceptions import ConfigError, UnsetVariable, UnsetVariables
 
 REPO = Path(__file__).resolve().parents[2]
 # Example bridge configs; config/ also holds Prometheus rules
@@ -301,7 +301,8 @@ def test_every_schema_section_is_a_field_of_the_bridge_config() -> None:
 def test_schema_keys_are_exactly_the_model_fields(section: Section) -> None:
     fields = {f.name for f in dataclasses.fields(section.model)}
     from_file = set(section.key_names) | ({"name"} if section.shape == "named" else set())
-    assert from_file == fields
+    # `unresolved`: which key named an environment variable that was not set (not a key).
+    assert from_file == fields - {"unresolved"}
 
 
 @pytest.mark.parametrize("item", _sections_and_keys(), ids=_key_id)
@@ -826,18 +827,32 @@ def test_environment_expansion_errors(text: str, message: str) -> None:
     assert expand_env(text, {})[1] == [message]
 
 
-def test_unset_variable_is_an_error_at_the_key_naming_the_variable() -> None:
-    assert the_error(minimal(), env={}) == (
-        "databases.receiver.connection: environment variable RECEIVER_ODBC is not set"
+def test_an_unset_variable_leaves_its_database_unresolved_not_the_configuration() -> None:
+    config = build(minimal(), env={})
+    receiver = config.databases["receiver"]
+    assert receiver.connection is None
+    assert receiver.unresolved is not None
+    assert (receiver.unresolved.key_path, receiver.unresolved.variables) == (
+        "databases.receiver.connection",
+        ("RECEIVER_ODBC",),
     )
+    assert config.databases["sender"].unresolved is None
+    with pytest.raises(UnsetVariable, match="environment variable RECEIVER_ODBC is not set"):
+        receiver.require_environment()
 
 
-def test_every_unset_variable_is_reported() -> None:
-    raw = with_(minimal(), "databases.sender.connection", "Uid=${U};Pwd=${P}")
-    assert errors(raw) == [
-        "databases.sender.connection: environment variable U is not set",
-        "databases.sender.connection: environment variable P is not set",
-    ]
+def test_every_unset_variable_is_named_once() -> None:
+    raw = with_(minimal(), "databases.sender.connection", "Uid=${U};Pwd=${P};X=${U}")
+    unresolved = build(raw).databases["sender"].unresolved
+    assert unresolved is not None and unresolved.variables == ("U", "P")
+
+
+def test_a_bad_reference_is_an_error_at_load_also_beside_an_unset_variable() -> None:
+    raw = with_(minimal(), "databases.receiver.connection", "Pwd=${P};Uid=$U")
+    assert the_error(raw, env={}) == (
+        "databases.receiver.connection: '$' at character 14 does not start ${VAR} or "
+        "${VAR:-default}; write $$ for a literal '$'"
+    )
 
 
 def test_connection_that_is_empty_after_expansion_is_an_error() -> None:
@@ -1336,10 +1351,13 @@ def test_sentry_dsn(dsn: str, env: dict[str, str], expected: str | None) -> None
     assert config.sentry.dsn == expected
 
 
-def test_sentry_dsn_variable_without_default_must_be_set() -> None:
-    assert the_error(with_(minimal(), "sentry.dsn", "${SENTRY_DSN}")) == (
-        "sentry.dsn: environment variable SENTRY_DSN is not set"
-    )
+def test_sentry_dsn_variable_without_default_must_be_set_for_the_daemon() -> None:
+    config = build(with_(minimal(), "sentry.dsn", "${SENTRY_DSN}"))
+    assert config.sentry.dsn is None
+    with pytest.raises(UnsetVariables) as raised:
+        config.require_environment("run")
+    assert raised.value.unset == (("sentry.dsn", ("SENTRY_DSN",)),)
+    config.require_environment("install", ["sender", "receiver"])  # Sentry is the daemon's
 
 
 def test_sentry_environment_empty_means_none() -> None:

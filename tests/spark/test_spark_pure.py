@@ -249,6 +249,44 @@ def test_executors_without_sfbridge_or_without_a_variable_are_told_what_to_set()
     assert "spark.executorEnv.NAME=VALUE" in message
 
 
+def test_executors_without_a_variable_of_a_database_are_told_to_set_it_for_them() -> None:
+    message, code = _explain(
+        "bridge.exceptions.UnsetVariables: databases.receiver.connection: RECEIVER_PASSWORD not set"
+    )
+    assert code == 2
+    assert "lacks an environment variable: databases.receiver.connection: RECEIVER_PASSWORD" in (
+        message
+    )
+    assert "spark.executorEnv.NAME=VALUE" in message
+    message, code = _explain(
+        "bridge.exceptions.UnsetVariable: database 'receiver': cannot connect: environment "
+        "variable RECEIVER_PASSWORD is not set (databases.receiver.connection names it); "
+        "sfbridge.service reads it from /etc/sfbridge/sfbridge.env (EnvironmentFile=)"
+    )
+    assert code == 2 and "spark.executorEnv.NAME=VALUE" in message
+    assert "sfbridge.env" not in message  # the host's unit file is not the executors'
+
+
+def test_an_executor_refuses_a_configuration_whose_database_variables_it_lacks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from bridge.exceptions import UnsetVariables
+    from bridge.spark.shipped import ShippedConfig
+
+    monkeypatch.delenv("EXECUTOR_TEST_PASSWORD", raising=False)
+    text = (
+        "databases:\n"
+        "  sender: {dialect: postgresql, connection: 'Server=db1;Uid=bridge'}\n"
+        "  receiver: {dialect: postgresql,\n"
+        "             connection: 'Server=db2;Pwd=${EXECUTOR_TEST_PASSWORD}'}\n"
+        "forwarders: [{name: sender, database: sender, queue: forward}]\n"
+        "routes: [{match: '*', database: receiver}]\n"
+    )
+    with pytest.raises(UnsetVariables) as raised:
+        ShippedConfig("/etc/sfbridge/sfbridge.yaml", text).load()
+    assert raised.value.unset == (("databases.receiver.connection", ("EXECUTOR_TEST_PASSWORD",)),)
+
+
 def test_a_driver_that_ran_out_of_memory_or_a_watchdogs_verdict_comes_first() -> None:
     from bridge.spark.guard import explain
     from bridge.spark.session import SparkSettings

@@ -47,7 +47,8 @@ DATABASES = Section(
         Key(
             "connection",
             "string",
-            "ODBC connection string; `${VAR}` is expanded (keep passwords in the environment).",
+            "ODBC connection string; `${VAR}` is expanded (keep passwords in the environment), "
+            "and needed only by the commands that open this database.",
             example="Driver={PostgreSQL Unicode};Server=db1;Database=receiver;Uid=bridge",
             expand_env=True,
             secret=True,
@@ -57,8 +58,8 @@ DATABASES = Section(
         Key(
             "path",
             "string",
-            "SQLite database file; `${VAR}` is expanded; a relative path is taken from the "
-            "config file's folder.",
+            "SQLite database file; `${VAR}` is expanded (needed only by the commands that open "
+            "it); a relative path is taken from the config file's folder.",
             example="/var/lib/sfbridge/edge.db",
             expand_env=True,
             dialects=FILE_DIALECTS,

@@ -79,7 +79,7 @@ SENTRY = Section(
         Key(
             "dsn",
             "string",
-            "Sentry DSN; `${VAR}` is expanded; empty means no Sentry.",
+            "Sentry DSN; `${VAR}` is expanded (needed only by `run`); empty means no Sentry.",
             example="${SENTRY_DSN:-}",
             default=None,
             expand_env=True,
