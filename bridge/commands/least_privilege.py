@@ -20,7 +20,7 @@ from bridge.config.catalogs import database_catalog
 from bridge.config.model import BridgeConfig, RouteConfig
 from bridge.dialects import Dialect, dialect_for
 from bridge.drivers.odbc import parse_connection_string
-from bridge.exceptions import AddressError
+from bridge.exceptions import AddressError, UnsetVariable
 from bridge.forwarding.proxies import proxy_destination
 from bridge.routing import Destination, destination_of, first_matching_route
 from bridge.storage.ledger import ledger_databases, ledger_steps
@@ -167,8 +167,9 @@ def _route_schemas(config: BridgeConfig, route: RouteConfig) -> list[str | None]
 
 
 def configured_login(config: BridgeConfig, name: str) -> str | None:
-    """The user name the connection string of database `name` logs in as, if it says."""
-    connection = config.databases[name].connection or ""
+    """The user name the connection string of database `name` logs in as, if it says (also
+    when a variable it names is not set: the user name seldom needs one)."""
+    connection = _connection_text(config, name)
     if connection.startswith(("postgresql://", "postgres://")):
         user = urlparse(connection).username
         return unquote(user) if user else None
@@ -178,13 +179,25 @@ def configured_login(config: BridgeConfig, name: str) -> str | None:
     return None
 
 
+def _connection_text(config: BridgeConfig, name: str) -> str:
+    """The connection string of database `name`, with any unset variable left a mark
+    (`Unresolved.partial`); read here for names only, never shown."""
+    database = config.databases[name]
+    if database.unresolved is not None:
+        return database.unresolved.partial
+    return database.connection or ""
+
+
 def server_database(config: BridgeConfig, name: str) -> str | None:
     """The name the server knows database `name` by (`Database=` or the URL's path)."""
     database = config.databases[name]
-    catalog = database_catalog(database)
+    try:
+        catalog = database_catalog(database)
+    except UnsetVariable:
+        catalog = None  # its connection string is one variable, which is not set
     if catalog:
         return catalog
-    connection = database.connection or ""
+    connection = _connection_text(config, name)
     if connection.startswith(("postgresql://", "postgres://")):
         return unquote(urlparse(connection).path.lstrip("/")) or None
     for key, value in parse_connection_string(connection):
