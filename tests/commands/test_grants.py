@@ -123,6 +123,8 @@ def test_check_the_daemon_and_install_agree_on_what_the_login_may_create(
     assert receiver["connection"] != pg_pair.receiver
     if grants.schema:
         receiver["schema"] = grants.schema
+        # The queue stays in "public", which the messages name: no longer the default schema.
+        raw["routes"][0]["schemas"] = ["public"]
     write_config(pg_pair.config, raw)
     grant = (grants.grant or "").format(role=role, database=database)
 
