@@ -12,33 +12,9 @@ from fnmatch import fnmatchcase
 
 from bridge.commands.check_tables import Finding
 from bridge.config.model import BridgeConfig
-from bridge.dialects.base import (
-    AUDIT_TABLE,
-    COUNTERS_TABLE,
-    DAEMONS_TABLE,
-    DESTINATION_STATES_TABLE,
-    EVENT_TYPES_TABLE,
-    FORWARDER_STATES_TABLE,
-    LEDGER_TABLE,
-    PAUSES_TABLE,
-    RETRY_TABLE,
-    TRANSACTIONS_TABLE,
-)
+from bridge.dialects.base import BRIDGE_TABLES
 from bridge.dialects.registry import grammar_for
 from bridge.storage.tables import forwarder_tables
-
-BRIDGE_TABLES = (
-    RETRY_TABLE,
-    LEDGER_TABLE,
-    COUNTERS_TABLE,
-    EVENT_TYPES_TABLE,
-    DESTINATION_STATES_TABLE,
-    FORWARDER_STATES_TABLE,
-    PAUSES_TABLE,
-    DAEMONS_TABLE,
-    AUDIT_TABLE,
-    TRANSACTIONS_TABLE,
-)
 
 
 def check_route_reach(config: BridgeConfig) -> Iterator[Finding]:

@@ -259,6 +259,19 @@ AUDIT_TABLE = "sfbridge_audit"
 # `Dialect.with_gid`).
 GID_PATTERN = re.compile(r"[A-Za-z0-9:-]{1,200}")
 TRANSACTIONS_TABLE = "sfbridge_transactions"
+# Every one of them (the ledger in destination databases, the others in forwarding databases).
+BRIDGE_TABLES = (
+    RETRY_TABLE,
+    LEDGER_TABLE,
+    COUNTERS_TABLE,
+    EVENT_TYPES_TABLE,
+    DESTINATION_STATES_TABLE,
+    FORWARDER_STATES_TABLE,
+    PAUSES_TABLE,
+    DAEMONS_TABLE,
+    AUDIT_TABLE,
+    TRANSACTIONS_TABLE,
+)
 
 
 class QueueShapes(Protocol):
