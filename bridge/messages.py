@@ -163,7 +163,9 @@ class Failed:
     `outage`: the whole database failed (unreachable, or lacking a bridge table it may not
     create), not this message; with `retries.during_outage: wait` that spends no attempt.
     `paused`: nothing was tried, the database is paused (`sfbridge pause`): no attempt spent,
-    however long the pause.
+    however long the pause. `login_refused`: an outage in which the database refuses the
+    bridge's login; only a person fixes it, so it spends no attempt whatever
+    `retries.during_outage` says (the message waits up to `retries.max_wait`).
     """
 
     error: str
@@ -171,6 +173,7 @@ class Failed:
     missing_queue: bool = False
     outage: bool = False
     paused: bool = False
+    login_refused: bool = False
 
 
 DeliveryResult = Delivered | Duplicate | Failed

@@ -298,7 +298,9 @@ class RemoteDelivery:
         name = self._target.name
         trouble = self._outages.trouble(name)
         if trouble is not None:
-            return [Failed(trouble.last_error or "unavailable", outage=True)] * len(items)
+            refused = trouble.state == "auth-failed"
+            failed = Failed(trouble.last_error or "unavailable", outage=True, login_refused=refused)
+            return [failed] * len(items)
         return deliver_around_busy_tables(
             self._outages,
             name,
@@ -364,11 +366,12 @@ class RemoteDelivery:
 
     def _fail_all(self, items: Sequence[Item], error: DatabaseError) -> list[DeliveryResult]:
         outage = isinstance(error, DatabaseUnavailable)
+        refused = isinstance(error, AuthenticationFailed)
         if isinstance(error, AuthenticationFailed):
             self._outages.record_trouble(self._target.name, "auth-failed", str(error), error.login)
         elif outage:
             self._outages.record_trouble(self._target.name, "unreachable", str(error))
-        return [Failed(str(error), outage=outage)] * len(items)
+        return [Failed(str(error), outage=outage, login_refused=refused)] * len(items)
 
     def _attempt(
         self, items: Sequence[Item], one_by_one: bool, transactions: BatchTransactions

@@ -162,8 +162,9 @@ def retry_fate(
     """A failed delivery: stored for a later attempt, or given up on after the last one.
 
     With `retries.during_outage: wait` an outage spends no attempt; the message waits, up to
-    `retries.max_wait` from its first failure. A paused database spends none either, and a
-    message waits for it as long as the pause lasts.
+    `retries.max_wait` from its first failure; so does a refused login, whatever the policy
+    (retrying does not fix it, and no attempt was made while it stands). A paused database
+    spends none either, and a message waits for it as long as the pause lasts.
     """
     message = unit.message
     if failure.paused:
@@ -177,7 +178,7 @@ def retry_fate(
             error=failure.error,
             waiting=True,
         )
-    waits = failure.outage and policy.during_outage == "wait"
+    waits = failure.login_refused or (failure.outage and policy.during_outage == "wait")
     attempts = message.attempts + (0 if waits else 1)
     first_failure_at = message.first_failure_at or now
     if waits and waited_too_long(first_failure_at, now, policy):

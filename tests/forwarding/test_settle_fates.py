@@ -149,6 +149,17 @@ def test_an_outage_spends_no_attempt_when_outages_wait() -> None:
     assert stored.due == NOW + timedelta(seconds=10)
 
 
+def test_a_refused_login_spends_no_attempt_even_when_outages_count() -> None:
+    # Retrying does not fix a password: the message waits for a person, up to max_wait.
+    refused = Failed("password authentication failed", outage=True, login_refused=True)
+    stored = fate(DELIVER, refused, claimed=message(attempts=2))
+    assert isinstance(stored, StoreForRetry)
+    assert stored.attempts == 2 and stored.waiting
+    first = NOW - timedelta(days=8)
+    too_long = fate(DELIVER, refused, claimed=message(attempts=2, first_failure_at=first))
+    assert isinstance(too_long, DeadLetter) and too_long.code == "outage-too-long"
+
+
 def test_a_message_that_never_failed_before_waits_due_after_one_delay() -> None:
     stored = fate(DELIVER, Failed("down", outage=True), policy=WAITING)
     assert isinstance(stored, StoreForRetry)
