@@ -103,15 +103,15 @@ class BatchForwarder:
         self.dialect: Dialect = dialect_for(config.databases[forwarder.database].dialect)
         self.tables = forwarder_tables(config, forwarder)
         self.router = forwarder_router(config, forwarder)
+        self.healer = TableHealer(config, forwarder, connections, self.dialect)
+        self._outages = outages or OutageTracker(probe_interval(config))
         self.published = PublishedEvents(
             forwarder.name,
             self.dialect,
             self.tables,
             self.router,
-            SubscriberDirectory(config, forwarder.database),
+            SubscriberDirectory(config, forwarder.database, logins=self._outages),
         )
-        self.healer = TableHealer(config, forwarder, connections, self.dialect)
-        self._outages = outages or OutageTracker(probe_interval(config))
         self._pauses = PauseBoard(forwarder.slow_poll_interval)
         self._writer = writer or QueueWriter()
         # Rows the next claim locks, per source, from the sizes the last one saw.

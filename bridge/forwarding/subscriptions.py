@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from bridge.config.model import BridgeConfig, SubscriptionTableConfig
 from bridge.connections import connect
 from bridge.dialects import dialect_for
-from bridge.exceptions import DatabaseError
+from bridge.exceptions import AuthenticationFailed, DatabaseError
+from bridge.outages import OutageTracker
 
 CONFIG_SOURCE = "config"
 
@@ -49,17 +50,23 @@ def table_source(table: SubscriptionTableConfig) -> str:
 
 
 class SubscriberDirectory:
-    """Finds subscribers for topics. One per worker thread (it uses the worker's connections)."""
+    """Finds subscribers for topics. One per worker thread (it uses the worker's connections).
+
+    `logins`: a daemon's outage tracker. While it says a database refuses the bridge's login,
+    its subscription table is not read (no login is tried: the daemon's probe alone does, see
+    `bridge.outages`); a refusal met here is recorded there."""
 
     def __init__(
         self,
         config: BridgeConfig,
         forwarder_database: str,
         clock: Callable[[], float] = time.monotonic,
+        logins: OutageTracker | None = None,
     ) -> None:
         self._config = config
         self._forwarder_database = forwarder_database
         self._clock = clock
+        self._logins = logins
         self._cache: dict[tuple[int, frozenset[str]], tuple[float, tuple[str, ...]]] = {}
 
     def lookup(self, topics: Sequence[str]) -> Lookup:
@@ -90,7 +97,15 @@ class SubscriberDirectory:
         if cached is not None and cached[0] > now:
             return cached[1], False
         try:
-            addresses = read_subscribers(self._config, table, topics)
+            self._refuse_while_refused(table.database)
+            try:
+                addresses = read_subscribers(self._config, table, topics)
+            except AuthenticationFailed as refused:
+                if self._logins is not None:
+                    self._logins.record_trouble(
+                        table.database, "auth-failed", str(refused), refused.login
+                    )
+                raise
         except DatabaseError as error:
             if cached is None:
                 raise
@@ -107,6 +122,15 @@ class SubscriberDirectory:
             self._cache.clear()  # bounded: event hierarchies are few, but never grow forever
         self._cache[key] = (now + self._config.publish.cache, addresses)
         return addresses, True
+
+
+    def _refuse_while_refused(self, database: str) -> None:
+        """Raise AuthenticationFailed, without logging in, while `database` refuses the login."""
+        refused = None if self._logins is None else self._logins.refused_login(database)
+        if refused is not None:
+            raise AuthenticationFailed(
+                database, f"its login is refused ({refused.last_error})", login=refused.login
+            )
 
 
 def read_subscribers(
