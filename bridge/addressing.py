@@ -20,6 +20,7 @@ by hand cannot slip past the rules that a parsed one has to obey; `check_table` 
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -30,6 +31,7 @@ __all__ = [
     "TableAddress",
     "check_characters",
     "check_table",
+    "folded_name",
 ]
 
 
@@ -43,9 +45,11 @@ class TableAddress:
 
 
 class AddressGrammar(Protocol):
-    """One dialect's queue address grammar; `dialect` is the dialect's name."""
+    """One dialect's queue address grammar; `dialect` is the dialect's name; `names_ignore_case`
+    whether the database takes two names that differ only in case for one."""
 
     dialect: str
+    names_ignore_case: bool
 
     def parse(self, text: str) -> TableAddress: ...
 
@@ -87,3 +91,11 @@ def check_characters(name: str, what: str, address: object) -> None:
             f"{what} name {name!r} contains an unpaired surrogate "
             f"(\\u{ord(surrogate.group()):04x}), which no database can store (address {address!r})"
         )
+
+
+def folded_name(name: str) -> str:
+    """`name` as a database may take it to be the same as another: compatibility forms
+    folded (NFKC: full-width letters, ligatures), case folded, trailing spaces dropped (SQL
+    Server ignores them when it compares names). For refusing the bridge's own tables, where
+    taking two names for one is the safe mistake."""
+    return unicodedata.normalize("NFKC", name).casefold().rstrip(" ")

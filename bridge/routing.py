@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from bridge.addressing import TableAddress
+from bridge.addressing import TableAddress, folded_name
 from bridge.config.catalogs import database_catalog, databases_of_catalog, same_catalog
 from bridge.config.model import DatabaseConfig, RouteConfig, TransactionMode
 from bridge.dialects.registry import grammar_for
@@ -49,26 +49,26 @@ class Destination:
 # Every table the bridge creates is called so, in every dialect (`bridge.dialects.base`).
 BRIDGE_TABLE_PREFIX = "sfbridge_"
 
-# Per configured database: (casefolded schema or "", casefolded table) -> what the table is,
+# Per configured database: (folded schema or "", folded table) -> what the table is,
 # for the tables there that the bridge owns or reads (`bridge.storage.tables.owned_tables`).
 OwnedTables = Mapping[str, Mapping[tuple[str, str], str]]
 
 
 def owned_table_use(destination: Destination, owned: OwnedTables) -> str | None:
     """What the bridge uses `destination`'s table for, when it owns or reads it (so no
-    message may be delivered into it); None for an endpoint's queue. Names compare without
-    case: a table that differs from the bridge's only in case is refused too (SQL Server
-    compares them so under its default collations)."""
+    message may be delivered into it); None for an endpoint's queue. Names compare folded
+    (`folded_name`: case, full-width forms, trailing spaces), as loosely as any database
+    compares them: a table a database could take for one of the bridge's is refused too."""
     address = destination.address
     if address.catalog is not None:
         return None  # another catalog on the server: not a configured database
-    table = address.table.casefold()
+    table = folded_name(address.table)
     if table.startswith(BRIDGE_TABLE_PREFIX):
         return "a table the bridge creates for itself"
     tables = owned.get(destination.database)
     if not tables:
         return None
-    return tables.get(((address.schema or "").casefold(), table))
+    return tables.get((folded_name(address.schema or ""), table))
 
 
 @dataclass(frozen=True)
@@ -104,9 +104,13 @@ class Router:
         replies: ReplyRewriter | None = None,
         default_transaction: TransactionMode = "ledger",
         owned: OwnedTables | None = None,
+        address_databases: frozenset[str] | None = None,
     ) -> None:
         self._source = source
         self._owned: OwnedTables = owned or {}
+        # The databases an address may be marked as written in (`route`): those whose
+        # subscription table the bridge reads; None: any configured one.
+        self._address_databases = address_databases
         self._default_transaction: TransactionMode = default_transaction
         self._routes = tuple(routes)
         self._databases = databases
@@ -139,10 +143,14 @@ class Router:
         if decision is None:
             grammar_source = self._source
             if address_database is not None and address_database != self._source.name:
-                if address_database not in self._databases:
+                if address_database not in self._databases or (
+                    self._address_databases is not None
+                    and address_database not in self._address_databases
+                ):
                     return Unroutable(
                         f"the address {destination_header!r} is marked as written in database "
-                        f"{address_database!r}, which is not configured"
+                        f"{address_database!r}, whose subscription table the bridge does not "
+                        "read (only a subscriber's address read there carries that mark)"
                     )
                 grammar_source = self._databases[address_database]
             decision = route_destination(
@@ -215,9 +223,8 @@ def choose_route(
     - the forwarding database's own catalog (what an endpoint writes by default): the route
       decides, and the catalog is dropped;
     - the catalog of configured databases: the message goes there by the first matching
-      route to one of them; without one it is unroutable, but for the catalog of the database
-      the address was written in (a subscriber in that database's subscription table), which
-      takes it with its defaults; the catalog is dropped (the database's connection opens it);
+      route to one of them, and is unroutable without one (a catalog never chooses a database
+      no route leads to); the catalog is dropped (the database's connection opens it);
     - any other catalog: the route decides, and only a catalog the route lists in `catalogs`
       is kept (a three-part name: that catalog on the route's database's server); any other
       is refused.
@@ -240,11 +247,8 @@ def choose_route(
     allowed, catalog_note = _catalog_rule(parsed, source, databases)
     index, route = _first_route(parsed.table, routes, allowed)
     if route is None:
-        own = _written_in_own_catalog(allowed, written_in)
-        if own is None:
-            reason = _no_route_reason(parsed.table, routes, allowed, parsed.catalog)
-            return RouteChoice(Unroutable(reason), None, catalog_note)
-        route = RouteConfig(parsed.table, own)
+        reason = _no_route_reason(parsed.table, routes, allowed, parsed.catalog)
+        return RouteChoice(Unroutable(reason), None, catalog_note)
     target = databases[route.database]
     try:
         destination = destination_of(
@@ -340,17 +344,6 @@ def _catalog_rule(
     return names, f"[{catalog}] is database {listed}: a route to it decides"
 
 
-def _written_in_own_catalog(
-    allowed: tuple[str, ...] | None, written_in: DatabaseConfig | None
-) -> str | None:
-    """The database an address without a route may still go to: the one it was written in
-    (a subscriber's address read from that database's subscription table, which the operator
-    configured), when its catalog names that database alone."""
-    if allowed is not None and written_in is not None and allowed == (written_in.name,):
-        return written_in.name
-    return None
-
-
 def _first_route(
     table: str, routes: Sequence[RouteConfig], allowed: tuple[str, ...] | None
 ) -> tuple[int | None, RouteConfig | None]:
@@ -401,7 +394,12 @@ def resolve_for_target(
     schema = route.schema
     if schema is None and same_dialect and parsed.schema is not None:
         default = grammar.resolve(TableAddress(parsed.table), target.schema, None).schema
-        if parsed.schema != default and parsed.schema not in route.schemas:
+
+        def fold(name: str | None) -> str | None:
+            return name.casefold() if name is not None and grammar.names_ignore_case else name
+
+        allowed = {fold(default), *(fold(name) for name in route.schemas)}
+        if fold(parsed.schema) not in allowed:
             raise RouteRefused(
                 f"schema {parsed.schema!r} (only {_schemas_allowed(default, route)}); list "
                 "it in that route's `schemas` to deliver there"

@@ -598,18 +598,30 @@ def test_a_catalog_naming_a_configured_database_without_a_route_to_it_is_refused
     assert choice.catalog == "[BillingDb] is database 'billing': a route to it decides"
 
 
-def test_a_subscriber_in_another_databases_subscription_table_reaches_it_without_a_route() -> None:
-    # The operator configured that database's subscription table: its own catalog leads home.
+def test_a_subscriber_address_needs_a_route_like_any_other() -> None:
+    # Read from the billing database's subscription table, in its own catalog: still no route.
     router = Router(SENDER_DB, [TO_RECEIVER], CATALOG_DATABASES)
-    decision = router.route("Samples.Billing@[dbo]@[BillingDb]", "billing")
-    assert isinstance(decision, Destination), decision
-    assert (decision.database, decision.address) == (
-        "billing",
-        TableAddress("Samples.Billing", "dbo"),
+    refused = router.route("Samples.Billing@[dbo]@[BillingDb]", "billing")
+    assert isinstance(refused, Unroutable), refused
+    assert "names database 'billing', and no route" in refused.reason
+    routed = Router(
+        SENDER_DB, [TO_RECEIVER, RouteConfig("Samples.Billing", "billing")], CATALOG_DATABASES
+    ).route("Samples.Billing@[dbo]@[BillingDb]", "billing")
+    assert isinstance(routed, Destination), routed
+    assert (routed.database, routed.address) == ("billing", TableAddress("Samples.Billing", "dbo"))
+
+
+def test_only_a_database_whose_subscription_table_is_read_may_mark_an_address() -> None:
+    # The mark is the bridge's, on copies it read from that table; a forged one is refused.
+    routes = [TO_RECEIVER, RouteConfig("Samples.Billing", "billing")]
+    router = Router(SENDER_DB, routes, CATALOG_DATABASES, address_databases=frozenset({"billing"}))
+    assert isinstance(router.route("Samples.Billing@[dbo]@[BillingDb]", "billing"), Destination)
+    forged = router.route("Samples.Receiver@[dbo]@[ReceiverDb]", "receiver")
+    assert forged == Unroutable(
+        "the address 'Samples.Receiver@[dbo]@[ReceiverDb]' is marked as written in database "
+        "'receiver', whose subscription table the bridge does not read (only a subscriber's "
+        "address read there carries that mark)"
     )
-    assert decision.transaction == "ledger"  # the default: no route says otherwise
-    # Written in the sender's database, the same address is refused.
-    assert isinstance(router.route("Samples.Billing@[dbo]@[BillingDb]"), Unroutable)
 
 
 def test_a_catalog_beats_a_route_to_another_database_and_takes_a_route_to_its_own() -> None:
@@ -684,7 +696,8 @@ def test_a_route_into_the_forwarding_database_drops_its_own_catalog() -> None:
 
 def test_a_subscriber_address_from_another_databases_table_is_read_in_its_grammar() -> None:
     # Written by a subscriber in the receiver database: its catalog is where it lives.
-    router = Router(SENDER_DB, [RouteConfig("*", "sender")], CATALOG_DATABASES)
+    routes = [RouteConfig("*", "sender"), RouteConfig("*", "receiver")]
+    router = Router(SENDER_DB, routes, CATALOG_DATABASES)
     decision = router.route("Samples.Receiver@[dbo]@[ReceiverDb]", "receiver")
     assert isinstance(decision, Destination), decision
     assert decision.database == "receiver"

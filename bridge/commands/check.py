@@ -29,12 +29,11 @@ from bridge.forwarding.in_doubt import (
     max_prepared_transactions,
     old_prepared_transactions,
 )
-from bridge.forwarding.proxies import proxy_destination
+from bridge.forwarding.proxies import forwarder_router, proxy_destination
 from bridge.forwarding.subscriptions import SubscriberDirectory
 from bridge.messages import Forward, NoSubscribers, Publish
-from bridge.routing import Router
 from bridge.storage.ledger import ledger_address, ledger_databases
-from bridge.storage.tables import forwarder_table_steps, forwarder_tables, owned_tables
+from bridge.storage.tables import forwarder_table_steps, forwarder_tables
 
 
 def run_checks(config: BridgeConfig) -> list[Finding]:
@@ -374,7 +373,7 @@ def _check_event_subscribers(
         seen = []
     for event_type, _, details in seen:
         topic_sets[str(event_type)] = tuple(json.loads(details).get("topics") or (event_type,))
-    router = Router(database, config.routes, config.databases, owned=owned_tables(config))
+    router = forwarder_router(config, forwarder)
     directory = SubscriberDirectory(config, forwarder.database)
     for event_type, topics in sorted(topic_sets.items()):
         subject = f"forwarder '{forwarder.name}' event {event_type}"

@@ -152,14 +152,9 @@ def _delivery_lines(
         default_transaction=config.delivery.transaction,
         written_in=config.databases.get(written_in or source.name),
     )
-    if choice.route is not None:
+    if choice.route is not None:  # always, for a destination: every one takes a route
         route = config.routes[choice.route]
         lines.append(f"     by routes[{choice.route}] (match '{route.match}'), {crossing}")
-    else:
-        lines.append(
-            f"     by its catalog (a subscriber in that database's own subscription table), "
-            f"no route needed, {crossing}"
-        )
     if choice.catalog is not None:
         lines.append(f"     catalog {choice.catalog}")
     return lines

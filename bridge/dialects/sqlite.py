@@ -35,6 +35,8 @@ class SqliteGrammar:
     """The bare table name; SQL Server addresses are accepted and reduced to their table."""
 
     dialect: str = "sqlite"
+    # SQLite compares table names without (ASCII) case.
+    names_ignore_case: bool = True
 
     def parse(self, text: str) -> TableAddress:
         if "@" in text:

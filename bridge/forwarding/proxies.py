@@ -102,6 +102,7 @@ def forwarder_router(config: BridgeConfig, forwarder: ForwarderConfig) -> Router
         replies=ReplyAddresses.from_config(config),
         default_transaction=config.delivery.transaction,
         owned=owned_tables(config),
+        address_databases=frozenset(table.database for table in config.subscription_tables),
     )
 
 

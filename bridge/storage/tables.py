@@ -18,7 +18,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from bridge.addressing import TableAddress
+from bridge.addressing import TableAddress, folded_name
 from bridge.config.catalogs import database_catalog
 from bridge.config.model import BridgeConfig, ForwarderConfig
 from bridge.dialects import Dialect, dialect_for
@@ -114,7 +114,7 @@ def owned_tables(config: BridgeConfig) -> dict[str, dict[tuple[str, str], str]]:
     owned: dict[str, dict[tuple[str, str], str]] = {}
 
     def add(database: str, address: TableAddress, use: str) -> None:
-        key = ((address.schema or "").casefold(), address.table.casefold())
+        key = (folded_name(address.schema or ""), folded_name(address.table))
         owned.setdefault(database, {}).setdefault(key, use)
 
     for forwarder in config.forwarders:

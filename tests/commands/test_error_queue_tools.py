@@ -510,6 +510,7 @@ def test_a_copy_in_another_databases_grammar_is_replayed_through_retry_storage(
             "databases": {"edge": edge.database_entry(), "central": central.database_entry()},
             "forwarders": [{"name": "orders", "database": "edge", "queue": FORWARD}],
             "routes": [{"match": "Samples.Receiver*", "database": "central"}],
+            "subscription_tables": [{"database": "central"}],
         },
     )
     assert sfbridge("-c", str(path), "install").returncode == 0

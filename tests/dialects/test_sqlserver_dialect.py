@@ -1029,7 +1029,7 @@ DATABASES = {"sender": SENDER, "central": REMOTE, "pg": POSTGRES}
 
 
 def test_a_destination_in_another_catalog_routed_to_the_forwarding_database_stays_local() -> None:
-    routes = [RouteConfig("Samples.*", "sender")]
+    routes = [RouteConfig("Samples.*", "sender", catalogs=("receiver",))]
     destination = route_destination("Samples.Receiver@[dbo]@[receiver]", SENDER, routes, DATABASES)
     assert destination.database == "sender"  # delivered in the source transaction, no ledger
     assert destination.address == TableAddress("Samples.Receiver", "dbo", "receiver")
@@ -1039,7 +1039,7 @@ def test_a_destination_in_another_catalog_routed_to_the_forwarding_database_stay
 
 
 def test_the_catalog_travels_between_sqlserver_databases_but_not_to_other_dialects() -> None:
-    routes = [RouteConfig("Samples.*", "central", schema="nsb")]
+    routes = [RouteConfig("Samples.*", "central", schema="nsb", catalogs=("receiver",))]
     remote = route_destination("Samples.Receiver@[dbo]@[receiver]", SENDER, routes, DATABASES)
     assert remote.address == TableAddress("Samples.Receiver", "nsb", "receiver")
     routes = [RouteConfig("Samples.*", "pg")]

@@ -248,10 +248,12 @@ def test_forged_failure_headers_do_not_reach_the_error_queue() -> None:
         ("mssql", "Orders.Error", "the error queue of forwarder 'orders-out'"),
         ("mssql", "[Orders.Error]@[dbo]", "the error queue of forwarder 'orders-out'"),
         ("mssql", "[Orders.ERROR]", "the error queue of forwarder 'orders-out'"),
-        ("mssql", "[Orders.Error]@[DBO]", None),  # a schema the route does not list
         ("edge", "Store.Forward", "forwarding queue of forwarder 'store-out'"),
         ("edge", "Store.Errors", "the error queue of forwarder 'store-out'"),
         ("mssql", "SubscriptionRouting@[dbo]@[OrdersDb]", "a subscription table the bridge"),
+        # SQL Server ignores trailing spaces and (default collations) case in names.
+        ("mssql", "Orders.Forward @[dbo]", "forwarding queue of forwarder 'orders-out'"),
+        ("mssql", "Orders.Error  @[DBO]", "the error queue of forwarder 'orders-out'"),
     ],
 )
 def test_the_bridges_own_tables_are_refused_up_front(
@@ -440,3 +442,26 @@ def test_nul_bytes_and_surrogates_in_addresses_are_refused() -> None:
             text = json.dumps({DESTINATION_HEADER: bad})  # NUL and surrogates as escapes
             decision = decide_as_sent(forwarder, text)
             assert isinstance(decision, Reject), (forwarder, bad, decision)
+
+
+def test_sql_server_schemas_compare_without_case_postgresql_ones_exactly() -> None:
+    decision = decide_as_sent("mssql", {DESTINATION_HEADER: "Orders.Billing@[DBO]@[OrdersDb]"})
+    assert isinstance(decision, Forward), decision
+    assert decision.destination.address.schema == "DBO"
+    refused = decide_as_sent("sender", {DESTINATION_HEADER: '"PUBLIC"."Samples.Receiver"'})
+    assert isinstance(refused, Reject), refused  # another schema in PostgreSQL
+
+
+def test_a_name_any_database_could_take_for_a_bridge_table_is_refused() -> None:
+    everything = BridgeConfig(
+        databases=DATABASES, forwarders=FORWARDERS, routes=(RouteConfig("*", "orders"),)
+    )
+    router = forwarder_router(everything, everything.forwarder("mssql"))
+    for header in (
+        "\uff53fbridge_ledger",  # a full-width s, which default collations take for s
+        "SFBRIDGE_RETRY ",
+        "Orders.Forward   ",
+    ):
+        table = json.loads(f'"{header}"')
+        decision = router.route(table)
+        assert not isinstance(decision, Destination), (table, decision)

@@ -20,6 +20,8 @@ class PostgreSqlGrammar:
     """`"schema"."table"`, split on the first dot outside double quotes."""
 
     dialect: str = "postgresql"
+    # A quoted identifier is exact: "Billing" and "billing" are two schemas.
+    names_ignore_case: bool = False
 
     def parse(self, text: str) -> TableAddress:
         dot = self._first_unquoted_dot(text)

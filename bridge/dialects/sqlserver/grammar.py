@@ -37,6 +37,8 @@ class SqlServerGrammar:
     """`table@[schema]@[catalog]`; schema and catalog optional, bare or bracket-quoted."""
 
     dialect: str = "sqlserver"
+    # Identifiers compare without case under SQL Server's default collations.
+    names_ignore_case: bool = True
 
     def parse(self, text: str) -> TableAddress:
         table, at, rest = text.partition("@")
