@@ -67,12 +67,12 @@ def no_secret_in(*texts: str) -> None:
         pytest.param(("status",), 1, id="status"),  # 1: no daemon runs
         pytest.param(("status", "--json"), 1, id="status-json"),
         pytest.param(("status", "--audit"), 0, id="audit"),
-        pytest.param(("send", "Samples.Receiver"), 0, id="send"),
+        pytest.param(("send", '"Samples.Receiver"'), 0, id="send"),
         pytest.param(("errors", "list"), 0, id="errors-list"),
         pytest.param(("retries", "list"), 0, id="retries-list"),
         pytest.param(("pause", "sender", "--destination", "receiver"), 0, id="pause"),
         pytest.param(("resume", "sender"), 0, id="resume"),
-        pytest.param(("route", "Samples.Receiver"), 0, id="route"),
+        pytest.param(("route", '"Samples.Receiver"'), 0, id="route"),
     ],
 )
 def test_a_verb_that_reads_only_the_sender_runs_with_only_the_senders_secret(
@@ -85,7 +85,7 @@ def test_a_verb_that_reads_only_the_sender_runs_with_only_the_senders_secret(
 
 
 def test_status_and_send_work_on_the_sender_without_the_receivers_secret(pair: PgPair) -> None:
-    sent = cli(pair, "send", "Samples.Receiver", "--count", "3")
+    sent = cli(pair, "send", '"Samples.Receiver"', "--count", "3")
     assert sent.returncode == 0, sent.stderr
     assert pg_count(pair.sender, SENDER_FORWARD) == 3
     status = cli(pair, "status", "--json")
