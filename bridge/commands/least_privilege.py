@@ -23,6 +23,7 @@ from bridge.drivers.odbc import parse_connection_string
 from bridge.exceptions import AddressError, UnsetVariable
 from bridge.forwarding.proxies import proxy_destination
 from bridge.routing import Destination, destination_of, first_matching_route
+from bridge.secrets import inert
 from bridge.storage.ledger import ledger_databases, ledger_steps
 from bridge.storage.tables import forwarder_table_steps
 
@@ -317,7 +318,7 @@ _OWN_TABLES = (
 def _table_lines(dialect: Dialect, need: TableNeed, login: str) -> list[str]:
     grammar = dialect.grammar
     table = grammar.qualified_name(TableAddress(need.table.table, need.table.schema))
-    lines = [f"-- {need.what}"]
+    lines = [f"-- {inert(need.what)}"]  # a route's match may hold a line break
     lines.append(
         _statement(dialect, "rights", rights=", ".join(need.rights), table=table, login=login)
     )

@@ -134,3 +134,25 @@ def test_serial_sequences_are_named_as_postgresql_names_them(table: str, sequenc
     assert serial_sequences(TableAddress(table, "public"), ddl) == (
         TableAddress(sequence, "public"),
     )
+
+
+def test_the_queues_and_schemas_a_route_allows_are_granted_and_comments_stay_comments(
+    tmp_path: Path,
+) -> None:
+    config = {
+        **CONFIG,
+        "routes": [
+            {"match": "Samples.Receiver", "database": "receiver", "schemas": ["billing"]},
+            # A line break in a route's match must not end the comment that names it.
+            {"match": "Odd\nDROP TABLE x;", "database": "receiver"},
+        ],
+    }
+    path = write_config(tmp_path / "sfbridge.yaml", config)
+    result = sfbridge("-c", str(path), "install", "--print-grants")
+    assert result.returncode == 0, result.stderr
+    receiver = section(result.stdout, "receiver")
+    assert 'GRANT INSERT ON "tenant"."Samples.Receiver" TO "bridge";' in receiver
+    assert 'GRANT INSERT ON "billing"."Samples.Receiver" TO "bridge";' in receiver
+    assert "-- destination queue of route 'Odd\\x0aDROP TABLE x;'" in receiver
+    # The name stays inside its quoted identifier: the script still parses, nothing is dropped.
+    assert unparsable(receiver, "postgres") == []
