@@ -198,8 +198,14 @@ def test_competing_daemons_on_one_queue_deliver_each_message_once(
     try:
         # Every daemon runs before there is work (the queue drains in about the time a
         # daemon takes to start); the messages then appear for all of them at once.
+        # Started means listening too: a daemon whose LISTEN came after the sends would wait
+        # for its 5 s safety poll, and the others drain the queue well before (CI saw it).
         for daemon in daemons:
-            wait_until(lambda d=daemon: "worker(s) on" in d.output(), 30, "a daemon to start")
+            wait_until(
+                lambda d=daemon: "worker(s) on" in d.output() and "table(s) push" in d.output(),
+                30,
+                "a daemon to start and listen",
+            )
         ids = set()
         with pg_connect(sender) as connection:
             for _ in range(3000):
