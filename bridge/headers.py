@@ -8,7 +8,6 @@ transport itself.
 from __future__ import annotations
 
 import json
-import re
 import traceback
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -49,6 +48,8 @@ PROCESSING_HOST_HEADERS = (
 BRIDGE_HEADER_PREFIX = "$.sfbridge."
 FAILURE_REASON_HEADER = "$.sfbridge.failure-reason"
 ATTEMPTS_HEADER = "$.sfbridge.attempts"
+# Every header of the bridge's that it reads back (tests/test_headers.py keeps it whole).
+BRIDGE_HEADERS = frozenset({ADDRESS_DATABASE_HEADER, FAILURE_REASON_HEADER, ATTEMPTS_HEADER})
 
 # Core truncates exception messages to 16 KiB before moving to the error queue.
 MAX_EXCEPTION_TEXT = 16_384
@@ -113,36 +114,19 @@ def serialize_headers(headers: Mapping[str, str | None]) -> str:
         return _ASCII_ENCODER.encode(value)
 
 
-def without_bridge_headers(text: str | None) -> str | None:
-    """The Headers column of a row a sender wrote, without the bridge's own headers
-    (`$.sfbridge.*`): those are the bridge's to set, on rows it writes itself (retry storage),
-    and a sender must not choose, say, the grammar its destination is read in. The same text
-    when there are none (nearly always: no header parse), or when it does not parse (a poison
-    row goes to the error queue as it is)."""
-    if not text or not _may_name_the_bridge(text):
-        return text
-    try:
-        headers = parse_headers(text)
-    except PoisonHeaders:
-        return text
-    kept = {
+def without_bridge_headers(headers: Headers) -> Headers | None:
+    """A sender's headers without the bridge's own (`$.sfbridge.*`); None when it wrote none
+    the bridge reads (`BRIDGE_HEADERS`: a set lookup, nearly always the answer).
+
+    Those headers are the bridge's to set, on rows it writes itself (retry storage): a sender
+    must not choose, say, the grammar its destination is read in, or the failure reason and
+    attempt count the error queue shows. When one is there, every `$.sfbridge.*` header goes.
+    """
+    if BRIDGE_HEADERS.isdisjoint(headers):
+        return None
+    return {
         key: value for key, value in headers.items() if not key.startswith(BRIDGE_HEADER_PREFIX)
     }
-    if len(kept) == len(headers):
-        return text
-    return serialize_headers(kept)
-
-
-# A `\\u` escape of one of the letters of `sfbridge`. JSON may spell any character of a key
-# so; serializers escape only quotes, controls, non-ASCII and a few symbols (.NET's `+`).
-_ESCAPED_LETTER = re.compile(r"\\u00(?:7[23]|6[24-79])", re.IGNORECASE)
-
-
-def _may_name_the_bridge(text: str) -> bool:
-    """Whether the JSON text may hold a key starting `$.sfbridge.`: it says `sfbridge`, or
-    escapes one of its letters (no other spelling of that key exists). Two scans of the text,
-    no parse: this runs for every message claimed from a forwarding queue."""
-    return "sfbridge" in text or ("\\u" in text and _ESCAPED_LETTER.search(text) is not None)
 
 
 def without_routing_headers(headers: Mapping[str, str | None]) -> Headers:

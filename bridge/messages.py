@@ -25,7 +25,8 @@ class ClaimedMessage:
     """A row taken (deleted, uncommitted) from the forwarding queue or from retry storage.
 
     `attempts`, `first_failure_at` and `last_error` come from retry storage (zero and None for
-    a message claimed from the queue).
+    a message claimed from the queue). The one assignment: classification gives a sender's row
+    that carried the bridge's own headers the `headers_text` without them.
     """
 
     row_id: uuid.UUID

@@ -12,7 +12,7 @@ transaction.
 One kind of row is replayed into the forwarder's retry storage instead, due at once: an
 event's copy whose destination is written in another database's grammar
 (`$.sfbridge.address-database`). The bridge drops its own headers from every row a sender
-writes into a forwarding queue (`bridge.headers.without_bridge_headers`), so there the copy
+writes into a forwarding queue (`bridge.forwarding.classify`), so there the copy
 would be read in the wrong grammar; retry storage is the bridge's, and keeps the header.
 """
 

@@ -18,6 +18,7 @@ from bridge.headers import (
     Headers,
     parse_headers,
     serialize_headers,
+    without_bridge_headers,
 )
 from bridge.messages import (
     UNREADABLE_ROW,
@@ -32,8 +33,12 @@ from bridge.messages import (
 from bridge.routing import Destination, Router, Unroutable
 
 
-def classify(message: ClaimedMessage, router: Router) -> Decision:
+def classify(message: ClaimedMessage, router: Router, *, trusted: bool = False) -> Decision:
     """What to do with one claimed message.
+
+    A row is a sender's unless `trusted` (the bridge wrote it: retry storage): the bridge's
+    own headers on it are dropped before anything reads them, and the row's `headers_text`
+    becomes the text without them, which retry storage keeps (`without_bridge_headers`).
 
     A non-blank destination is routed; otherwise a non-blank event type makes it a publish (an
     endpoint that writes both headers leaves the destination empty when publishing); otherwise
@@ -44,6 +49,9 @@ def classify(message: ClaimedMessage, router: Router) -> Decision:
         headers = parse_headers(message.headers_text)
     except PoisonHeaders as error:
         return Poison(message.unreadable or str(error))
+    if not trusted and (own := without_bridge_headers(headers)) is not None:
+        headers = own
+        message.headers_text = serialize_headers(own)
     if message.unreadable:
         # Readable headers: the failure headers can say which column and why, and a retry
         # from ServicePulse sends the message (with Expires NULL) through the bridge again.

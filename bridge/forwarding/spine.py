@@ -23,7 +23,6 @@ Tables of the bridge found missing on the way are created and the batch tried on
 
 from __future__ import annotations
 
-import dataclasses
 import gc
 import logging
 import time
@@ -59,7 +58,6 @@ from bridge.forwarding.side_by_side import SideBySide
 from bridge.forwarding.subscriptions import SubscriberDirectory
 from bridge.forwarding.transactions import BatchTransactions
 from bridge.forwarding.writes import QueueWriter
-from bridge.headers import without_bridge_headers
 from bridge.messages import ClaimedMessage, Decision, Poison, Publish, Source, Unit
 from bridge.outages import OutageTracker
 from bridge.storage.ledger import ledger_address
@@ -294,22 +292,18 @@ class BatchForwarder:
     ) -> list[Unit]:
         """One unit per message, or per subscriber copy of a published event.
 
-        A row from the forwarding queue is a sender's: the bridge's own headers on it are
-        dropped before anything reads it (`without_bridge_headers`), so that neither routing
-        nor retry storage nor the error queue takes them from a sender. Retry storage holds
-        rows the bridge wrote, whose bridge headers it set itself."""
-        if source == "queue":
-            headers_text = without_bridge_headers(message.headers_text)
-            if headers_text is not message.headers_text:
-                message = dataclasses.replace(message, headers_text=headers_text)
-        decision = self._decide(message)
+        A row from the forwarding queue is a sender's: classification drops the bridge's own
+        headers on it before anything reads them, so that neither routing nor retry storage
+        nor the error queue takes them from a sender. Retry storage holds rows the bridge
+        wrote, whose bridge headers it set itself."""
+        decision = self._decide(message, trusted=source == "retry")
         if isinstance(decision, Publish):
             return self.published.units(connection, message, decision, missing_tables)
         return [Unit(message, decision, message.headers_text or "")]
 
-    def _decide(self, message: ClaimedMessage) -> Decision:
+    def _decide(self, message: ClaimedMessage, *, trusted: bool) -> Decision:
         try:
-            return classify(message, self.router)
+            return classify(message, self.router, trusted=trusted)
         except Exception as error:
             # A bug must not turn one message into a queue-blocking loop: the batch would roll
             # back and be claimed again forever. This message goes to the error queue instead.

@@ -132,11 +132,9 @@ def claimed(headers: dict[str, str | None] | str) -> ClaimedMessage:
 
 
 def decide_as_sent(forwarder: str, headers: dict[str, str | None] | str) -> object:
-    """What the data path decides for a row claimed from `forwarder`'s queue (a sender's row:
-    its bridge headers dropped first, as `BatchForwarder.units_of` does)."""
-    message = claimed(headers)
-    message.headers_text = without_bridge_headers(message.headers_text)
-    return classify(message, router_of(forwarder))
+    """What the data path decides for a row claimed from `forwarder`'s queue (a sender's row,
+    as `BatchForwarder.units_of` classifies it)."""
+    return classify(claimed(headers), router_of(forwarder), trusted=False)
 
 
 @functools.cache
@@ -194,10 +192,17 @@ def test_the_bridge_header_in_retry_storage_is_still_honoured() -> None:
     ],
 )
 def test_every_spelling_of_a_bridge_header_is_dropped(spelling: str) -> None:
-    text = f'{{"NServiceBus.MessageId":"m1","{spelling}":"99","{FAILURE_REASON_HEADER}":"x"}}'
-    cleaned = without_bridge_headers(text)
-    assert cleaned is not None
-    assert parse_headers(cleaned) == {"NServiceBus.MessageId": "m1"}
+    text = (
+        f'{{"NServiceBus.MessageId":"m1","{spelling}":"99","{DESTINATION_HEADER}":"Nowhere",'
+        f'"$.sfbridge.anything":"x"}}'
+    )
+    message = claimed(text)
+    decision = classify(message, router_of("sender"), trusted=False)
+    assert isinstance(decision, Reject), decision
+    kept = {"NServiceBus.MessageId": "m1", DESTINATION_HEADER: "Nowhere"}
+    assert decision.headers == kept
+    # What retry storage would keep of the row: the text without them.
+    assert message.headers_text is not None and parse_headers(message.headers_text) == kept
 
 
 def test_duplicate_keys_leave_no_bridge_header_behind() -> None:
@@ -205,18 +210,34 @@ def test_duplicate_keys_leave_no_bridge_header_behind() -> None:
         '{"$.sfbridge.address-database":"billing","NServiceBus.MessageId":"m1",'
         '"$.sfbridge.address-database":"orders"}'
     )
-    assert parse_headers(without_bridge_headers(text)) == {"NServiceBus.MessageId": "m1"}
+    assert without_bridge_headers(parse_headers(text)) == {"NServiceBus.MessageId": "m1"}
 
 
-def test_headers_without_bridge_headers_are_the_same_text() -> None:
-    text = json.dumps({DESTINATION_HEADER: "Samples.Receiver", "NServiceBus.Note": "\u00e9\\u"})
-    assert without_bridge_headers(text) is text
-    mention = json.dumps({"NServiceBus.Note": "sent through sfbridge"})
-    assert without_bridge_headers(mention) == mention
-    assert without_bridge_headers("not json") == "not json"  # a poison row stays as it is
-    # .NET's serializer escapes `+` (nested types) and non-ASCII: still the same text.
-    dotnet = '{"NServiceBus.EnclosedMessageTypes":"Shared.Outer\\u002BInner, Shared \\u00e9"}'
-    assert without_bridge_headers(dotnet) is dotnet
+def test_a_row_without_bridge_headers_keeps_its_text_and_retry_storage_keeps_its_own() -> None:
+    text = json.dumps({DESTINATION_HEADER: '"Samples.Receiver"', "NServiceBus.Note": "sfbridge"})
+    message = claimed(text)
+    assert isinstance(classify(message, router_of("sender"), trusted=False), Forward)
+    assert message.headers_text is text
+    # A copy in retry storage, written by the bridge: its mark is read, and kept.
+    own = json.dumps(
+        {DESTINATION_HEADER: "Orders.Shipping@[dbo]@[OrdersDb]", ADDRESS_DATABASE_HEADER: "orders"}
+    )
+    retried = claimed(own)
+    decision = classify(retried, router_of("sender"), trusted=True)
+    assert isinstance(decision, Forward), decision
+    assert decision.destination.database == "orders"
+    assert retried.headers_text is own
+
+
+def test_every_header_of_the_bridge_is_one_a_sender_cannot_set() -> None:
+    from bridge import headers
+
+    names = {
+        value
+        for value in vars(headers).values()
+        if isinstance(value, str) and value.startswith(headers.BRIDGE_HEADER_PREFIX)
+    }
+    assert names - {headers.BRIDGE_HEADER_PREFIX} == headers.BRIDGE_HEADERS
 
 
 def test_forged_failure_headers_do_not_reach_the_error_queue() -> None:
