@@ -48,7 +48,8 @@ PROCESSING_HOST_HEADERS = (
 BRIDGE_HEADER_PREFIX = "$.sfbridge."
 FAILURE_REASON_HEADER = "$.sfbridge.failure-reason"
 ATTEMPTS_HEADER = "$.sfbridge.attempts"
-# Every header of the bridge's that it reads back (tests/test_headers.py keeps it whole).
+# Every header of the bridge's that it reads back (tests/forwarding/test_hostile_senders.py
+# keeps it whole).
 BRIDGE_HEADERS = frozenset({ADDRESS_DATABASE_HEADER, FAILURE_REASON_HEADER, ATTEMPTS_HEADER})
 
 # Core truncates exception messages to 16 KiB before moving to the error queue.

@@ -41,6 +41,7 @@ from bridge.headers import (
 )
 from bridge.messages import ClaimedMessage
 from bridge.routing import Destination
+from bridge.storage.retries import store_retry
 from bridge.storage.tables import forwarder_tables, owned_table
 
 # Rows per replay or purge transaction (and per multi-row statement).
@@ -300,23 +301,19 @@ def _retry_now(
 ) -> None:
     """Put one replayed row into `forwarder`'s retry storage, due now, no attempt spent."""
     now = datetime.now(UTC).replace(tzinfo=None)  # naive UTC, as the tables keep it
-    with owned_table("retry storage", dialect.grammar.render(retry)):
-        connection.execute(
-            dialect.sql("retry_store", retry=retry),
-            (
-                dialect.encode_id(row.row_id),
-                forwarder,
-                headers.get(DESTINATION_HEADER) or "",
-                None,
-                dialect.encode_timestamp(row.expires),
-                serialize_headers(headers),
-                row.body,
-                0,
-                dialect.encode_timestamp(now),
-                dialect.encode_timestamp(now),
-                "replayed from the error queue (sfbridge errors replay)",
-            ),
-        )
+    store_retry(
+        connection,
+        dialect,
+        retry,
+        row.row_id,
+        forwarder,
+        (headers.get(DESTINATION_HEADER) or "", None),
+        (row.expires, serialize_headers(headers), row.body),
+        0,
+        now,
+        now,
+        "replayed from the error queue (sfbridge errors replay)",
+    )
 
 
 def purge_messages(

@@ -37,6 +37,7 @@ from bridge.messages import (
 )
 from bridge.processing_host import processing_host
 from bridge.retry_policy import gives_up_after, next_attempt_at, waited_too_long
+from bridge.storage.retries import store_retry
 from bridge.storage.tables import ForwarderTables, owned_table
 
 log = logging.getLogger(__name__)
@@ -306,23 +307,19 @@ class Settlement:
     def _store_for_retry(self, unit: Unit, fate: StoreForRetry) -> None:
         message = unit.message
         dialect = self._dialect
-        with owned_table("retry storage", dialect.grammar.render(self._tables.retry)):
-            self._connection.execute(
-                dialect.sql("retry_store", retry=self._tables.retry),
-                (
-                    dialect.encode_id(unit.row_id),
-                    self._forwarder.name,
-                    fate.destination,
-                    fate.destination_database,
-                    dialect.encode_timestamp(message.expires),
-                    fate.headers_text,
-                    message.body,
-                    fate.attempts,
-                    dialect.encode_timestamp(fate.first_failure_at),
-                    dialect.encode_timestamp(fate.due),
-                    fate.error,
-                ),
-            )
+        store_retry(
+            self._connection,
+            dialect,
+            self._tables.retry,
+            unit.row_id,
+            self._forwarder.name,
+            (fate.destination, fate.destination_database),
+            (message.expires, fate.headers_text, message.body),
+            fate.attempts,
+            fate.first_failure_at,
+            fate.due,
+            fate.error,
+        )
         if fate.waiting:
             self._waiting[fate.destination_database or fate.destination] += 1
         else:

@@ -49,6 +49,43 @@ FAILED_BY_OPERATOR = "failed-by-operator"
 FAILED_BY_OPERATOR_TYPE = "SFBridge.FailedByOperator"
 
 
+def store_retry(
+    connection: Connection,
+    dialect: Dialect,
+    retry: TableAddress,
+    row_id: uuid.UUID,
+    forwarder: str,
+    destination: tuple[str, str | None],
+    message: tuple[datetime | None, str, bytes | None],
+    attempts: int,
+    first_failure_at: datetime,
+    due: datetime,
+    error: str,
+) -> None:
+    """Insert one row into the retry storage `retry`, in `connection`'s transaction:
+    `destination` is (what it is bound for, the database it waits for or None), `message` is
+    (Expires, the Headers text, the body). Raises BridgeTableMissing for a missing table and
+    the DatabaseError family."""
+    expires, headers_text, body = message
+    with owned_table("retry storage", dialect.grammar.render(retry)):
+        connection.execute(
+            dialect.sql("retry_store", retry=retry),
+            (
+                dialect.encode_id(row_id),
+                forwarder,
+                destination[0],
+                destination[1],
+                dialect.encode_timestamp(expires),
+                headers_text,
+                body,
+                attempts,
+                dialect.encode_timestamp(first_failure_at),
+                dialect.encode_timestamp(due),
+                error,
+            ),
+        )
+
+
 @dataclass(frozen=True)
 class WaitingMessage:
     """One row of retry storage, as the tools show it.
