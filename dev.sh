@@ -3,6 +3,9 @@
 # in .venv) and then:
 #   ./dev.sh demo [ARGS]   run `sfbridge demo` (SQLite only: no server, no config)
 #   ./dev.sh test [ARGS]   lint, type-check and run the whole test suite (pytest ARGS)
+#   ./dev.sh test --fast [ARGS]
+#                          the unit tier only (tests/unit: no database server, no subprocess,
+#                          no JVM), in under a minute, without installing or linting
 # Environment: SFBRIDGE_TEST_PG = ODBC connection string prefix of a PostgreSQL server for the
 # tests (default: 127.0.0.1:5432 as postgres without a password, else a private cluster).
 set -euo pipefail
@@ -110,6 +113,12 @@ case "$command" in
         exec .venv/bin/sfbridge demo "$@"
         ;;
     test)
+        if [ "${1:-}" = "--fast" ]; then
+            shift
+            # The virtualenv as it is (made once if missing); nothing installed or linted.
+            [ -x .venv/bin/python ] || setup_venv test,spark
+            exec .venv/bin/python -m pytest tests/unit -q "$@"
+        fi
         # unixODBC + psqlODBC for pyodbc; the PostgreSQL server and client for the tests;
         # FreeTDS, which the SQL Server tests load (no SQL Server needed for those); Java for
         # the Spark tests (PySpark 4 needs 17 or later).
@@ -136,7 +145,7 @@ case "$command" in
         exit "$status"
         ;;
     *)
-        echo "usage: ./dev.sh demo [--dir DIR] | ./dev.sh test [PYTEST ARGS]" >&2
+        echo "usage: ./dev.sh demo [--dir DIR] | ./dev.sh test [--fast] [PYTEST ARGS]" >&2
         exit 2
         ;;
 esac

@@ -26,6 +26,9 @@ import yaml
 
 from bridge.exceptions import ConnectionLost
 
+# The checkout: tests read its README, config examples and systemd unit.
+REPO = Path(__file__).resolve().parents[2]
+
 NSB_PG_CREATE_QUEUE = """CREATE TABLE IF NOT EXISTS {0} (
     Id uuid NOT NULL PRIMARY KEY, Expires TIMESTAMP, Headers TEXT NOT NULL, Body BYTEA,
     Seq serial NOT NULL UNIQUE)"""
