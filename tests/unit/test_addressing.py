@@ -56,13 +56,6 @@ def test_grammar_for_an_unknown_dialect_raises_key_error_naming_it_and_the_choic
         assert known in message
 
 
-def test_every_grammar_satisfies_the_address_grammar_protocol() -> None:
-    grammars: list[AddressGrammar] = [POSTGRESQL, SQLSERVER, SQLITE]
-    for grammar in grammars:
-        for member in ("parse", "resolve", "render", "qualified_name", "quote_identifier"):
-            assert callable(getattr(grammar, member))
-
-
 # --------------------------------------------------------------------------------------------
 # PostgreSQL
 # --------------------------------------------------------------------------------------------

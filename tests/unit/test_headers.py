@@ -10,7 +10,6 @@ import pytest
 from bridge.exceptions import PoisonHeaders
 from bridge.headers import (
     ATTEMPTS_HEADER,
-    BRIDGE_HEADER_PREFIX,
     DESTINATION_HEADER,
     EVENT_TYPE_HEADER,
     EXCEPTION_HEADER_PREFIX,
@@ -19,7 +18,6 @@ from bridge.headers import (
     MAX_EXCEPTION_TEXT,
     MESSAGE_ID_HEADER,
     PROCESSING_HOST_HEADERS,
-    ROUTING_HEADERS,
     TIME_OF_FAILURE_HEADER,
     describe_exception,
     parse_headers,
@@ -30,27 +28,6 @@ from bridge.headers import (
     without_routing_headers,
 )
 from bridge.processing_host import ProcessingHost
-
-# --------------------------------------------------------------------------------------------
-# Header names
-# --------------------------------------------------------------------------------------------
-
-
-def test_the_routing_headers_are_the_store_and_forward_ones_and_the_bridge_address_marker() -> None:
-    assert DESTINATION_HEADER == "$.store-and-forward.destination"
-    assert EVENT_TYPE_HEADER == "$.store-and-forward.eventtype"
-    assert ROUTING_HEADERS == (DESTINATION_HEADER, EVENT_TYPE_HEADER, "$.sfbridge.address-database")
-
-
-def test_headers_the_bridge_adds_itself_live_under_its_own_prefix() -> None:
-    assert BRIDGE_HEADER_PREFIX == "$.sfbridge."
-    assert FAILURE_REASON_HEADER.startswith(BRIDGE_HEADER_PREFIX)
-    assert ATTEMPTS_HEADER.startswith(BRIDGE_HEADER_PREFIX)
-
-
-def test_poison_headers_is_a_value_error() -> None:
-    assert issubclass(PoisonHeaders, ValueError)
-
 
 # --------------------------------------------------------------------------------------------
 # parse_headers

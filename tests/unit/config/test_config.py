@@ -32,7 +32,7 @@ from bridge.config import (
 from bridge.config import load as config_load
 from bridge.config.durations import format_duration
 from bridge.config.environment import expand_env
-from bridge.config.keys import REQUIRED, Key, Section
+from bridge.config.keys import Key, Section
 from bridge.config.reference import render_reference_markdown
 from bridge.config.schema import SCHEMA
 from bridge.exceptions import ConfigError, UnsetVariable, UnsetVariables
@@ -386,11 +386,6 @@ def test_reference_markdown_heading_level_is_adjustable() -> None:
     markdown = render_reference_markdown(heading_level=3)
     assert markdown.startswith("### Configuration reference")
     assert "#### `databases.<name>`" in markdown
-
-
-def test_required_sentinel_is_not_a_plausible_value() -> None:
-    assert repr(REQUIRED) == "REQUIRED"
-    assert REQUIRED is not None
 
 
 # --------------------------------------------------------------------------------------------

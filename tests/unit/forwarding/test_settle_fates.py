@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime, timedelta
+from typing import get_args
 
 import pytest
 
@@ -201,14 +202,17 @@ def test_an_event_whose_subscribers_cannot_be_read_waits_whole_as_a_retry() -> N
     assert (stored.destination_database, stored.headers_text) == (None, "whole event")
 
 
-def test_every_outcome_has_a_fate() -> None:
-    outcomes: list[tuple[UnitDecision, DeliveryResult | None]] = [
-        (Poison("x"), None),
-        (Expired(), None),
-        (Reject(HEADERS, "unroutable", "x"), None),
-        (DELIVER, Delivered()),
-        (NoSubscribers(PUBLISH), None),
-        (SubscribersUnknown(PUBLISH, "x"), None),
-    ]
-    for outcome, result in outcomes:
-        assert fate(outcome, result) is not None
+def test_every_decision_the_classifier_can_make_has_its_fate() -> None:
+    """One case per member of UnitDecision: a decision added without a fate, or with the
+    wrong kind of fate, fails here."""
+    cases: dict[type, tuple[UnitDecision, DeliveryResult | None, type]] = {
+        Poison: (Poison("x"), None, DeadLetterAsIs),
+        Expired: (Expired(), None, Count),
+        Reject: (Reject(HEADERS, "unroutable", "x"), None, DeadLetter),
+        Forward: (DELIVER, Delivered(), Count),
+        NoSubscribers: (NoSubscribers(PUBLISH), None, Count),
+        SubscribersUnknown: (SubscribersUnknown(PUBLISH, "x"), None, StoreForRetry),
+    }
+    assert set(cases) == set(get_args(UnitDecision))
+    for decision, result, kind in cases.values():
+        assert type(fate(decision, result)) is kind, decision
