@@ -1,26 +1,24 @@
-"""The README stays true: its config reference is the schema's, its commands exist."""
+"""The README and the docs stay true: the configuration reference is the schema's, the
+quick-start commands exist, and every page the README points to is there."""
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
-from bridge.config.reference import render_reference_markdown
+from bridge.config.reference import with_current_reference
 
 ROOT = Path(__file__).resolve().parents[1]
-README = (ROOT / "README.md").read_text()
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+CONFIGURATION_PAGE = ROOT / "docs" / "configuration.md"
 
 
-def test_readme_config_reference_is_generated_from_the_current_schema() -> None:
-    start = README.index("<!-- config-reference:start -->\n") + len(
-        "<!-- config-reference:start -->\n"
-    )
-    block = README[start : README.index("<!-- config-reference:end -->")]
-    lines = render_reference_markdown(heading_level=3).splitlines()
-    expected = "\n".join(lines[1:] if lines[0].startswith("#") else lines).strip() + "\n"
-    assert block == expected, (
-        "README config reference is stale: replace the block between the config-reference "
-        "markers with the output of `python -m bridge.config.reference` (minus its heading)"
+def test_the_configuration_reference_is_generated_from_the_current_schema() -> None:
+    page = CONFIGURATION_PAGE.read_text(encoding="utf-8")
+    assert page == with_current_reference(page), (
+        "docs/configuration.md's reference is stale: run "
+        "`python -m bridge.config.reference --write docs/configuration.md`"
     )
 
 
@@ -28,3 +26,11 @@ def test_quick_start_commands_exist_and_ci_runs_the_readme_test_command() -> Non
     assert "./dev.sh demo" in README and "./dev.sh test" in README
     assert os.access(ROOT / "dev.sh", os.X_OK)
     assert "./dev.sh test" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_the_readme_stays_a_landing_page_whose_links_lead_somewhere() -> None:
+    assert len(README.splitlines()) < 300
+    targets = re.findall(r"\]\(((?!https?:)[^)#]+)(?:#[^)]*)?\)", README)
+    assert "docs/operating.md" in targets and "docs/troubleshooting.md" in targets
+    missing = [target for target in targets if not (ROOT / target).is_file()]
+    assert not missing, f"the README links to files that do not exist: {missing}"
