@@ -34,3 +34,27 @@ def test_the_readme_stays_a_landing_page_whose_links_lead_somewhere() -> None:
     assert "docs/operating.md" in targets and "docs/troubleshooting.md" in targets
     missing = [target for target in targets if not (ROOT / target).is_file()]
     assert not missing, f"the README links to files that do not exist: {missing}"
+
+
+# How the daemon declares a metric (bridge/daemon/metrics.py), and the suffix Prometheus adds.
+DECLARED_METRIC = re.compile(
+    r'\b(Counter|Gauge|Histogram|Info|GaugeMetricFamily)\(\s*"(sfbridge_\w+)"'
+)
+EXPOSED_SUFFIX = {"Counter": "_total", "Info": "_info"}
+
+
+def test_the_operating_page_describes_every_metric_and_every_alert() -> None:
+    page = (ROOT / "docs" / "operating.md").read_text(encoding="utf-8")
+    declared = DECLARED_METRIC.findall((ROOT / "bridge" / "daemon" / "metrics.py").read_text())
+    assert len(declared) >= 15, "the metrics are no longer declared the way this test reads them"
+    exposed = [name + EXPOSED_SUFFIX.get(kind, "") for kind, name in declared]
+    undocumented = [
+        name for name in exposed if f"| `{name}`" not in page and f"`{name}` |" not in page
+    ]
+    alerts = re.findall(
+        r"^\s*- alert: (\w+)$", (ROOT / "config" / "prometheus-alerts.yaml").read_text(), re.M
+    )
+    assert len(alerts) >= 10
+    table = page[page.index("### Alerts") :]
+    undocumented += [alert for alert in alerts if f"| `{alert}` |" not in table]
+    assert not undocumented, f"docs/operating.md does not describe: {undocumented}"
