@@ -17,7 +17,7 @@ from bridge.secrets import mask_secrets
 
 
 class ExitCode(IntEnum):
-    """What `sfbridge` exits with; the README's CLI table says which verb uses which."""
+    """What `sfbridge` exits with; docs/cli.md says which verb uses which."""
 
     OK = 0
     # `check` found problems, some of the work failed, a message would go to the error queue

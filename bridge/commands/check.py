@@ -228,7 +228,7 @@ def _check_transaction_modes(
             f"{len(entries)} prepared transaction(s) of the bridge older than a minute (oldest "
             f"{oldest:.0f} s: {entries[0]['gid']}); they hold locks and hold back VACUUM. A "
             "running 'sfbridge run' settles them within a retry delay from the decisions in "
-            'the forwarding database; if one stays, see "Transaction modes" in the README',
+            'the forwarding database; if one stays, see "Transaction modes" in docs/concepts.md',
         )
 
 

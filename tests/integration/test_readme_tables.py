@@ -1,6 +1,7 @@
-"""The README's DDL for the tables the endpoints own (a receiver's queue, a SubscriptionRouting
-table) is what the bridge works with: both blocks run on a real PostgreSQL database, `check`
-and `route` read them, and a published event reaches the queue through the subscription."""
+"""The DDL docs/concepts.md gives for the tables the endpoints own (a receiver's queue, a
+SubscriptionRouting table) is what the bridge works with: both blocks run on a real PostgreSQL
+database, `check` and `route` read them, and a published event reaches the queue through the
+subscription."""
 
 from __future__ import annotations
 
@@ -14,25 +15,25 @@ from support.pairs import make_pg_pair
 
 pytestmark = pytest.mark.integration
 
-README = (REPO / "README.md").read_text(encoding="utf-8")
+PAGE = (REPO / "docs" / "concepts.md").read_text(encoding="utf-8")
 EVENT_TYPE = "$.store-and-forward.eventtype"
 
 
-def readme_sql(name: str) -> list[str]:
-    """The statements of the ```sql block after `<!-- readme-ddl:NAME -->`."""
-    match = re.search(rf"<!-- readme-ddl:{name} -->\n```sql\n(.*?)```", README, re.S)
+def documented_sql(name: str) -> list[str]:
+    """The statements of the ```sql block after `<!-- endpoint-ddl:NAME -->`."""
+    match = re.search(rf"<!-- endpoint-ddl:{name} -->\n```sql\n(.*?)```", PAGE, re.S)
     assert match, name
     return [part.strip() for part in match.group(1).split(";") if part.strip()]
 
 
-def test_the_readme_tables_are_the_ones_the_bridge_reads_and_writes(
+def test_the_documented_tables_are_the_ones_the_bridge_reads_and_writes(
     tmp_path: Path,
     new_pg_database: Callable[[], str],
     start_daemon: Callable[..., DaemonProcess],
 ) -> None:
     sender, receiver = new_pg_database(), new_pg_database()
     with pg_connect(receiver) as connection:
-        for statement in readme_sql("receiver-queue") + readme_sql("subscription-routing"):
+        for statement in documented_sql("receiver-queue") + documented_sql("subscription-routing"):
             connection.execute(statement)
         connection.commit()
     pair = make_pg_pair(
@@ -50,6 +51,6 @@ def test_the_readme_tables_are_the_ones_the_bridge_reads_and_writes(
 
     daemon = start_daemon(pair.config)
     ids = pair.send(1, destination=None, **{EVENT_TYPE: "Shared.Events.OrderAccepted"})
-    wait_until(lambda: pair.delivered() == 1, 30, "the event in the README's queue")
+    wait_until(lambda: pair.delivered() == 1, 30, "the event in the documented queue")
     assert daemon.stop() == 0, daemon.output()
     assert set(pair.received()) == ids

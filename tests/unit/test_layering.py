@@ -1,6 +1,6 @@
 """The package's layers, held against its imports: each module imports only its own layer and
 the ones below it, nothing imports its way back to itself, and only `bridge/drivers/` imports a
-database driver. The README's Development section draws the same layers."""
+database driver. docs/development.md draws the same layers."""
 
 from __future__ import annotations
 

@@ -14,8 +14,8 @@ from support import PgPair, pg_count, pg_rows, wait_for_reads, wait_until
 pytestmark = pytest.mark.integration
 
 PAUSES = "sfbridge_pauses"
-# A forwarder with work reads its pauses again once a second (README: "every daemon on its
-# queue obeys within 1 s"); a little more for the read itself.
+# A forwarder with work reads its pauses again once a second (docs/operating.md: "every daemon
+# on its queue obeys within 1 s"); a little more for the read itself.
 PAUSE_OBEYED_WITHIN = 1.5
 
 

@@ -1,5 +1,5 @@
 """`sfbridge spark ...` against a real Spark standalone cluster (a master and a worker started
-from the PySpark package, on loopback), with nothing set but what the README says: the master's
+from the PySpark package, on loopback), with nothing set but what docs/spark.md says: the master's
 URL, and for the packed environment `--python-env`. The worker is SIGKILLed mid-drain, as a lost
 machine would be."""
 
@@ -157,7 +157,7 @@ def test_spark_submit_in_client_mode_finds_the_yaml_given_with_files(
     elsewhere.mkdir()
     main = REPO / "bridge" / "__main__.py"
     submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
-    # As the README writes it, but for the packed environment: this interpreter on both sides.
+    # As docs/spark.md writes it, but for the packed environment: this interpreter on both sides.
     result = subprocess.run(
         [str(submit), "--master", spark_cluster.url, "--deploy-mode", "client",
          "--conf", f"spark.pyspark.python={sys.executable}",

@@ -1,4 +1,4 @@
-"""A failing observer (metrics) never stops a worker (README: "A failing metrics call
+"""A failing observer (metrics) never stops a worker (docs/operating.md: "A failing metrics call
 never stops delivery")."""
 
 from __future__ import annotations

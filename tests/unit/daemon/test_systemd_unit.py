@@ -8,7 +8,10 @@ from support import REPO
 
 UNIT = REPO / "systemd" / "sfbridge.service"
 ENV_EXAMPLE = UNIT.with_name("sfbridge.env.example")
-INSTALLED_SCRIPT = "/usr/local/bin/sfbridge"
+INSTALL_STEPS = UNIT.with_name("README.md")
+# The virtualenv the wheel is installed into (docs/operating.md, "Installing on a host").
+VIRTUALENV = "/opt/sfbridge"
+INSTALLED_SCRIPT = f"{VIRTUALENV}/bin/sfbridge"
 
 
 def _service_settings() -> dict[str, list[str]]:
@@ -45,6 +48,15 @@ def test_exec_start_runs_the_installed_console_script_with_the_etc_config() -> N
     (exec_start,) = _service_settings()["ExecStart"]
     assert exec_start == f"{INSTALLED_SCRIPT} -c /etc/sfbridge/sfbridge.yaml run"
     assert exec_start.startswith("/")
+
+
+def test_the_install_steps_create_the_virtualenv_the_unit_runs_with_any_python_3() -> None:
+    steps = INSTALL_STEPS.read_text(encoding="utf-8")
+    assert f"python3 -m venv {VIRTUALENV} && {VIRTUALENV}/bin/pip install ./sfbridge-" in steps
+    # A host's python3 decides the minor version; naming one (python3.11) breaks on the next.
+    for path in sorted(UNIT.parent.iterdir()):
+        found = re.findall(r"python3\.\d+", path.read_text(encoding="utf-8"))
+        assert not found, f"{path.name} names a Python minor version: {found}"
 
 
 def test_exec_start_comment_says_it_must_be_the_absolute_path_of_the_console_script() -> None:

@@ -2,9 +2,9 @@
 path uses, for forwarding databases of every dialect (SQL Server's address grammar without a
 server), fed what a hostile or buggy endpoint could write into a forwarding queue.
 
-The oracle (`allowed`) is written from the README's rules, not from bridge.routing: a route's
-database, a table its glob matches, the database's default schema or one the route lists, no
-catalog but one the route lists, never a table the bridge owns or reads there.
+The oracle (`allowed`) is written from the rules of docs/security.md, not from bridge.routing:
+a route's database, a table its glob matches, the database's default schema or one the route
+lists, no catalog but one the route lists, never a table the bridge owns or reads there.
 """
 
 from __future__ import annotations
