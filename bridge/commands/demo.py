@@ -10,6 +10,7 @@ back, and so do the replies.
 
 from __future__ import annotations
 
+import argparse
 import logging
 import sys
 import tempfile
@@ -137,6 +138,16 @@ class Sample:
     def all_answered(self) -> bool:
         self.run_endpoints()
         return set(self.replies_received()) >= set(self.orders)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dir", help="folder for the demo databases (default: a new temp folder)")
+    parser.add_argument("--messages", type=int, default=5, help="messages to send (default 5)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """The demo needs no configuration file: it writes its own."""
+    return run_demo(folder=args.dir, message_count=args.messages)
 
 
 def run_demo(folder: str | None = None, message_count: int = 5) -> int:
