@@ -33,7 +33,6 @@ from bridge.config.model import (
     RouteConfig,
 )
 from bridge.connections import connect
-from bridge.daemon.runtime import Daemon
 from bridge.dialects import dialect_for
 from bridge.exceptions import ExitCode
 from bridge.headers import MESSAGE_ID_HEADER, serialize_headers
@@ -186,6 +185,9 @@ def run_demo(folder: str | None = None, message_count: int = 5) -> int:
         f"receiver.db: the Receiver's queue {RECEIVER_QUEUE!r}; sfbridge's proxy queue "
         f"{SENDER_QUEUE!r} (named after the Sender, for the replies) and dedup ledger"
     )
+
+    # Imported here: the daemon is a large import that no other verb of the CLI needs to parse.
+    from bridge.daemon.runtime import Daemon
 
     daemon = Daemon(config)
     daemon.start()

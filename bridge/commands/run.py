@@ -12,9 +12,7 @@ from bridge.commands.configuration import load, load_path
 from bridge.config import BridgeConfig
 from bridge.config.environment import ENVIRONMENT_FILE
 from bridge.daemon.observability import flush_sentry, setup_sentry
-from bridge.daemon.runtime import Daemon
 from bridge.exceptions import UnsetVariables
-from bridge.forwarding.spine import tune_garbage_collection
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -25,6 +23,11 @@ def run(args: argparse.Namespace) -> int:
     """Run the daemon; its exit code. Raises UnsetVariables before it starts when the
     configuration names a variable that is not set, MetricsStartError when it cannot serve its
     metrics."""
+    # Imported here, not above: every `sfbridge` command builds the parser from this module,
+    # and the daemon is the largest import of all (0.4 s a command).
+    from bridge.daemon.runtime import Daemon
+    from bridge.forwarding.spine import tune_garbage_collection
+
     config = load(args)
     config.require_environment("run")
     setup_sentry(config.sentry)
