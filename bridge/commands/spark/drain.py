@@ -8,6 +8,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from bridge.commands.selection import forwarder_named
 from bridge.commands.spark import (
     add_spark_options,
     load_for_spark,
@@ -31,13 +32,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     config = load_for_spark(args)
+    forwarders = _forwarders(config, args)
     if args.dry_run:
         from bridge.spark.drain import partitions_for, plan_drain
 
         spark_settings(args)  # refused as without --dry-run
-        _print_plans(
-            plan_drain(config, _forwarders(config, args), partitions_for(args.partitions, 2))
-        )
+        _print_plans(plan_drain(config, forwarders, partitions_for(args.partitions, 2)))
         return ExitCode.OK
 
     def drain(spark: Any, config: BridgeConfig, shipped: Any) -> int:
@@ -47,7 +47,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _forwarders(config: BridgeConfig, args: argparse.Namespace) -> list[ForwarderConfig]:
-    return [config.forwarder(args.forwarder)] if args.forwarder else list(config.forwarders)
+    """The forwarder `--forwarder` names (RequestError when there is none), else all."""
+    return [forwarder_named(config, args.forwarder)] if args.forwarder else list(config.forwarders)
 
 
 def _drain(spark: Any, config: BridgeConfig, shipped: Any, args: argparse.Namespace) -> int:

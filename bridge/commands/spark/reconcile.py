@@ -14,6 +14,7 @@ from bridge.commands.spark import (
     run_on_spark,
 )
 from bridge.config.model import BridgeConfig
+from bridge.exceptions import RequestError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,9 +25,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     config = load_for_spark(args)
+    try:
+        since = datetime.fromisoformat(args.since) if args.since else None
+    except ValueError:
+        raise RequestError(
+            f"--since wants an ISO time such as 2026-11-23T12:00:00 (UTC); got {args.since!r}"
+        ) from None
 
     def reconcile(spark: Any, config: BridgeConfig, shipped: Any) -> int:
-        since = datetime.fromisoformat(args.since) if args.since else None
         return reconcile_and_print(spark, config, shipped, since, args.report)
 
     return run_on_spark(args, config, reconcile)

@@ -120,6 +120,16 @@ def test_a_request_that_cannot_be_served_is_a_usage_error(
     assert capsys.readouterr().err == (
         "sfbridge errors list: no forwarder named 'egde' (did you mean 'edge'?)\n"
     )
+    # The same option, the same answer, in every verb; before any Spark session starts.
+    assert main(["spark", "drain", "-c", str(config), "--forwarder", "egde", "--dry-run"]) == 2
+    assert capsys.readouterr().err == (
+        "sfbridge spark drain: no forwarder named 'egde' (did you mean 'edge'?)\n"
+    )
+    assert main(["spark", "reconcile", "-c", str(config), "--since", "yesterday"]) == 2
+    assert capsys.readouterr().err == (
+        "sfbridge spark reconcile: --since wants an ISO time such as 2026-11-23T12:00:00 (UTC); "
+        "got 'yesterday'\n"
+    )
 
 
 def test_the_old_spelling_of_id_still_selects_the_same_messages() -> None:
