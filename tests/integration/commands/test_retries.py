@@ -97,7 +97,7 @@ def test_fail_moves_every_waiting_message_to_the_error_queue_with_failure_header
         ids = _park(pair, daemon, 6)
         one = sorted(ids)[0]
         # By NServiceBus.MessageId: exactly one.
-        only = pair.cli("retries", "fail", "--message-id", one)
+        only = pair.cli("retries", "fail", "--id", one)
         assert only.returncode == 0, only.stderr
         assert "moved 1 message(s)" in only.stdout, only.stdout
         result = pair.cli("retries", "fail", "--forwarder", "sender")

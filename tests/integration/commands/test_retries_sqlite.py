@@ -73,7 +73,7 @@ def test_retries_and_error_counts_on_sqlite(tmp_path: Path) -> None:
     assert {entry["message_id"] for entry in listed} == ids
     assert {entry["destination_database"] for entry in listed} == {"receiver"}
     one = sorted(ids)[0]
-    assert "made 1 message(s) due now" in _cli(config, "retries", "now", "--message-id", one).stdout
+    assert "made 1 message(s) due now" in _cli(config, "retries", "now", "--id", one).stdout
     [due] = [entry for entry in json.loads(_cli(config, "retries", "list", "--json").stdout)
              if entry["message_id"] == one]  # fmt: skip
     assert due["next_attempt_at"] == due["first_failure_at"]

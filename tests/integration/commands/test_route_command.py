@@ -157,7 +157,7 @@ def test_a_proxy_delivers_a_plain_send_and_a_routing_forwarder_refuses_one(
     assert "(reason no-routing-header)" in plain.stdout
     unknown = _route(config, "--forwarder", "to-sendr", "x")
     assert unknown.returncode == 2
-    assert "no forwarder named 'to-sendr' (forwarders: sender, to-sender)" in unknown.stderr
+    assert "no forwarder named 'to-sendr' (did you mean 'to-sender'?)" in unknown.stderr
     assert _nobody_connected(silent_server)
 
 

@@ -16,18 +16,15 @@ from bridge.commands.failed_messages import (
     POISON,
     FailedMessage,
     QueueOwners,
-    Selection,
     body_preview,
-    check_reason,
     describe,
-    missing_ids,
     one_line,
-    parse_since,
     replay_headers,
     row_id_text,
 )
+from bridge.commands.selection import Selection, check_reason, missing_ids, parse_since
 from bridge.dialects import dialect_for
-from bridge.exceptions import SelectionError
+from bridge.exceptions import RequestError
 from bridge.headers import serialize_headers, with_failure_headers
 from bridge.processing_host import ProcessingHost
 
@@ -328,12 +325,12 @@ def test_every_reason_the_bridge_writes_is_accepted(reason: str) -> None:
 
 
 def test_an_unknown_reason_names_the_nearest_and_the_choices() -> None:
-    with pytest.raises(SelectionError) as raised:
+    with pytest.raises(RequestError) as raised:
         check_reason("unroutabel")
     assert str(raised.value).startswith(
         "no failure reason 'unroutabel' (did you mean 'unroutable'? reasons: no-routing-header, "
     )
-    with pytest.raises(SelectionError) as raised:
+    with pytest.raises(RequestError) as raised:
         check_reason("xyz")
     assert str(raised.value).startswith("no failure reason 'xyz' (reasons: no-routing-header")
 
@@ -356,7 +353,7 @@ def test_since_is_a_duration_back_from_now_or_an_iso_time(text: str, expected: d
 
 @pytest.mark.parametrize("text", ["yesterday", "2h ago", "-2h", "2026-13-01", "", "90"])
 def test_since_that_is_neither_names_both_forms(text: str) -> None:
-    with pytest.raises(SelectionError) as raised:
+    with pytest.raises(RequestError) as raised:
         parse_since(text, NOW)
     assert "a duration back from now such as 2h" in str(raised.value)
     assert "an ISO time such as 2026-11-23T12:00:00Z" in str(raised.value)
