@@ -779,6 +779,15 @@ class TcpRelay:
         self._closed = False
         threading.Thread(target=self._accept, daemon=True).start()
 
+    @classmethod
+    def before(cls, connection_string: str) -> TcpRelay:
+        """A relay to the server `connection_string` (ODBC style) names."""
+        import re
+
+        host = re.search(r"(?i)Server=([^;]*);", connection_string)
+        port = re.search(r"(?i)Port=(\d+);", connection_string)
+        return cls(host.group(1) if host else "127.0.0.1", int(port.group(1)) if port else 5432)
+
     def silence(self) -> None:
         self.silent.set()
 

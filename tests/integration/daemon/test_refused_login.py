@@ -42,8 +42,8 @@ SECRET = "Tr0ub4dor-not-in-any-log"
 
 
 @pytest.fixture
-def relay() -> Iterator[TcpRelay]:
-    relay = TcpRelay("127.0.0.1", 5432)
+def relay(postgres: Any) -> Iterator[TcpRelay]:
+    relay = TcpRelay.before(postgres.prefix)
     yield relay
     relay.close()
 

@@ -49,18 +49,12 @@ QUERY_TIMEOUT = 5.0
 ALLOWED_DELAY = QUERY_TIMEOUT + 5.0
 
 
-def _server_port(connection_string: str) -> tuple[str, int]:
-    host = re.search(r"(?i)Server=([^;]*);", connection_string)
-    port = re.search(r"(?i)Port=(\d+);", connection_string)
-    return (host.group(1) if host else "127.0.0.1", int(port.group(1)) if port else 5432)
-
-
 @pytest.fixture
 def relay_factory() -> Iterator[Callable[[str], TcpRelay]]:
     relays: list[TcpRelay] = []
 
     def make(connection_string: str) -> TcpRelay:
-        relay = TcpRelay(*_server_port(connection_string))
+        relay = TcpRelay.before(connection_string)
         relays.append(relay)
         return relay
 

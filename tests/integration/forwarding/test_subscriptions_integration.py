@@ -25,12 +25,9 @@ def test_a_subscription_table_whose_login_is_refused_is_not_logged_into_per_even
     # A role that does not exist is refused like a wrong password (the server trusts every
     # password here); the relay counts the logins. Every published event looks subscribers up:
     # while the daemon's tracker says the login is refused, none of them may log in.
-    import re
-
     from support import TcpRelay
 
-    port = int(re.search(r"Port=(\d+)", postgres.prefix).group(1))  # type: ignore[union-attr]
-    relay = TcpRelay("127.0.0.1", port)
+    relay = TcpRelay.before(postgres.prefix)
     connection = (
         f"Driver={{PostgreSQL Unicode}};Server=127.0.0.1;Port={relay.port};"
         "Database=postgres;Uid=sfbridge_no_such_role;Pwd=secret;"
