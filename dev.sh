@@ -2,7 +2,8 @@
 # One entry point for people and CI. Installs what it needs (Debian packages, a virtualenv
 # in .venv) and then:
 #   ./dev.sh demo [ARGS]   run `sfbridge demo` (SQLite only: no server, no config)
-#   ./dev.sh test [ARGS]   lint, type-check and run the whole test suite (pytest ARGS)
+#   ./dev.sh test [ARGS]   lint, type-check and run the whole test suite (pytest ARGS), in
+#                          SFBRIDGE_TEST_WORKERS (default 4) processes
 #   ./dev.sh test --fast [ARGS]
 #                          the unit tier only (tests/unit: no database server, no subprocess,
 #                          no JVM), in under a minute, without installing or linting
@@ -145,7 +146,10 @@ case "$command" in
         .venv/bin/mypy bridge
         say "pytest"
         status=0
-        .venv/bin/python -m pytest "$@" || status=$?
+        # Tests mostly wait (on daemons, faults, timeouts), so more of them than cores run at
+        # once; a group (the Spark tests: one JVM at a time) stays on one worker.
+        .venv/bin/python -m pytest -n "${SFBRIDGE_TEST_WORKERS:-4}" --dist loadgroup "$@" \
+            || status=$?
         if [ ${#stop_private_postgres[@]} -gt 0 ]; then "${stop_private_postgres[@]}" >/dev/null; fi
         exit "$status"
         ;;

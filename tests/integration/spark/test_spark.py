@@ -29,7 +29,8 @@ from support import (
 )
 
 pytest.importorskip("pyspark", reason="PySpark is installed by the README's test command")
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+# One JVM at a time: two Spark drains side by side on two cores starve each other.
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.xdist_group("spark")]
 
 
 def test_a_drain_beside_a_running_daemon_delivers_each_message_once_and_reports_failures(
