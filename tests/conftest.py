@@ -28,6 +28,22 @@ PSQLODBC_CANDIDATES = [
 ]
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Longest first, so the parallel run (pytest-xdist hands tests out in this order) does
+    not end with one worker on a long test while the others idle: the Spark group (one worker
+    runs it all), then tests marked slow, then the rest of the integration tier, then the unit
+    tier, which fills the gaps."""
+
+    def rank(item: pytest.Item) -> int:
+        if item.get_closest_marker("xdist_group"):
+            return 0
+        if item.get_closest_marker("slow"):
+            return 1
+        return 2 if "integration" in item.path.parts else 3
+
+    items.sort(key=rank)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def odbc_driver_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """A project-local odbcinst.ini with CommLog off (Debian's default writes a log per process).

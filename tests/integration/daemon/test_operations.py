@@ -168,6 +168,7 @@ def test_installers_racing_on_one_database_all_succeed(
         assert all(code == 0 for code, _ in outcomes), outcomes
 
 
+@pytest.mark.slow
 def test_competing_daemons_on_one_queue_deliver_each_message_once(
     new_pg_database: Any, tmp_path: Path
 ) -> None:

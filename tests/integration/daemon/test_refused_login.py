@@ -72,6 +72,7 @@ def _status(config: Path) -> tuple[int, dict[str, Any], str]:
     return as_json.returncode, json.loads(as_json.stdout), text.stdout
 
 
+@pytest.mark.slow
 def test_a_refused_login_waits_in_retry_storage_and_is_tried_rarely_until_a_reload(
     tmp_path: Path, new_pg_database: Any, relay: TcpRelay
 ) -> None:

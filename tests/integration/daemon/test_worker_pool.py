@@ -81,6 +81,7 @@ def transactions(connection_string: str) -> int:
     return int(count)
 
 
+@pytest.mark.slow
 def test_fifty_idle_forwarders_hold_at_most_max_connections_and_send_few_queries(
     tmp_path: Path, new_pg_database: Callable[[], str]
 ) -> None:
@@ -124,6 +125,7 @@ def test_fifty_idle_forwarders_hold_at_most_max_connections_and_send_few_queries
     assert message_ids(receiver, SAMPLES_RECEIVER) == sent
 
 
+@pytest.mark.slow
 def test_a_busy_queue_does_not_starve_the_others(
     tmp_path: Path, new_pg_database: Callable[[], str]
 ) -> None:

@@ -74,6 +74,7 @@ def _gone(pid: int) -> bool:
         return True
 
 
+@pytest.mark.slow
 def test_two_processes_share_the_work_and_the_daemon_reports_for_both(
     pg_pair_factory: Any,
 ) -> None:
@@ -119,6 +120,7 @@ def test_two_processes_share_the_work_and_the_daemon_reports_for_both(
     assert "forwarded since start: delivered 3000" in daemon.output()
 
 
+@pytest.mark.slow
 def test_a_trickle_is_claimed_by_the_daemons_own_workers_alone_and_a_burst_by_all(
     pg_pair_factory: Any,
 ) -> None:
@@ -146,6 +148,7 @@ def test_a_trickle_is_claimed_by_the_daemons_own_workers_alone_and_a_burst_by_al
     assert set(received) == sent and set(received.values()) == {1}
 
 
+@pytest.mark.slow
 def test_a_killed_worker_process_is_started_again_and_nothing_is_lost_or_doubled(
     pg_pair_factory: Any,
 ) -> None:

@@ -239,6 +239,7 @@ def test_error_queue_message_retried_from_servicepulse_goes_through_the_bridge_a
     assert message["headers"]["NServiceBus.MessageId"] == headers["NServiceBus.MessageId"]
 
 
+@pytest.mark.slow
 def test_a_killed_daemon_loses_and_duplicates_nothing(
     installed: dict[str, Any], tmp_path: Path
 ) -> None:

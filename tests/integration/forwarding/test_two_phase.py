@@ -262,6 +262,7 @@ def test_at_least_once_counts_the_duplicates_a_crash_between_the_commits_makes(
     connections.close()
 
 
+@pytest.mark.slow
 def test_a_storm_of_sigkills_on_competing_daemons_leaves_every_message_exactly_once(
     tmp_path: Path, new_2pc_database: Any
 ) -> None:
