@@ -15,7 +15,7 @@ def test_the_schema_module_runs_without_warnings() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
-    assert result.stdout.startswith("### Configuration reference\n")
+    assert result.stdout.startswith("## Configuration reference\n")
 
 
 # A command that writes far more than a pipe holds, as `errors list` on a big error queue does.

@@ -12,7 +12,7 @@ import pytest
 from support import REPO
 
 UNIT = REPO / "systemd" / "sfbridge.service"
-INSTALLED_SCRIPT = "/usr/local/bin/sfbridge"
+INSTALLED_SCRIPT = "/opt/sfbridge/bin/sfbridge"  # where docs/operating.md installs it
 
 
 def _verifiable_copy(directory: Path) -> Path:

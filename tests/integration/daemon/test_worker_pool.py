@@ -165,7 +165,12 @@ def test_check_warns_when_the_pools_could_take_more_connections_than_the_server_
     raw = yaml.safe_load(pair.config.read_text())
     for database in raw["databases"].values():
         database["max_connections"] = int(limit)  # each alone as much as the server takes
-    raw["forwarders"][0]["concurrency"] = 64
+    # Forwarders enough that their batches alone could fill the server (concurrency <= 64).
+    first = raw["forwarders"][0]
+    raw["forwarders"] = [
+        {**first, "name": f"f{index}", "queue": f'"public"."Q{index}"', "concurrency": 64}
+        for index in range(int(limit) // 64 + 2)
+    ]
     write_config(pair.config, raw)
     checked = pair.cli("check")
     warning = next(
