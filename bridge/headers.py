@@ -8,7 +8,6 @@ transport itself.
 from __future__ import annotations
 
 import json
-import traceback
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -213,8 +212,3 @@ def with_failure_headers(
     if attempts is not None:
         result[ATTEMPTS_HEADER] = str(attempts)
     return result
-
-
-def describe_exception(error: BaseException) -> str:
-    """A stack-trace-like text for `ExceptionInfo.StackTrace`."""
-    return "".join(traceback.format_exception_only(type(error), error)).strip()

@@ -21,7 +21,6 @@ from bridge.headers import (
     PROCESSING_HOST_HEADERS,
     ROUTING_HEADERS,
     TIME_OF_FAILURE_HEADER,
-    describe_exception,
     parse_headers,
     parse_wire_date,
     serialize_headers,
@@ -592,16 +591,3 @@ def test_failure_headers_are_serializable_and_parse_back_unchanged() -> None:
     )
     assert parse_headers(serialize_headers(result)) == result
     assert all(value is None or isinstance(value, str) for value in result.values())
-
-
-# --------------------------------------------------------------------------------------------
-# describe_exception
-# --------------------------------------------------------------------------------------------
-
-
-def test_describe_exception_names_the_type_and_message() -> None:
-    assert describe_exception(ValueError("bad value")) == "ValueError: bad value"
-
-
-def test_describe_exception_of_a_message_less_exception_is_its_type() -> None:
-    assert describe_exception(KeyError()) == "KeyError"

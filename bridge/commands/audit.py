@@ -12,7 +12,7 @@ import getpass
 import logging
 import socket
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC
 
 from bridge.addressing import TableAddress
 from bridge.config.model import BridgeConfig, ForwarderConfig
@@ -20,6 +20,7 @@ from bridge.connections import Connections
 from bridge.dialects import dialect_for
 from bridge.drivers import Connection
 from bridge.exceptions import BridgeTableMissing, DatabaseError
+from bridge.messages import utcnow
 from bridge.storage.audit import (
     AuditEntry,
     add_affected,
@@ -157,7 +158,7 @@ def open_command(
 
 def _entry(command: str, target: str, affected: int) -> AuditEntry:
     return AuditEntry(
-        recorded_at=datetime.now(UTC).replace(tzinfo=None),
+        recorded_at=utcnow(),
         operator=operator_name(),
         host=socket.gethostname(),
         command=command,

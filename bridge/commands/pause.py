@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable
-from datetime import UTC, datetime
 
 from bridge.commands.audit import record_command
 from bridge.config.model import BridgeConfig, ForwarderConfig
@@ -12,6 +11,7 @@ from bridge.connections import connect
 from bridge.dialects import Dialect, dialect_for
 from bridge.drivers import Connection
 from bridge.exceptions import BridgeTableMissing, PauseRequestError
+from bridge.messages import utcnow
 from bridge.storage.ledger import RUNTIME_DDL_OFF_ADVICE
 from bridge.storage.pauses import clear_pause, set_pause
 from bridge.storage.tables import (
@@ -89,7 +89,7 @@ def _apply(
     reason: str | None,
 ) -> bool:
     if pause:
-        now = datetime.now(UTC).replace(tzinfo=None)
+        now = utcnow()
         set_pause(connection, dialect, tables, forwarder, database, reason, now)
         return True
     return clear_pause(connection, dialect, tables, forwarder, database)

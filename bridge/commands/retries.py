@@ -38,6 +38,7 @@ from bridge.exceptions import (
     UnsetVariable,
 )
 from bridge.forwarding.writes import QueueWriter
+from bridge.messages import utcnow
 from bridge.secrets import for_terminal
 from bridge.storage.retries import (
     Operator,
@@ -384,7 +385,7 @@ def _fail_passes(
     for attempt in range(FAIL_PASSES):
         count = fail_messages(
             connection, dialect, found.store, pending, operator=operator,
-            now=datetime.now(UTC).replace(tzinfo=None), write_rows=write_rows, on_chunk=report,
+            now=utcnow(), write_rows=write_rows, on_chunk=report,
             in_chunk=audit.add,
         )  # fmt: skip
         moved += count

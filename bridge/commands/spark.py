@@ -8,12 +8,13 @@ import logging
 import os
 import sys
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from bridge.config.durations import parse_duration
 from bridge.config.model import BridgeConfig
 from bridge.exceptions import ExitCode
+from bridge.messages import utcnow
 from bridge.secrets import inert, open_private
 
 log = logging.getLogger(__name__)
@@ -146,7 +147,7 @@ def _drain(spark: Any, config: BridgeConfig, shipped: Any, args: argparse.Namesp
     began = time.monotonic()
     # What this drain (and any daemon meanwhile) delivered is held against the queues; what
     # receiving endpoints consumed before it is not its business.
-    drain_started = datetime.now(UTC).replace(tzinfo=None) - timedelta(seconds=5)
+    drain_started = utcnow() - timedelta(seconds=5)
     tasks = run_drain(spark, config, shipped, plans, sys.stdout)
     took = time.monotonic() - began
     claimed = sum(task["claimed"] for task in tasks)

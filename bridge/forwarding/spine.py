@@ -27,7 +27,6 @@ import gc
 import logging
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 
 from bridge.config.model import BridgeConfig, ForwarderConfig, TransactionMode
 from bridge.connections import Connections
@@ -58,14 +57,13 @@ from bridge.forwarding.side_by_side import SideBySide
 from bridge.forwarding.subscriptions import SubscriberDirectory
 from bridge.forwarding.transactions import BatchTransactions
 from bridge.forwarding.writes import QueueWriter
-from bridge.messages import ClaimedMessage, Decision, Poison, Publish, Source, Unit
+from bridge.messages import ClaimedMessage, Decision, Poison, Publish, Source, Unit, utcnow
 from bridge.outages import OutageTracker
 from bridge.storage.ledger import ledger_address
 from bridge.storage.pauses import PauseBoard, PauseState, read_pauses
 from bridge.storage.tables import (
     bridge_queue_names,
     forwarder_tables,
-    owned_table,
 )
 
 log = logging.getLogger(__name__)
@@ -201,7 +199,7 @@ class BatchForwarder:
             self.forwarder.database,
             store=self._store,
         )
-        return Batch(source, connection, _utcnow(), transactions)
+        return Batch(source, connection, utcnow(), transactions)
 
     def _claim(self, batch: Batch, seq_range: tuple[int, int] | None) -> None:
         limit = self._claim_limits.get(batch.source, self.forwarder.batch_size)
@@ -322,22 +320,6 @@ class BatchForwarder:
             )
         return self._pauses.state
 
-    def queue_estimate(self) -> int:
-        """How many rows the forwarding queue holds, roughly (the transport's cheap peek: rows
-        other workers hold are counted too). Heals a missing queue like `forward_batch`."""
-        return self.healer.healing(self._peek)
-
-    def _peek(self) -> int:
-        connection = self.connections.get(self.forwarder.database)
-        try:
-            with owned_table("forwarding queue", self.tables.queue_canonical):
-                estimate = connection.query(self.dialect.sql("peek", queue=self.tables.queue))
-            connection.commit()
-        except BaseException:
-            connection.rollback()
-            raise
-        return int(estimate[0][0] or 0)
-
     def _waiting_databases(self) -> list[str]:
         """Databases whose messages stay in retry storage: paused ones, and with
         `retries.during_outage: wait` those in trouble."""
@@ -406,8 +388,3 @@ def tune_garbage_collection() -> None:
     that forwards; the older generations keep their thresholds."""
     _, middle, old = gc.get_threshold()
     gc.set_threshold(YOUNG_COLLECTION_THRESHOLD, middle, old)
-
-
-def _utcnow() -> datetime:
-    """Naive UTC: the queue tables store UTC wall-clock times without a zone."""
-    return datetime.now(UTC).replace(tzinfo=None)

@@ -30,14 +30,13 @@ import logging
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 
 from bridge.addressing import TableAddress
 from bridge.connections import Connections
 from bridge.dialects import Dialect
 from bridge.drivers import Connection
 from bridge.exceptions import DatabaseError, DestinationNotReady, SourceFailed, UndefinedObject
-from bridge.messages import Item
+from bridge.messages import Item, utcnow
 from bridge.storage.tables import owned_table
 
 log = logging.getLogger(__name__)
@@ -57,10 +56,6 @@ def gid_pattern(store: str) -> str:
 
 def new_gid(store: str) -> str:
     return f"{GID_PREFIX}:{store}:{secrets.token_hex(16)}"
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC).replace(tzinfo=None)
 
 
 def store_id(connection: Connection, dialect: Dialect, table: TableAddress) -> str:

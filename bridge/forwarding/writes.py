@@ -14,7 +14,6 @@ import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 from bridge.addressing import TableAddress
@@ -37,7 +36,7 @@ from bridge.exceptions import (
     TransientDatabaseError,
 )
 from bridge.forwarding.notices import Notices
-from bridge.messages import Delivered, DeliveryResult, Duplicate, Item
+from bridge.messages import Delivered, DeliveryResult, Duplicate, Item, utcnow
 from bridge.storage.ledger import LEDGER_DESCRIPTION, ledger_key
 from bridge.storage.tables import owned_table
 
@@ -358,7 +357,7 @@ def _stream_to_ledger(
     """Record distinct (ledger key, destination) pairs, none recorded before, with COPY;
     returns True, or False when the ledger does not take COPY (nothing was written).
     Raises LedgerConflict when one was recorded before (or COPY is refused)."""
-    now = datetime.now(UTC).replace(tzinfo=None)
+    now = utcnow()
     try:
         with owned_table(LEDGER_DESCRIPTION, dialect.grammar.render(ledger)):
             if not writer.copies(connection, dialect, "ledger_record_many", ledger=ledger):
