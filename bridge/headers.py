@@ -129,14 +129,6 @@ def without_bridge_headers(headers: Headers) -> Headers | None:
     }
 
 
-def without_routing_headers(headers: Mapping[str, str | None]) -> Headers:
-    """The headers a destination receives: everything but the routing headers."""
-    outgoing = dict(headers)  # a copy in C, then three removals: cheaper than a filter per key
-    for key in ROUTING_HEADERS:
-        outgoing.pop(key, None)
-    return outgoing
-
-
 def with_legacy_reply_to(headers_text: str | None, reply_to: str) -> str | None:
     """The Headers column with `ReplyToAddress` set from the legacy column of the same name.
 

@@ -26,7 +26,6 @@ from bridge.headers import (
     serialize_headers,
     wire_date,
     with_failure_headers,
-    without_routing_headers,
 )
 from bridge.processing_host import ProcessingHost
 
@@ -255,49 +254,6 @@ def test_every_parseable_header_text_serializes_to_utf8_encodable_text(escape: s
     # Escaped, not replaced: a reader gets back the very strings the endpoint wrote.
     assert text == original
     assert parse_headers(text) == parse_headers(original)
-
-
-# --------------------------------------------------------------------------------------------
-# without_routing_headers
-# --------------------------------------------------------------------------------------------
-
-
-def test_without_routing_headers_removes_destination_and_event_type_only() -> None:
-    headers = {
-        "NServiceBus.MessageId": "1",
-        DESTINATION_HEADER: '"public"."Receiver"',
-        "NServiceBus.CorrelationId": None,
-        EVENT_TYPE_HEADER: "Samples.Event",
-        "$.sfbridge.attempts": "2",
-        "Ünï": "日本",
-    }
-    assert without_routing_headers(headers) == {
-        "NServiceBus.MessageId": "1",
-        "NServiceBus.CorrelationId": None,
-        "$.sfbridge.attempts": "2",
-        "Ünï": "日本",
-    }
-
-
-def test_without_routing_headers_keeps_the_order_and_does_not_touch_the_input() -> None:
-    headers = {"c": "3", DESTINATION_HEADER: "q", "a": "1", "b": None}
-    result = without_routing_headers(headers)
-    assert list(result) == ["c", "a", "b"]
-    assert DESTINATION_HEADER in headers
-    assert result is not headers
-
-
-def test_routing_header_names_are_matched_exactly() -> None:
-    headers = {
-        "$.Store-And-Forward.Destination": "x",
-        "$.store-and-forward.destination ": "y",
-        "$.store-and-forward.destinations": "z",
-    }
-    assert without_routing_headers(headers) == headers
-
-
-def test_without_routing_headers_of_nothing_is_nothing() -> None:
-    assert without_routing_headers({}) == {}
 
 
 # --------------------------------------------------------------------------------------------

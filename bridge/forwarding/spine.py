@@ -51,6 +51,7 @@ from bridge.forwarding.deliver import (
 from bridge.forwarding.fan_out import PublishedEvents
 from bridge.forwarding.healing import TableHealer
 from bridge.forwarding.observers import ForwardingObserver, safe_observer
+from bridge.forwarding.outgoing import Outgoing
 from bridge.forwarding.proxies import forwarder_router
 from bridge.forwarding.settle import Settlement
 from bridge.forwarding.side_by_side import SideBySide
@@ -99,6 +100,7 @@ class BatchForwarder:
         self.dialect: Dialect = dialect_for(config.databases[forwarder.database].dialect)
         self.tables = forwarder_tables(config, forwarder)
         self.router = forwarder_router(config, forwarder)
+        self.outgoing = Outgoing.from_config(config, forwarder.database)
         self.healer = TableHealer(config, forwarder, connections, self.dialect)
         self._outages = outages or OutageTracker(probe_interval(config))
         self.published = PublishedEvents(
@@ -106,6 +108,7 @@ class BatchForwarder:
             self.dialect,
             self.tables,
             self.router,
+            self.outgoing,
             SubscriberDirectory(config, forwarder.database, logins=self._outages),
         )
         self._pauses = PauseBoard(forwarder.slow_poll_interval)
@@ -301,7 +304,7 @@ class BatchForwarder:
 
     def _decide(self, message: ClaimedMessage, *, trusted: bool) -> Decision:
         try:
-            return classify(message, self.router, trusted=trusted)
+            return classify(message, self.router, self.outgoing, trusted=trusted)
         except Exception as error:
             # A bug must not turn one message into a queue-blocking loop: the batch would roll
             # back and be claimed again forever. This message goes to the error queue instead.
