@@ -277,51 +277,6 @@ class UnsetVariables(Exception):
         super().__init__("\n".join([*lines, advice]))
 
 
-# -- the data path --------------------------------------------------------------------------
-
-
-class ItemWriteError(Exception):
-    """Writing the item at `position` failed for a reason specific to that item.
-
-    `retryable` is False when the message itself cannot be written (a value the driver
-    cannot bind): trying again would fail the same way.
-    """
-
-    def __init__(self, position: int, error: DatabaseError, *, retryable: bool = True) -> None:
-        super().__init__(str(error))
-        self.position = position
-        self.error = error
-        self.retryable = retryable
-
-
-class NotIsolated(Exception):
-    """A multi-row statement failed and the failing message cannot be told: deliver one by one."""
-
-
-class LedgerConflict(Exception):
-    """Streaming the ledger rows failed: a message was recorded before (redelivered after a
-    crash between the destination and source commits, or sent twice), or the ledger does not
-    take COPY. Roll back and write again with `expect_duplicates`."""
-
-
-class SourceFailed(Exception):
-    """A statement on the forwarding database failed while a destination was being finished:
-    the batch fails as a whole (`error` is what the source raised), not the destination."""
-
-    def __init__(self, error: DatabaseError) -> None:
-        super().__init__(str(error))
-        self.error = error
-
-
-class DestinationNotReady(Exception):
-    """The destination cannot take this mode now (e.g. prepared transactions are off there):
-    a state, like an outage, with what a person should do."""
-
-    def __init__(self, problem: str) -> None:
-        super().__init__(problem)
-        self.problem = problem
-
-
 # -- the daemon and Spark -------------------------------------------------------------------
 
 

@@ -186,6 +186,16 @@ class Failed:
 DeliveryResult = Delivered | Duplicate | Failed
 
 
+@dataclass(frozen=True)
+class DeliveryReport:
+    """What delivering a batch's units did: a result per unit, in order (None for a unit that
+    is not a delivery), and per destination database how many units it delivered (duplicates
+    not counted), for metrics."""
+
+    results: list[DeliveryResult | None]
+    delivered: dict[str, int]
+
+
 class Item(NamedTuple):
     """What delivery is handed: the claimed message and the decision to forward it."""
 

@@ -28,49 +28,35 @@ import logging
 import time
 from collections.abc import Callable
 
-from bridge.config.model import BridgeConfig, ForwarderConfig, TransactionMode
+from bridge.config.model import BridgeConfig, ForwarderConfig
 from bridge.connections import Connections
 from bridge.dialects import Dialect, dialect_for
 from bridge.drivers import Connection
 from bridge.exceptions import (
     BridgeTableMissing,
     DatabaseError,
-    SourceFailed,
 )
 from bridge.forwarding.batch import Batch, BatchReport
 from bridge.forwarding.claim import claim_batch, claim_limit
 from bridge.forwarding.classify import classify
-from bridge.forwarding.deliver import (
-    Delivery,
-    LocalDelivery,
-    PausedDelivery,
-    RemoteDelivery,
-    Target,
-    deliver_units,
-)
+from bridge.forwarding.deliver import Destinations
 from bridge.forwarding.fan_out import PublishedEvents
 from bridge.forwarding.healing import TableHealer
 from bridge.forwarding.observers import ForwardingObserver, safe_observer
 from bridge.forwarding.outgoing import Outgoing
 from bridge.forwarding.proxies import forwarder_router
 from bridge.forwarding.settle import Settlement
-from bridge.forwarding.side_by_side import SideBySide
 from bridge.forwarding.subscriptions import SubscriberDirectory
-from bridge.forwarding.transactions import BatchTransactions
+from bridge.forwarding.transactions import BatchTransactions, SourceFailed
 from bridge.forwarding.writes import QueueWriter
 from bridge.messages import ClaimedMessage, Decision, Poison, Publish, Source, Unit, utcnow
 from bridge.outages import OutageTracker
-from bridge.storage.ledger import ledger_address
 from bridge.storage.pauses import PauseBoard, PauseState, read_pauses
 from bridge.storage.tables import (
-    bridge_queue_names,
     forwarder_tables,
 )
 
 log = logging.getLogger(__name__)
-
-# Threads of one worker that deliver to other databases beside its own (`SideBySide`).
-MAX_DELIVERY_THREADS = 16
 
 
 class BatchForwarder:
@@ -116,14 +102,10 @@ class BatchForwarder:
         # Rows the next claim locks, per source, from the sizes the last one saw.
         self._claim_limits: dict[Source, int] = {}
         self._observer = safe_observer(observer)
-        self._remote: dict[tuple[str, TransactionMode], RemoteDelivery] = {}
-        self._store: str | None = None  # the forwarding database's id in two-phase gids
-        # Deliveries to different databases run at the same time (`deliver_units`): at most
-        # one thread per other configured database, started when a batch first needs them.
-        self._side_by_side = SideBySide(
-            min(MAX_DELIVERY_THREADS, len(config.databases) - 1),
-            f"sfbridge-{forwarder.name}-{slot}-delivery",
+        self._destinations = Destinations(
+            config, forwarder, connections, self._outages, self._writer, slot=slot
         )
+        self._store: str | None = None  # the forwarding database's id in two-phase gids
 
     def forward_batch(
         self,
@@ -235,24 +217,19 @@ class BatchForwarder:
     def _deliver(self, batch: Batch) -> None:
         if not batch.units:
             return
-
-        def delivered(database: str, count: int) -> None:
-            if database == self.forwarder.database:
-                batch.delivered_locally += count  # committed with the source, below
-            elif count:
-                self._observer.delivered(database, count, time.monotonic() - batch.claimed_at)
-
         try:
-            batch.results = deliver_units(
-                batch.units,
-                lambda database, mode: self._delivery(batch.connection, database, mode),
-                batch.transactions,
-                delivered,
-                self._outages.suspect,
-                self._side_by_side,
+            report = self._destinations.deliver(
+                batch.units, batch.connection, self._pauses.state.destinations, batch.transactions
             )
         except SourceFailed as failed:
             raise failed.error from None
+        batch.results = report.results
+        since_claim = time.monotonic() - batch.claimed_at
+        for database, count in report.delivered.items():
+            if database == self.forwarder.database:
+                batch.delivered_locally += count  # committed with the source, below
+            elif count:
+                self._observer.delivered(database, count, since_claim)
 
     def _settle(self, batch: Batch) -> None:
         if not batch.units:
@@ -333,38 +310,6 @@ class BatchForwarder:
 
     def _destination_dialects(self) -> dict[str, Dialect]:
         return {name: dialect_for(d.dialect) for name, d in self.config.databases.items()}
-
-    def _delivery(self, connection: Connection, database: str, mode: TransactionMode) -> Delivery:
-        pause = self._pauses.state.destinations.get(database)
-        if pause is not None:
-            return PausedDelivery(database, pause)
-        if database == self.forwarder.database:
-            return LocalDelivery(
-                connection,
-                self.dialect,
-                self._writer,
-                self._outages,
-                bridge_queue_names(self.config, database),
-            )
-        delivery = self._remote.get((database, mode))
-        if delivery is None:
-            target = Target(
-                name=database,
-                dialect=dialect_for(self.config.databases[database].dialect),
-                ledger=ledger_address(self.config, database),
-                config=self.config,
-                create_ledger=self.config.install.at_runtime,
-                transaction=mode,
-            )
-            delivery = RemoteDelivery(
-                target,
-                self.connections,
-                self.config.retries.immediate_attempts,
-                self._outages,
-                self._writer,
-            )
-            self._remote[(database, mode)] = delivery
-        return delivery
 
 
 def probe_interval(config: BridgeConfig) -> float:

@@ -4,12 +4,12 @@ A write that fails for a reason of its table rather than of one message (the tab
 or another session kept it locked past the query timeout) fails every item bound for that
 table (`item_failure`). A locked table counts as busy for a while (`OutageTracker.record_busy`):
 its items fail at once instead of each batch waiting out the lock again
-(`deliver_around_busy_tables`).
+(`busy_items`, `with_busy_items`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Collection, Sequence
 from fnmatch import fnmatchcase
 
 from bridge.addressing import TableAddress
@@ -17,11 +17,11 @@ from bridge.dialects import Dialect
 from bridge.drivers import Connection
 from bridge.exceptions import (
     DatabaseError,
-    ItemWriteError,
     LockTimeout,
     PermissionDenied,
     TableNotFound,
 )
+from bridge.forwarding.writes import ItemWriteError
 from bridge.messages import Delivered, DeliveryResult, Failed, Item
 from bridge.outages import OutageTracker
 from bridge.routing import BRIDGE_TABLE_PREFIX, Destination, nearest_table
@@ -108,26 +108,32 @@ def busy_tables(
     return busy
 
 
-def deliver_around_busy_tables(
+def busy_items(
+    outages: OutageTracker, database: str, dialect: Dialect, items: Sequence[Item]
+) -> dict[int, Failed] | None:
+    """The items not to try now, by offset, each with its Failed result: those bound for a
+    table that counts as busy (`busy_tables`). None when no table of the database is busy
+    (nearly always): then nothing is looked up per item."""
+    if not outages.suspect(database):
+        return None
+    return busy_tables(outages, database, dialect, items)
+
+
+def with_busy_items(
     outages: OutageTracker,
     database: str,
     dialect: Dialect,
     items: Sequence[Item],
-    deliver: Callable[[Sequence[Item]], list[DeliveryResult]],
+    busy: dict[int, Failed] | None,
+    tried_results: list[DeliveryResult],
 ) -> list[DeliveryResult]:
-    """`deliver` the items whose table is not busy; the others fail at once. Tables written
-    to are no longer busy."""
-    if not outages.suspect(database):
-        # No table of the database is busy (nearly always): nothing to look up per item.
-        results = deliver(items)
-        if not outages.suspect(database):
-            return results
-        tried, busy = list(range(len(items))), {}
-    else:
-        busy = busy_tables(outages, database, dialect, items)
-        tried = [offset for offset in range(len(items)) if offset not in busy]
-        results = deliver([items[o] for o in tried]) if tried else []
-    return _free_written(outages, database, dialect, items, tried, busy, results)
+    """Every item's result, in order: `tried_results` for the items tried (all but `busy`,
+    from `busy_items`), and the busy ones failed. Tables written to are no longer busy."""
+    if busy is None and not outages.suspect(database):
+        return tried_results
+    busy = busy or {}
+    tried = [offset for offset in range(len(items)) if offset not in busy]
+    return _free_written(outages, database, dialect, items, tried, busy, tried_results)
 
 
 def _free_written(

@@ -24,12 +24,9 @@ from bridge.exceptions import (
     DatabaseError,
     DatabaseUnavailable,
     DuplicateKey,
-    ItemWriteError,
-    LedgerConflict,
     LedgerDenied,
     LedgerLocked,
     LockTimeout,
-    NotIsolated,
     NotSupported,
     PermissionDenied,
     TableNotFound,
@@ -45,6 +42,34 @@ from bridge.storage.tables import owned_table
 COPY_RETRY_AFTER = 600.0
 # One for every message delivered: a value, so the same can be shared.
 DELIVERED = Delivered()
+
+
+# What `write_messages` raises for its caller (`bridge.forwarding.deliver`) to act on: the
+# transaction is rolled back in each case, then written again as each says.
+
+
+class ItemWriteError(Exception):
+    """Writing the item at `position` failed for a reason specific to that item.
+
+    `retryable` is False when the message itself cannot be written (a value the driver
+    cannot bind): trying again would fail the same way.
+    """
+
+    def __init__(self, position: int, error: DatabaseError, *, retryable: bool = True) -> None:
+        super().__init__(str(error))
+        self.position = position
+        self.error = error
+        self.retryable = retryable
+
+
+class NotIsolated(Exception):
+    """A multi-row statement failed and the failing message cannot be told: deliver one by one."""
+
+
+class LedgerConflict(Exception):
+    """Streaming the ledger rows failed: a message was recorded before (redelivered after a
+    crash between the destination and source commits, or sent twice), or the ledger does not
+    take COPY. Roll back and write again with `expect_duplicates`."""
 
 
 class QueueWriter:
