@@ -47,7 +47,7 @@ from bridge.exceptions import (
 from bridge.forwarding.healing import heal_ledger
 from bridge.forwarding.side_by_side import SideBySide
 from bridge.forwarding.table_failures import (
-    busy_items,
+    busy_tables,
     item_failure,
     note_busy,
     with_busy_items,
@@ -138,7 +138,9 @@ class Destinations:
 
         Raises SourceFailed when a statement on the forwarding database failed, and the
         DatabaseError family for failures of its own queues (`LocalDelivery`)."""
-        groups = sorted(delivery_groups(units), key=lambda group: self._outages.suspect(group[0]))
+        groups = list(delivery_groups(units))
+        if len(groups) > 1:
+            groups.sort(key=lambda group: self._outages.suspect(group[0]))
         deliveries = {group: self._delivery(source, pauses, *group) for group in groups}
         return deliver_units(units, deliveries, transactions, self._side_by_side)
 
@@ -170,13 +172,7 @@ class Destinations:
                 create_ledger=self._config.install.at_runtime,
                 transaction=mode,
             )
-            delivery = RemoteDelivery(
-                target,
-                self._connections,
-                self._config.retries.immediate_attempts,
-                self._outages,
-                self._writer,
-            )
+            delivery = RemoteDelivery(target, self._connections, self._outages, self._writer)
             self._remote[(database, mode)] = delivery
         return delivery
 
@@ -216,9 +212,12 @@ def deliver_units(
         return [deliver_group(group) for group in chunk]
 
     order = list(deliveries)
-    chunks = _chunks(order, deliveries) if side_by_side is not None else [order]
+    chunks = [order] if side_by_side is None else _chunks(order, deliveries)
     calls = [partial(deliver_groups, chunk) for chunk in chunks]
-    runs = side_by_side.run(calls) if side_by_side is not None else [call() for call in calls]
+    if side_by_side is not None and len(calls) > 1:
+        runs = side_by_side.run(calls)
+    else:
+        runs = [call() for call in calls]
     done = dict(pair for run in runs for pair in run)
     results: list[DeliveryResult | None] = [None] * len(units)
     delivered: dict[str, int] = {}
@@ -316,7 +315,9 @@ class LocalDelivery:
     ) -> list[DeliveryResult]:
         """Raises the DatabaseError family for failures of the forwarding database itself."""
         database = self._connection.database
-        busy = busy_items(self._outages, database, self._dialect, items)
+        busy = None
+        if self._outages.suspect(database):  # a table of it was found locked lately
+            busy = busy_tables(self._outages, database, self._dialect, items)
         tried = items if busy is None else [items[o] for o in range(len(items)) if o not in busy]
         isolation = Isolation(tried)
         while (pending := isolation.pending()) is not None:
@@ -359,11 +360,8 @@ class LocalDelivery:
 
 @dataclass(frozen=True)
 class Target:
-    """A destination database as remote delivery needs it.
-
-    `create_ledger`: create the ledger when it is missing (`install.at_runtime`). The ledger
-    is written only with `transaction` `ledger`.
-    """
+    """A destination database as remote delivery needs it. `create_ledger`: create the
+    ledger when it is missing (`install.at_runtime`); it is written only with `ledger`."""
 
     name: str
     dialect: Dialect
@@ -381,13 +379,12 @@ class RemoteDelivery:
         self,
         target: Target,
         connections: Connections,
-        immediate_attempts: int,
         outages: OutageTracker,
         writer: QueueWriter,
     ) -> None:
         self._target = target
         self._connections = connections
-        self._immediate_attempts = max(1, immediate_attempts)
+        self._immediate_attempts = max(1, target.config.retries.immediate_attempts)
         self._outages = outages
         self._writer = writer
         self._can_prepare = False  # max_prepared_transactions seen above 0
@@ -402,14 +399,16 @@ class RemoteDelivery:
         A database in trouble fails every item at once (an outage); a missing ledger is
         created once and the items tried again.
         """
-        name = self._target.name
-        trouble = self._outages.trouble(name)
-        if trouble is not None:
-            refused = trouble.state == "auth-failed"
-            failed = Failed(trouble.last_error or "unavailable", outage=True, login_refused=refused)
-            return [failed] * len(items)
-        dialect = self._target.dialect
-        busy = busy_items(self._outages, name, dialect, items)
+        name, dialect = self._target.name, self._target.dialect
+        busy = None
+        if self._outages.suspect(name):  # else (nearly always) no trouble and no busy table
+            trouble = self._outages.trouble(name)
+            if trouble is not None:
+                refused = trouble.state == "auth-failed"
+                error = trouble.last_error or "unavailable"
+                return [Failed(error, outage=True, login_refused=refused)] * len(items)
+            ledger = self._target.ledger if self._target.transaction == "ledger" else None
+            busy = busy_tables(self._outages, name, dialect, items, ledger)
         tried = items if busy is None else [items[o] for o in range(len(items)) if o not in busy]
         results = self._deliver_to_database(tried, transactions) if tried else []
         return with_busy_items(self._outages, name, dialect, items, busy, results)
@@ -418,11 +417,6 @@ class RemoteDelivery:
         self, items: Sequence[Item], transactions: BatchTransactions
     ) -> list[DeliveryResult]:
         name = self._target.name
-        ledger = self._target.dialect.grammar.render(self._target.ledger)
-        if self._target.transaction == "ledger" and (busy := self._outages.busy(name, ledger)):
-            return [
-                Failed(f"the dedup ledger is locked by another session: {busy}", outage=True)
-            ] * len(items)
         healed = False
         while True:
             try:
@@ -452,6 +446,7 @@ class RemoteDelivery:
             except DestinationNotReady as not_ready:
                 return self._not_ready(items, not_ready.problem)
             except LockTimeout as error:  # on the ledger: a queue's is an item failure
+                ledger = self._target.dialect.grammar.render(self._target.ledger)
                 self._outages.record_busy(name, ledger, error.detail)
                 failure = f"the dedup ledger {ledger} is locked by another session: {error.detail}"
                 return [Failed(failure, outage=True)] * len(items)

@@ -4,7 +4,7 @@ A write that fails for a reason of its table rather than of one message (the tab
 or another session kept it locked past the query timeout) fails every item bound for that
 table (`item_failure`). A locked table counts as busy for a while (`OutageTracker.record_busy`):
 its items fail at once instead of each batch waiting out the lock again
-(`busy_items`, `with_busy_items`).
+(`busy_tables`, `with_busy_items`).
 """
 
 from __future__ import annotations
@@ -88,10 +88,18 @@ def locked_table_failure(
 
 
 def busy_tables(
-    outages: OutageTracker, database: str, dialect: Dialect, items: Sequence[Item]
+    outages: OutageTracker,
+    database: str,
+    dialect: Dialect,
+    items: Sequence[Item],
+    ledger: TableAddress | None = None,
 ) -> dict[int, Failed]:
     """Items bound for a table that counts as busy (`OutageTracker.record_busy`), by offset,
-    each with its Failed result: they are not tried while the lock lasts."""
+    each with its Failed result: they are not tried while the lock lasts. Every item when
+    `ledger`, written with each of them, counts as busy."""
+    if ledger is not None and (lock := outages.busy(database, dialect.grammar.render(ledger))):
+        failed = Failed(f"the dedup ledger is locked by another session: {lock}", outage=True)
+        return dict.fromkeys(range(len(items)), failed)
     busy: dict[int, Failed] = {}
     known: dict[TableAddress, str | None] = {}
     for offset, (_, decision) in enumerate(items):
@@ -108,17 +116,6 @@ def busy_tables(
     return busy
 
 
-def busy_items(
-    outages: OutageTracker, database: str, dialect: Dialect, items: Sequence[Item]
-) -> dict[int, Failed] | None:
-    """The items not to try now, by offset, each with its Failed result: those bound for a
-    table that counts as busy (`busy_tables`). None when no table of the database is busy
-    (nearly always): then nothing is looked up per item."""
-    if not outages.suspect(database):
-        return None
-    return busy_tables(outages, database, dialect, items)
-
-
 def with_busy_items(
     outages: OutageTracker,
     database: str,
@@ -128,7 +125,8 @@ def with_busy_items(
     tried_results: list[DeliveryResult],
 ) -> list[DeliveryResult]:
     """Every item's result, in order: `tried_results` for the items tried (all but `busy`,
-    from `busy_items`), and the busy ones failed. Tables written to are no longer busy."""
+    from `busy_tables`; None when the database was not `suspect`, so none was looked up),
+    and the busy ones failed. Tables written to are no longer busy."""
     if busy is None and not outages.suspect(database):
         return tried_results
     busy = busy or {}
