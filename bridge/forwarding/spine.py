@@ -6,14 +6,14 @@ reads as these five steps, each handed the `Batch` (`bridge.forwarding.batch`):
 1. claim up to `batch_size` rows (`claim`: a destructive, uncommitted DELETE with row locks
    that skip what other workers hold);
 2. classify each row (`classify`: poison, expired, rejected, deliverable to a routed
-   destination, or a published event, which `fan_out` expands into one unit per subscriber
-   copy);
+   destination with what it receives there (`outgoing`), or a published event, which
+   `fan_out` expands into one unit per subscriber copy);
 3. deliver the units, grouped per destination database (`deliver`): the forwarding database's
    own queues inside the source transaction, other databases in their own transaction,
    committed first with the dedup ledger (`transaction: ledger`), prepared (`two-phase`) or
-   committed without a ledger (`at-least-once`);
-4. settle every unit (`settle`): count it, or write it to retry storage or the error queue, in
-   the same source transaction;
+   committed without a ledger (`at-least-once`); it hands back a result per unit;
+4. settle every unit (`settle`), given its result: count it, or write it to retry storage or
+   the error queue, in the same source transaction;
 5. commit the source transaction. Only now are the rows gone from where they were; then commit
    what was prepared (`transactions`).
 
