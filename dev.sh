@@ -2,9 +2,13 @@
 # One entry point for people and CI. Installs what it needs (Debian packages, a virtualenv
 # in .venv) and then:
 #   ./dev.sh demo [ARGS]   run `sfbridge demo` (SQLite only: no server, no config)
-#   ./dev.sh test [ARGS]   lint, type-check and run the whole test suite (pytest ARGS)
+#   ./dev.sh test [ARGS]   lint, type-check and run the whole test suite (pytest ARGS), in
+#                          SFBRIDGE_TEST_WORKERS (default 4) processes
+#   ./dev.sh test --fast [ARGS]
+#                          the unit tier only (tests/unit: no database server, no subprocess,
+#                          no JVM), in under a minute, without installing or linting
 # Environment: SFBRIDGE_TEST_PG = ODBC connection string prefix of a PostgreSQL server for the
-# tests (default: 127.0.0.1:5432 as postgres without a password, else a private cluster).
+# tests (default: a private cluster this checkout starts, see start_private_postgres).
 set -euo pipefail
 cd "$(dirname "$(readlink -f "$0")")"
 
@@ -79,11 +83,16 @@ pg_reachable() {  # $1: host, $2: port
 }
 
 start_private_postgres() {
-    # A throwaway cluster with trust auth on loopback, owned by this checkout.
+    # A throwaway cluster with trust auth on loopback, owned by this checkout, tuned for tests:
+    # fsync off (every DROP DATABASE forces a checkpoint, which on a server that syncs took
+    # seconds each, minutes a run), connections and prepared transactions for the parallel
+    # runs and two-phase tests, and no test touches a server other people share.
     # In the temp folder, not the checkout: the server runs as postgres, which may not be
     # able to enter the checkout (e.g. under /root).
-    local port=55432 folder
-    folder="${TMPDIR:-/tmp}/sfbridge-pg-$(id -u)-$(pwd | cksum | cut -d' ' -f1)"
+    local checkout port folder
+    checkout="$(pwd | cksum | cut -d' ' -f1)"
+    port=$((50000 + checkout % 10000))  # one port per checkout: several may test at once
+    folder="${TMPDIR:-/tmp}/sfbridge-pg-$(id -u)-$checkout"
     local bin
     bin="$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n1)"
     local run=()
@@ -95,9 +104,11 @@ start_private_postgres() {
         "${run[@]}" "$bin/initdb" -D "$folder/data" -U postgres -A trust --no-sync -E UTF8 \
             --locale=C.UTF-8 >/dev/null
     fi
+    local settings="-c fsync=off -c full_page_writes=off -c max_connections=400"
+    settings+=" -c max_prepared_transactions=100 -c shared_buffers=256MB"
     if ! pg_reachable 127.0.0.1 "$port"; then
         "${run[@]}" "$bin/pg_ctl" -D "$folder/data" -l "$folder/log" -w \
-            -o "-h 127.0.0.1 -p $port -k $folder -c fsync=off" start >/dev/null
+            -o "-h 127.0.0.1 -p $port -k $folder $settings" start >/dev/null
         # Stopped again when the tests are done (the data stays for the next run).
         stop_private_postgres=("${run[@]}" "$bin/pg_ctl" -D "$folder/data" -m fast -w stop)
     fi
@@ -110,6 +121,12 @@ case "$command" in
         exec .venv/bin/sfbridge demo "$@"
         ;;
     test)
+        if [ "${1:-}" = "--fast" ]; then
+            shift
+            # The virtualenv as it is (made once if missing); nothing installed or linted.
+            [ -x .venv/bin/python ] || setup_venv test,spark
+            exec .venv/bin/python -m pytest tests/unit -q "$@"
+        fi
         # unixODBC + psqlODBC for pyodbc; the PostgreSQL server and client for the tests;
         # FreeTDS, which the SQL Server tests load (no SQL Server needed for those); Java for
         # the Spark tests (PySpark 4 needs 17 or later).
@@ -119,11 +136,9 @@ case "$command" in
         need_promtool
         export SPARK_LOCAL_IP=127.0.0.1
         if [ -z "${SFBRIDGE_TEST_PG:-}" ]; then
-            if pg_reachable 127.0.0.1 5432; then
-                say "testing against PostgreSQL on 127.0.0.1:5432"
-            else
-                start_private_postgres
-            fi
+            start_private_postgres
+        else
+            say "testing against the PostgreSQL server SFBRIDGE_TEST_PG names"
         fi
         say "ruff"
         .venv/bin/ruff check bridge tests bench
@@ -131,12 +146,15 @@ case "$command" in
         .venv/bin/mypy bridge
         say "pytest"
         status=0
-        .venv/bin/python -m pytest "$@" || status=$?
+        # Tests mostly wait (on daemons, faults, timeouts), so more of them than cores run at
+        # once; a group (the Spark tests: one JVM at a time) stays on one worker.
+        .venv/bin/python -m pytest -n "${SFBRIDGE_TEST_WORKERS:-4}" --dist loadgroup "$@" \
+            || status=$?
         if [ ${#stop_private_postgres[@]} -gt 0 ]; then "${stop_private_postgres[@]}" >/dev/null; fi
         exit "$status"
         ;;
     *)
-        echo "usage: ./dev.sh demo [--dir DIR] | ./dev.sh test [PYTEST ARGS]" >&2
+        echo "usage: ./dev.sh demo [--dir DIR] | ./dev.sh test [--fast] [PYTEST ARGS]" >&2
         exit 2
         ;;
 esac

@@ -1,9 +1,11 @@
 """Every exception the bridge raises, and the exit codes of the `sfbridge` command.
 
 One module, imported by every layer and importing none of them, so that a caller can catch
-what a lower layer raises without reaching into it. An error that a person must act on
-carries that advice as a field (`advice`), not only in its text, so callers can tell whether
-advice was already given.
+what a lower layer raises without reaching into it. Every error a person may see derives from
+`SfbridgeError`, which carries what to do about it (`advice`) and what `sfbridge` exits with
+(`exit_code`); `bridge.commands.cli.main` reports it, once, for every verb. The data path's
+own control-flow signals, which never reach a person, live beside the code that raises and
+catches them (`bridge.forwarding.writes`, `bridge.forwarding.transactions`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from bridge.secrets import mask_secrets
 
 
 class ExitCode(IntEnum):
-    """What `sfbridge` exits with; the README's CLI table says which verb uses which."""
+    """What `sfbridge` exits with; docs/cli.md says which verb uses which."""
 
     OK = 0
     # `check` found problems, some of the work failed, a message would go to the error queue
@@ -28,22 +30,53 @@ class ExitCode(IntEnum):
     SPARK_FAILED = 4  # a Spark job failed or could not run
 
 
+class SfbridgeError(Exception):
+    """An error a person acts on: the root of every one `sfbridge` reports.
+
+    `advice` says what to do ("" when the message says it all) and `exit_code` what the command
+    exits with; both are class-level defaults that a subclass or one instance (the keywords)
+    overrides. `report` gives the lines `main` prints.
+    """
+
+    advice: str = ""
+    exit_code: ExitCode = ExitCode.FAILED
+
+    def __init__(
+        self, *args: object, advice: str | None = None, exit_code: ExitCode | None = None
+    ) -> None:
+        super().__init__(*args)
+        if advice is not None:
+            self.advice = advice
+        if exit_code is not None:
+            self.exit_code = exit_code
+
+    def report(self, verb: str) -> list[str]:
+        """What `sfbridge` prints for it: the message after the command as typed (`verb`, e.g.
+        `errors replay`), then the advice on a line of its own."""
+        return [f"sfbridge {verb}: {self}", *([f"  {self.advice}"] if self.advice else [])]
+
+
 # -- input that cannot be parsed ------------------------------------------------------------
 
 
-class AddressError(ValueError):
+class AddressError(SfbridgeError, ValueError):
     """An address string that cannot be parsed in the given grammar."""
 
+    exit_code = ExitCode.USAGE
 
-class TypeNameError(ValueError):
+
+class TypeNameError(SfbridgeError, ValueError):
     """Text that is not a .NET type name."""
 
 
-class PoisonHeaders(ValueError):
+class PoisonHeaders(SfbridgeError, ValueError):
     """The Headers column is not a JSON object of strings."""
 
 
 Severity = Literal["error", "warning"]
+
+# The Problem message of a configuration file that is not there.
+MISSING_FILE = "configuration file not found"
 
 
 @dataclass(frozen=True)
@@ -72,14 +105,30 @@ class Problem:
         return f"{prefix}{label}{self.message}"
 
 
-class ConfigError(Exception):
+class ConfigError(SfbridgeError):
     """The configuration cannot be used. `problems` holds every problem found (warnings too);
-    `str()` lists the errors, one per line."""
+    `str()` lists the errors, one per line. `source` is the file, where known."""
 
-    def __init__(self, problems: Iterable[Problem]) -> None:
+    exit_code = ExitCode.USAGE
+
+    def __init__(
+        self, problems: Iterable[Problem], *, source: str = "", advice: str | None = None
+    ) -> None:
         self.problems: list[Problem] = list(problems)
+        self.source = source
         # args = (problems,) so that the exception pickles and copies like any other.
-        super().__init__(self.problems)
+        super().__init__(self.problems, advice=advice)
+
+    @property
+    def missing_file(self) -> bool:
+        """Whether the file is not there at all (rather than unreadable or invalid)."""
+        return len(self.problems) == 1 and self.problems[0].message == MISSING_FILE
+
+    def report(self, verb: str) -> list[str]:
+        if self.missing_file:
+            also = f"; {self.advice}" if self.advice else ""
+            return [f"sfbridge: configuration file {self.source} not found{also}"]
+        return [f"sfbridge: invalid configuration {self.source}:", *str(self).splitlines()]
 
     @property
     def errors(self) -> list[Problem]:
@@ -95,27 +144,18 @@ class ConfigError(Exception):
         return "\n".join(str(problem) for problem in self.errors or self.problems)
 
 
-class RequestError(ValueError):
+class RequestError(SfbridgeError, ValueError):
     """A command's request names something the config does not have, or asks for something
-    that cannot be: a person's mistake, said as such (exit code USAGE)."""
+    that cannot be (an unknown forwarder, a `--since` that is no time, a `--count` of 0): a
+    person's mistake, said as such."""
 
-
-class PauseRequestError(RequestError):
-    """A pause or resume that names a forwarder or database the config does not have."""
-
-
-class SelectionError(RequestError):
-    """An `sfbridge errors` selection that cannot be read (a reason, a duration)."""
-
-
-class ErrorsRequestError(RequestError):
-    """An `sfbridge errors` request the config cannot serve (an unknown forwarder, say)."""
+    exit_code = ExitCode.USAGE
 
 
 # -- databases ------------------------------------------------------------------------------
 
 
-class DatabaseError(Exception):
+class DatabaseError(SfbridgeError):
     """A database operation failed. The message never contains connection secrets.
 
     `native_error` is the server's own error number where the driver reports one that means
@@ -124,12 +164,17 @@ class DatabaseError(Exception):
     """
 
     native_error: int | None = None
+    exit_code = ExitCode.UNAVAILABLE
 
     def __init__(self, database: str, message: str, *, advice: str | None = None) -> None:
-        super().__init__(f"database '{database}': {message}" + (f"; {advice}" if advice else ""))
+        super().__init__(
+            f"database '{database}': {message}" + (f"; {advice}" if advice else ""), advice=advice
+        )
         self.database = database
         self.detail = f"{message}; {advice}" if advice else message
-        self.advice = advice
+
+    def report(self, verb: str) -> list[str]:
+        return [f"sfbridge: {self}"]  # the advice is in the text
 
 
 class DatabaseUnavailable(DatabaseError):
@@ -263,34 +308,67 @@ class UnsetVariable(DatabaseError):
         self.key_path = key_path
         self.problem = f"{doing}: {unset}"  # the text without the advice
 
+    exit_code = ExitCode.USAGE
 
-class UnsetVariables(Exception):
+    def report(self, verb: str) -> list[str]:
+        return [f"sfbridge {verb}: database '{self.database}': {self.problem}", f"  {self.advice}"]
+
+
+# Why each verb that opens every database at once (`BridgeConfig.require_environment`) refuses
+# to start rather than stop halfway for a variable that is not set; every other verb opens a
+# database when it comes to it, and needs its variables then (`UnsetVariable`).
+OPENS_EVERY_DATABASE = {
+    "run": "the daemon opens every database when it starts, so it needs every variable the "
+    "configuration names",
+    "install": "install opens every database it creates tables in, and touches none until "
+    "their variables are set",
+    "spark": "Spark jobs do the daemon's work in bulk and need every database's variables",
+}
+
+
+class UnsetVariables(SfbridgeError):
     """`run` or `install`, which open every database at once, found values that name unset
     environment variables (`unset`: key path -> the variables); refused before anything
     starts, with `advice`, exit code USAGE."""
 
+    exit_code = ExitCode.USAGE
+
     def __init__(self, verb: str, unset: Iterable[tuple[str, tuple[str, ...]]], advice: str):
         self.verb = verb
         self.unset = tuple(unset)
-        self.advice = advice
         lines = [f"{path}: {' and '.join(names)} not set" for path, names in self.unset]
-        super().__init__("\n".join([*lines, advice]))
+        super().__init__("\n".join([*lines, advice]), advice=advice)
+
+    def report(self, verb: str) -> list[str]:
+        why = OPENS_EVERY_DATABASE.get(self.verb, f"{self.verb} opens every database")
+        return [
+            f"sfbridge {self.verb}: {why}; not set:",
+            *(f"  {path}: {', '.join(names)}" for path, names in self.unset),
+            f"  {self.advice}",
+        ]
 
 
 # -- the daemon and Spark -------------------------------------------------------------------
 
 
-class MetricsStartError(Exception):
-    """The metrics server cannot listen where the config says (port in use, no such host)."""
+class MetricsStartError(SfbridgeError):
+    """The metrics server cannot listen where the config says (port in use, no such host):
+    the daemon does not start."""
 
 
-class SparkUnavailable(Exception):
+class SparkUnavailable(SfbridgeError):
     """PySpark or Java is missing, or the settings cannot work; the message says what to do."""
 
+    exit_code = ExitCode.USAGE
 
-class SparkFailed(Exception):
+    def report(self, verb: str) -> list[str]:
+        return [f"sfbridge: {self}"]
+
+
+class SparkFailed(SfbridgeError):
     """A Spark job failed or could not run; the message says what happened and what to do."""
 
+    exit_code = ExitCode.SPARK_FAILED
+
     def __init__(self, message: str, exit_code: ExitCode = ExitCode.SPARK_FAILED) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
+        super().__init__(message, exit_code=exit_code)

@@ -47,7 +47,7 @@ PROCESSING_HOST_HEADERS = (
 BRIDGE_HEADER_PREFIX = "$.sfbridge."
 FAILURE_REASON_HEADER = "$.sfbridge.failure-reason"
 ATTEMPTS_HEADER = "$.sfbridge.attempts"
-# Every header of the bridge's that it reads back (tests/forwarding/test_hostile_senders.py
+# Every header of the bridge's that it reads back (tests/unit/forwarding/test_hostile_senders.py
 # keeps it whole).
 BRIDGE_HEADERS = frozenset({ADDRESS_DATABASE_HEADER, FAILURE_REASON_HEADER, ATTEMPTS_HEADER})
 
@@ -102,7 +102,7 @@ def serialize_headers(headers: Mapping[str, str | None]) -> str:
     """Compact JSON in insertion order, non-ASCII kept raw, as the transport writes it.
 
     Written by orjson, which gives exactly what the standard library's compact encoder gives
-    (`tests/test_headers_json.py` compares them) in a third of the time; this runs once
+    (`tests/unit/test_headers_json.py` compares them) in a third of the time; this runs once
     per message. .NET strings may hold unpaired surrogates (valid JSON as `\\ud800`), which
     cannot be written raw as UTF-8 and which orjson refuses: such headers are written with
     every non-ASCII character escaped, which any JSON reader turns back into the same strings.

@@ -8,6 +8,7 @@ and drops them at the end.
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 from collections.abc import Callable, Iterator
@@ -16,6 +17,7 @@ from typing import Any
 
 import pytest
 from support import SQLSERVER_VARIABLE, DaemonProcess, PgPair, SqlServerTestServer, make_pg_pair
+from support.pairs import pg_pair_config
 
 DEFAULT_PG = "Driver={PostgreSQL Unicode};Server=127.0.0.1;Port=5432;Uid=postgres;"
 PSQLODBC_CANDIDATES = [
@@ -65,10 +67,12 @@ class PostgresServer:
 
         return pyodbc.connect(self.connection_string("postgres"), autocommit=True, timeout=5)
 
-    def create_database(self) -> str:
+    def create_database(self, template: str | None = None) -> str:
+        """A new database (a copy of `template` if given); its name."""
         name = f"sfbtest_{uuid.uuid4().hex[:10]}"
+        copy = f' TEMPLATE "{template}"' if template else ""
         with self.admin() as admin:
-            admin.execute(f'CREATE DATABASE "{name}"')
+            admin.execute(f'CREATE DATABASE "{name}"{copy}')
         self.created.append(name)
         return name
 
@@ -110,13 +114,66 @@ def new_pg_database(postgres: PostgresServer) -> Callable[[], str]:
     return create
 
 
+class PairTemplates:
+    """Installed pairs to clone: the first pair of each config is installed as today (two
+    databases, `sfbridge install` in a subprocess, the receiver's queue), as templates; every
+    pair of the same config after it is two `CREATE DATABASE ... TEMPLATE`, which costs a
+    tenth of that. The templates are never connected to, so nothing of a test is in them
+    (the store id of two-phase gids, for one, is made on first use, not by the installer)."""
+
+    def __init__(self, server: PostgresServer, folder: Path) -> None:
+        self.server = server
+        self.folder = folder
+        self.templates: dict[str, tuple[str, str]] = {}
+
+    def pair(self, tmp_path: Path, **options: Any) -> PgPair:
+        if "databases" in options:  # other databases would need their own templates
+            return make_pg_pair(tmp_path, self._database(), self._database(), **options)
+        config = {k: v for k, v in options.items() if k not in ("queue", "create_queue")}
+        shape = json.dumps(
+            [pg_pair_config("{sender}", "{receiver}", **config), options.get("queue"),
+             options.get("create_queue")],
+            sort_keys=True,
+            default=str,
+        )  # fmt: skip
+        if shape not in self.templates:
+            sender, receiver = self.server.create_database(), self.server.create_database()
+            make_pg_pair(
+                self.folder / uuid.uuid4().hex,
+                self.server.connection_string(sender),
+                self.server.connection_string(receiver),
+                **options,
+            )
+            self.templates[shape] = (sender, receiver)
+        sender, receiver = (self.server.create_database(t) for t in self.templates[shape])
+        pair = make_pg_pair(
+            tmp_path,
+            self.server.connection_string(sender),
+            self.server.connection_string(receiver),
+            installed=True,
+            **options,
+        )
+        return pair
+
+    def _database(self) -> str:
+        return self.server.connection_string(self.server.create_database())
+
+
+@pytest.fixture(scope="session")
+def pair_templates(
+    postgres: PostgresServer, tmp_path_factory: pytest.TempPathFactory
+) -> PairTemplates:
+    return PairTemplates(postgres, tmp_path_factory.mktemp("pair-templates"))
+
+
 @pytest.fixture
-def pg_pair_factory(tmp_path: Path, new_pg_database: Callable[[], str]) -> Callable[..., PgPair]:
+def pg_pair_factory(tmp_path: Path, pair_templates: PairTemplates) -> Callable[..., PgPair]:
     """Makes a PostgreSQL pair on two fresh databases: `make_pg_pair(tmp_path, sender,
-    receiver, **options)` (tests/support/pairs.py), installed, the receiver's queue created."""
+    receiver, **options)` (tests/support/pairs.py), installed, the receiver's queue created
+    (cloned from a pair installed once per config, `PairTemplates`)."""
 
     def make(**options: Any) -> PgPair:
-        return make_pg_pair(tmp_path, new_pg_database(), new_pg_database(), **options)
+        return pair_templates.pair(tmp_path, **options)
 
     return make
 

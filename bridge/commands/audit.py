@@ -9,18 +9,21 @@ written is a warning in the log, after the command has done its work.
 from __future__ import annotations
 
 import getpass
+import json
 import logging
 import socket
 from dataclasses import dataclass
 from datetime import UTC
+from typing import Any
 
 from bridge.addressing import TableAddress
 from bridge.config.model import BridgeConfig, ForwarderConfig
 from bridge.connections import Connections
 from bridge.dialects import dialect_for
 from bridge.drivers import Connection
-from bridge.exceptions import BridgeTableMissing, DatabaseError
+from bridge.exceptions import BridgeTableMissing, DatabaseError, ExitCode
 from bridge.messages import utcnow
+from bridge.secrets import inert
 from bridge.storage.audit import (
     AuditEntry,
     add_affected,
@@ -222,3 +225,29 @@ def recent_commands(
         }
         for entry, database in entries[:limit]
     ]
+
+
+def render_audit(entries: list[dict[str, Any]]) -> list[str]:
+    """One line per recorded operator command, newest first."""
+    return [
+        f"  {entry['at']}  {entry['operator']}@{entry['host']}  {entry['command']} "
+        f"{entry['target']}: {entry['affected']} affected (database '{entry['database']}')"
+        for entry in entries
+    ]
+
+
+def print_recent_commands(config: BridgeConfig, *, as_json: bool) -> int:
+    """`status --audit`: print the last 50 operator commands; ExitCode.OK."""
+    connections = Connections(config.databases)
+    try:
+        audit = recent_commands(config, connections, 50)
+    finally:
+        connections.close()
+    if as_json:
+        print(json.dumps({"audit": audit}, indent=2))
+    else:
+        print(
+            "\n".join(inert(line) for line in render_audit(audit))
+            or "no operator commands recorded"
+        )
+    return ExitCode.OK

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 from collections.abc import Iterator
 
@@ -16,13 +17,14 @@ from bridge.commands.check_tables import (
     check_routed_queues,
     table_columns,
 )
+from bridge.commands.configuration import load
 from bridge.config.model import BridgeConfig, ForwarderConfig, SubscriptionTableConfig
 from bridge.connections import Connections
 from bridge.daemon.budget import most_connections
 from bridge.dialects import dialect_for
 from bridge.drivers import Connection
 from bridge.drivers.odbc import driver_log_switches
-from bridge.exceptions import DatabaseError
+from bridge.exceptions import DatabaseError, ExitCode
 from bridge.forwarding.fan_out import fan_out
 from bridge.forwarding.in_doubt import (
     all_two_phase_destinations,
@@ -35,6 +37,22 @@ from bridge.forwarding.subscriptions import SubscriberDirectory
 from bridge.messages import Forward, NoSubscribers, Publish
 from bridge.storage.ledger import ledger_address, ledger_databases
 from bridge.storage.tables import forwarder_table_steps, forwarder_tables
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """`check` takes no options of its own."""
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print one line per finding; ExitCode.FAILED when any is a problem."""
+    config = load(args)
+    print(f"ok       configuration {args.config}: valid")
+    findings = run_checks(config)
+    for finding in findings:
+        print(finding)
+    problems = sum(1 for finding in findings if not finding.ok)
+    print(f"{problems} problem(s) found" if problems else "no problems found")
+    return ExitCode.FAILED if problems else ExitCode.OK
 
 
 def run_checks(config: BridgeConfig) -> list[Finding]:
@@ -229,7 +247,7 @@ def _check_transaction_modes(
             f"{len(entries)} prepared transaction(s) of the bridge older than a minute (oldest "
             f"{oldest:.0f} s: {entries[0]['gid']}); they hold locks and hold back VACUUM. A "
             "running 'sfbridge run' settles them within a retry delay from the decisions in "
-            'the forwarding database; if one stays, see "Transaction modes" in the README',
+            'the forwarding database; if one stays, see "Transaction modes" in docs/concepts.md',
         )
 
 

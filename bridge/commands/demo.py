@@ -10,6 +10,7 @@ back, and so do the replies.
 
 from __future__ import annotations
 
+import argparse
 import logging
 import sys
 import tempfile
@@ -32,7 +33,6 @@ from bridge.config.model import (
     RouteConfig,
 )
 from bridge.connections import connect
-from bridge.daemon.runtime import Daemon
 from bridge.dialects import dialect_for
 from bridge.exceptions import ExitCode
 from bridge.headers import MESSAGE_ID_HEADER, serialize_headers
@@ -139,6 +139,16 @@ class Sample:
         return set(self.replies_received()) >= set(self.orders)
 
 
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dir", help="folder for the demo databases (default: a new temp folder)")
+    parser.add_argument("--messages", type=int, default=5, help="messages to send (default 5)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """The demo needs no configuration file: it writes its own."""
+    return run_demo(folder=args.dir, message_count=args.messages)
+
+
 def run_demo(folder: str | None = None, message_count: int = 5) -> int:
     """Run the demo; returns 0 when every order and every reply arrived exactly once."""
     logging.getLogger("bridge").setLevel(logging.CRITICAL)  # the account below tells the story
@@ -175,6 +185,9 @@ def run_demo(folder: str | None = None, message_count: int = 5) -> int:
         f"receiver.db: the Receiver's queue {RECEIVER_QUEUE!r}; sfbridge's proxy queue "
         f"{SENDER_QUEUE!r} (named after the Sender, for the replies) and dedup ledger"
     )
+
+    # Imported here: the daemon is a large import that no other verb of the CLI needs to parse.
+    from bridge.daemon.runtime import Daemon
 
     daemon = Daemon(config)
     daemon.start()

@@ -3,25 +3,21 @@
 `describe` reads one error-queue row (its Id and Headers column) into a `FailedMessage`: where
 it failed (`NServiceBus.FailedQ`), when, why (`$.sfbridge.failure-reason`), where it was going
 and after how many attempts. `QueueOwners` tells which forwarder, if any, drains the queue a
-message failed in: only those messages can be replayed by the bridge. `Selection` is what
-`errors list / replay / purge` select by; `replay_headers` takes off exactly the headers the
+message failed in: only those messages can be replayed by the bridge (what the commands select
+by is in `bridge.commands.selection`). `replay_headers` takes off exactly the headers the
 bridge added when it moved a message to the error queue, so a replayed message goes through
 routing again as it was sent.
 """
 
 from __future__ import annotations
 
-import difflib
-import fnmatch
 import string
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 
-from bridge.addressing import AddressGrammar
-from bridge.config.durations import parse_duration
-from bridge.exceptions import AddressError, PoisonHeaders, SelectionError
+from bridge.exceptions import PoisonHeaders
 from bridge.headers import (
     ATTEMPTS_HEADER,
     DESTINATION_HEADER,
@@ -177,111 +173,6 @@ def _is_uuid(text: str) -> bool:
     except ValueError:
         return False
     return True
-
-
-# -- selecting -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Selection:
-    """What `errors list / replay / purge` select. Every given criterion must hold.
-
-    `destination` is a glob (`*`, `?`, `[abc]`, case-sensitive as routes are) matched against
-    the destination queue's table name, the whole destination header, or an event's type;
-    `since` an aware UTC time compared with `NServiceBus.TimeOfFailure`; `ids` canonical row
-    Ids (see `row_id_text`) or `NServiceBus.MessageId`s, either of which selects a message.
-    """
-
-    forwarder: str | None = None
-    reason: str | None = None
-    destination: str | None = None
-    since: datetime | None = None
-    ids: frozenset[str] = frozenset()
-
-    def selects(
-        self,
-        message: FailedMessage,
-        grammar: AddressGrammar | None = None,
-        proxy_destination: Sequence[str] = (),
-    ) -> bool:
-        """Whether `message` is selected; `grammar` (the forwarding database's) reads the
-        destination address for the table-name match. `proxy_destination`: where the
-        message's forwarder delivers when it is a proxy (its queue's canonical address and
-        table name), since a proxy's messages carry no routing header."""
-        if self.ids and not message.known_as & self.ids:
-            return False
-        if self.forwarder is not None and message.forwarder != self.forwarder:
-            return False
-        if self.reason is not None and message.reason != self.reason:
-            return False
-        if self.since is not None:
-            failed_at = message.failed_at
-            if failed_at is None or failed_at < self.since:
-                return False
-        if self.destination is not None:
-            return self._destination_matches(message, grammar, proxy_destination)
-        return True
-
-    def _destination_matches(
-        self,
-        message: FailedMessage,
-        grammar: AddressGrammar | None,
-        proxy_destination: Sequence[str],
-    ) -> bool:
-        assert self.destination is not None
-        candidates: list[str] = list(proxy_destination)
-        header = message.header(DESTINATION_HEADER)
-        if header is not None and header.strip():
-            candidates.append(header)
-            if grammar is not None:
-                try:
-                    candidates.append(grammar.parse(header).table)
-                except AddressError:
-                    pass
-        event_type = message.header(EVENT_TYPE_HEADER)
-        if event_type is not None and event_type.strip():
-            candidates.append(event_type)
-        return any(fnmatch.fnmatchcase(text, self.destination) for text in candidates)
-
-
-def check_reason(reason: str) -> str:
-    """`reason` if it is one the bridge writes (or `poison`); raises SelectionError naming the
-    nearest one and the choices otherwise."""
-    if reason in REASONS:
-        return reason
-    close = difflib.get_close_matches(reason, REASONS, n=1, cutoff=0.6)
-    nearest = f"did you mean {close[0]!r}? " if close else ""
-    raise SelectionError(f"no failure reason {reason!r} ({nearest}reasons: {', '.join(REASONS)})")
-
-
-def parse_since(text: str, now: datetime) -> datetime:
-    """`--since`: a duration back from `now` (`2h`, `30m`, `1d12h`) or an ISO time
-    (`2026-11-23T12:00:00Z`; UTC unless it gives an offset). Returns an aware UTC time.
-
-    Raises SelectionError naming both forms.
-    """
-    stripped = text.strip()
-    try:
-        return now.astimezone(UTC) - timedelta(seconds=parse_duration(stripped))
-    except ValueError:
-        pass
-    try:
-        moment = datetime.fromisoformat(stripped)
-    except ValueError:
-        raise SelectionError(
-            f"--since wants a duration back from now such as 2h, 30m or 1d12h, or an ISO time "
-            f"such as 2026-11-23T12:00:00Z (UTC unless it gives an offset); got {text!r}"
-        ) from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return moment.astimezone(UTC)
-
-
-def missing_ids(ids: Sequence[str], messages: Sequence[FailedMessage]) -> list[str]:
-    """The `ids` (row Ids or `NServiceBus.MessageId`s) that name no message in `messages`, in
-    the order given."""
-    found = {known for message in messages for known in message.known_as}
-    return [row_id for row_id in dict.fromkeys(ids) if row_id not in found]
 
 
 # -- replaying -------------------------------------------------------------------------------

@@ -6,13 +6,16 @@ creates them all up front, and is the only way when `install.at_runtime` is fals
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Sequence
 
+from bridge.commands.configuration import load
+from bridge.commands.least_privilege import render_grants
 from bridge.config.model import BridgeConfig
 from bridge.connections import connect
 from bridge.dialects import Dialect, dialect_for
 from bridge.drivers import Connection
-from bridge.exceptions import PermissionDenied, TableNotFound
+from bridge.exceptions import ExitCode, PermissionDenied, TableNotFound
 from bridge.storage.grants import lacking_right
 from bridge.storage.ledger import ledger_databases, ledger_steps
 from bridge.storage.tables import (
@@ -22,6 +25,42 @@ from bridge.storage.tables import (
     forwarder_tables,
     upgrade_retry_table,
 )
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--print-sql", action="store_true", help="print the DDL per database instead of running it"
+    )
+    parser.add_argument(
+        "--print-grants",
+        action="store_true",
+        help="print, per database, the statements that create a dedicated login with the least "
+        "the bridge needs (the DBA creates the tables with --print-sql)",
+    )
+    parser.add_argument(
+        "--login", help="with --print-grants: the login's name (default: the connection's Uid)"
+    )
+    parser.add_argument(
+        "--login-creates-tables",
+        action="store_true",
+        help="with --print-grants: let the login create (and own) the bridge's tables instead",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Create the tables, or print their DDL or grants. Raises UnsetVariables before touching
+    any database when one it creates tables in names a variable that is not set."""
+    config = load(args)
+    if args.print_sql:
+        print(render_plan(config, install_plan(config)))
+        return ExitCode.OK
+    if args.print_grants:
+        print(render_grants(config, args.login, login_creates_tables=args.login_creates_tables))
+        return ExitCode.OK
+    config.require_environment("install", {step.database for step in install_plan(config)})
+    for step in run_install(config):
+        print(f"ok  database '{step.database}': {step.description}")
+    return ExitCode.OK
 
 
 def install_plan(config: BridgeConfig) -> list[TableStep]:

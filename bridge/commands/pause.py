@@ -1,16 +1,18 @@
-"""`sfbridge pause` / `sfbridge resume`: write a pause row every daemon on the queue obeys."""
+"""`sfbridge pause`: write a pause row every daemon on the queue obeys (`resume` removes it)."""
 
 from __future__ import annotations
 
-import difflib
+import argparse
 from collections.abc import Callable
 
 from bridge.commands.audit import record_command
+from bridge.commands.configuration import load
+from bridge.commands.selection import forwarder_named, nearest
 from bridge.config.model import BridgeConfig, ForwarderConfig
 from bridge.connections import connect
 from bridge.dialects import Dialect, dialect_for
 from bridge.drivers import Connection
-from bridge.exceptions import BridgeTableMissing, PauseRequestError
+from bridge.exceptions import BridgeTableMissing, ExitCode, RequestError
 from bridge.messages import utcnow
 from bridge.storage.ledger import RUNTIME_DDL_OFF_ADVICE
 from bridge.storage.pauses import clear_pause, set_pause
@@ -22,6 +24,27 @@ from bridge.storage.tables import (
 )
 
 
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_target_arguments(parser)
+    parser.add_argument("--reason", help="shown by status, e.g. 'receiver upgrade'")
+
+
+def add_target_arguments(parser: argparse.ArgumentParser) -> None:
+    """What `pause` and `resume` both name: the forwarder, and maybe one destination."""
+    parser.add_argument("forwarder", help="the forwarder's name")
+    parser.add_argument(
+        "--destination",
+        metavar="DB",
+        help="only its deliveries to this database (a name under 'databases')",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    config = load(args)
+    print(change_pause(config, args.forwarder, args.destination, pause=True, reason=args.reason))
+    return ExitCode.OK
+
+
 def change_pause(
     config: BridgeConfig,
     forwarder_name: str,
@@ -30,19 +53,15 @@ def change_pause(
     pause: bool,
     reason: str | None = None,
 ) -> str:
-    """Pause or resume; returns what happened, for a person. Raises PauseRequestError for an
+    """Pause or resume; returns what happened, for a person. Raises RequestError for an
     unknown name, BridgeTableMissing when the pauses table is missing and may not be created,
     and the DatabaseError family."""
-    names = [f.name for f in config.forwarders]
-    if forwarder_name not in names:
-        raise PauseRequestError(
-            f"no forwarder named {forwarder_name!r}{_nearest(forwarder_name, names)}"
-        )
+    forwarder = forwarder_named(config, forwarder_name)
     if database is not None and database not in config.databases:
-        raise PauseRequestError(
-            f"no database named {database!r}{_nearest(database, list(config.databases))}"
+        known = sorted(config.databases)
+        raise RequestError(
+            f"no database named {database!r} ({nearest(database, known, 'databases')})"
         )
-    forwarder = config.forwarder(forwarder_name)
     dialect = dialect_for(config.databases[forwarder.database].dialect)
     tables = forwarder_tables(config, forwarder)
     connection = connect(config.databases[forwarder.database])
@@ -112,10 +131,3 @@ def _with_pauses_table(
             connection, dialect, forwarder_table_steps(config, forwarder), only_missing=True
         )
         return action()
-
-
-def _nearest(name: str, known: list[str]) -> str:
-    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
-    if close:
-        return f" (did you mean {close[0]!r}?)"
-    return f" (known: {', '.join(sorted(known))})"

@@ -13,10 +13,10 @@ a terminal.
 from __future__ import annotations
 
 import argparse
-import sys
 import uuid
-from typing import TextIO
 
+from bridge.commands.configuration import load
+from bridge.commands.selection import forwarder_named
 from bridge.config.catalogs import database_catalog
 from bridge.config.model import BridgeConfig, ForwarderConfig
 from bridge.dialects.registry import dialect_for
@@ -32,12 +32,12 @@ from bridge.routing import Destination, Router, choose_route
 from bridge.secrets import inert
 from bridge.storage.tables import forwarder_tables
 
-__all__ = ["add_arguments", "run_route"]
+__all__ = ["add_arguments", "run"]
 
 
-def _say(line: str, file: TextIO | None = None) -> None:
+def _say(line: str) -> None:
     """Print one line, its control characters escaped (`bridge.secrets.inert`)."""
-    print(inert(line), file=file)
+    print(inert(line))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -58,20 +58,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def run_route(config: BridgeConfig, args: argparse.Namespace) -> int:
-    """Print where the message would go; ExitCode.OK, ExitCode.FAILED or ExitCode.USAGE.
+def run(args: argparse.Namespace) -> int:
+    """Print where the message would go; ExitCode.OK, or ExitCode.FAILED when it would go to
+    the error queue.
 
-    Raises DatabaseError when a subscription table must be read and cannot be.
+    Raises RequestError for an unknown forwarder, DatabaseError when a subscription table must
+    be read and cannot be.
     """
-    names = [forwarder.name for forwarder in config.forwarders]
-    name = args.forwarder or names[0]
-    if name not in names:
-        _say(
-            f"sfbridge route: no forwarder named '{name}' (forwarders: {', '.join(names)})",
-            file=sys.stderr,
-        )
-        return ExitCode.USAGE
-    forwarder = config.forwarder(name)
+    config = load(args)
+    forwarder = forwarder_named(config, args.forwarder)
     router = forwarder_router(config, forwarder)
     headers: dict[str, str | None] = {}
     if args.address is not None:

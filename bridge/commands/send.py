@@ -2,18 +2,89 @@
 
 from __future__ import annotations
 
+import argparse
 import socket
+import sys
 import uuid
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 
+from bridge.commands.configuration import load
+from bridge.commands.selection import forwarder_named
+from bridge.config.durations import parse_duration
 from bridge.config.model import BridgeConfig, ForwarderConfig
 from bridge.connections import connect
 from bridge.dialects import dialect_for
-from bridge.exceptions import AddressError
+from bridge.exceptions import AddressError, ExitCode, RequestError
 from bridge.forwarding.writes import QueueWriter
 from bridge.headers import DESTINATION_HEADER, Headers, serialize_headers, wire_date
+from bridge.secrets import inert
 from bridge.storage.tables import forwarder_tables
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "destination",
+        nargs="?",
+        help="destination queue address (the routing header); leave it out for a proxy "
+        "forwarder to send as an unchanged endpoint does",
+    )
+    parser.add_argument("--forwarder", help="forwarder whose queue to write (default: the first)")
+    parser.add_argument("--count", type=int, default=1, help="how many messages (default 1)")
+    parser.add_argument("--body", default='{"test": true}', help="message body text (UTF-8)")
+    parser.add_argument("--type", default="SFBridge.TestMessage", help="EnclosedMessageTypes value")
+    parser.add_argument(
+        "--header", action="append", default=[], metavar="NAME=VALUE", help="extra header"
+    )
+    parser.add_argument("--ttbr", help="time to be received, e.g. 30s (sets Expires)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Send the messages and print their ids. Raises RequestError for options that cannot
+    be used."""
+    config = load(args)
+    forwarder = forwarder_named(config, args.forwarder)
+    extra: dict[str, str] = {}
+    for item in args.header:
+        key, separator, value = item.partition("=")
+        if not separator or not key:
+            raise RequestError(f"--header wants NAME=VALUE, got {item!r}")
+        extra[key] = value
+    try:
+        ttbr = parse_duration(args.ttbr) if args.ttbr else None
+    except ValueError as error:
+        raise RequestError(f"--ttbr: {error}") from None
+    if args.count < 1:
+        raise RequestError("--count must be at least 1")
+    if args.destination is None and forwarder.destination is None:
+        raise RequestError(
+            f"forwarder '{forwarder.name}' routes by the destination header: give the "
+            "destination queue address (only a proxy forwarder takes messages without one)"
+        )
+    if args.destination is not None:
+        warning = dotted_name_warning(config, forwarder, args.destination)
+        if warning:
+            print(f"sfbridge send: warning: {warning}", file=sys.stderr)
+    ids = send_test_messages(
+        config,
+        forwarder,
+        destination=args.destination,
+        count=args.count,
+        body=args.body.encode(),
+        message_type=args.type,
+        extra_headers=extra,
+        time_to_be_received=ttbr,
+    )
+    if args.destination is None:
+        assert forwarder.destination is not None
+        where = f"the proxy's destination in database '{forwarder.destination.database}'"
+    else:
+        where = args.destination
+    print(inert(f"sent {len(ids)} message(s) to {where} through forwarder '{forwarder.name}'"))
+    if len(ids) <= 10:
+        for message_id in ids:
+            print(f"  {inert(message_id)}")
+    return ExitCode.OK
 
 
 def test_message_headers(

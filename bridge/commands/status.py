@@ -5,16 +5,18 @@ longer runs are shown as such: they describe the past."""
 
 from __future__ import annotations
 
+import argparse
 import json
 from datetime import UTC, datetime
 from typing import Any
 
-from bridge.commands.audit import recent_commands
+from bridge.commands.audit import print_recent_commands, recent_commands, render_audit
+from bridge.commands.configuration import load
 from bridge.config.model import BridgeConfig
 from bridge.connections import Connections
 from bridge.dialects import Dialect, dialect_for
 from bridge.drivers import Connection
-from bridge.exceptions import AuthenticationFailed, DatabaseError, TableNotFound
+from bridge.exceptions import AuthenticationFailed, DatabaseError, ExitCode, TableNotFound
 from bridge.forwarding.in_doubt import old_prepared_transactions
 from bridge.forwarding.proxies import proxy_destination
 from bridge.messages import utcnow
@@ -32,6 +34,32 @@ STALE_STATE_SECONDS = 120.0
 
 # Operator commands (the audit log) in `status`; `status --audit` shows more.
 RECENT_COMMANDS = 5
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument(
+        "--audit",
+        action="store_true",
+        help="only the audit log: the last 50 operator commands (who, when, what, how many)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the status; ExitCode.UNAVAILABLE when a forwarding database cannot be read,
+    FAILED when a login is refused or no daemon runs."""
+    config = load(args)
+    if args.audit:
+        return print_recent_commands(config, as_json=args.json)
+    status = collect_status(config)
+    print(render_json(status) if args.json else render_text(status))
+    unavailable = any("error" in forwarder for forwarder in status["forwarders"])
+    if unavailable:
+        return ExitCode.UNAVAILABLE
+    if status["auth_failed"]:
+        return ExitCode.FAILED  # a refused login stays until a person fixes it
+    # Nothing is forwarded while no daemon runs: a script or a check must not read it as fine.
+    return ExitCode.OK if status["daemons_running"] else ExitCode.FAILED
 
 
 def collect_status(config: BridgeConfig, audit_entries: int = RECENT_COMMANDS) -> dict[str, Any]:
@@ -392,15 +420,6 @@ def render_text(status: dict[str, Any]) -> str:
             "it; see 'sfbridge check')"
         )
     return "\n".join(inert(line) for line in lines)
-
-
-def render_audit(entries: list[dict[str, Any]]) -> list[str]:
-    """One line per recorded operator command, newest first."""
-    return [
-        f"  {entry['at']}  {entry['operator']}@{entry['host']}  {entry['command']} "
-        f"{entry['target']}: {entry['affected']} affected (database '{entry['database']}')"
-        for entry in entries
-    ]
 
 
 def _render_error_queues(entries: list[dict[str, Any]]) -> list[str]:

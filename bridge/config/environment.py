@@ -27,7 +27,7 @@ __all__ = [
 _VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 # Where the shipped unit (`systemd/sfbridge.service`, `EnvironmentFile=`) reads the variables
-# the configuration names; `tests/config/test_environment.py` holds the two together.
+# the configuration names; `tests/unit/config/test_environment.py` holds the two together.
 ENVIRONMENT_FILE = "/etc/sfbridge/sfbridge.env"
 
 # What stands for an unset variable in `Unresolved.partial`: no environment variable and no

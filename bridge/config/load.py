@@ -17,9 +17,16 @@ import yaml
 from bridge.config.model import BridgeConfig
 from bridge.config.problems import Problem
 from bridge.config.validate import validate
-from bridge.exceptions import ConfigError
+from bridge.exceptions import MISSING_FILE, ConfigError
 
-__all__ = ["load_config", "load_config_text"]
+__all__ = ["DEFAULT_CONFIG", "load_config", "load_config_text"]
+
+# Where `sfbridge` looks for its configuration when neither -c nor $SFBRIDGE_CONFIG says.
+DEFAULT_CONFIG = "/etc/sfbridge/sfbridge.yaml"
+MISSING_FILE_ADVICE = (
+    "point at one with -c FILE (before or after the command) or SFBRIDGE_CONFIG=FILE "
+    f"(default {DEFAULT_CONFIG}); `sfbridge demo` needs none"
+)
 
 
 def load_config(
@@ -47,14 +54,16 @@ def load_config_text(
     try:
         raw = loader.get_single_data()
     except yaml.YAMLError as exc:
-        raise ConfigError([_yaml_problem(source, exc)]) from None
+        raise ConfigError([_yaml_problem(source, exc)], source=source) from None
     finally:
         loader.dispose()
     if loader.duplicates:
-        raise ConfigError(_duplicate_problem(source, dup) for dup in sorted(loader.duplicates))
+        raise ConfigError(
+            (_duplicate_problem(source, dup) for dup in sorted(loader.duplicates)), source=source
+        )
     config, problems = validate(raw, os.environ if environ is None else environ, source)
     if config is None:
-        raise ConfigError(problems)
+        raise ConfigError(problems, source=source)
     return config, [problem for problem in problems if problem.severity == "warning"]
 
 
@@ -64,7 +73,9 @@ def _read(source: str) -> str:
         with open(source, encoding="utf-8") as handle:
             return handle.read()
     except FileNotFoundError:
-        message = "configuration file not found"
+        raise ConfigError(
+            [Problem(source, MISSING_FILE)], source=source, advice=MISSING_FILE_ADVICE
+        ) from None
     except IsADirectoryError:
         message = "is a directory, not a configuration file"
     except PermissionError:
@@ -73,7 +84,7 @@ def _read(source: str) -> str:
         message = f"the configuration file is not valid UTF-8 (byte {exc.start})"
     except OSError as exc:
         message = f"cannot read the configuration file: {exc.strerror or exc}"
-    raise ConfigError([Problem(source, message)]) from None
+    raise ConfigError([Problem(source, message)], source=source) from None
 
 
 def _yaml_problem(source: str, exc: yaml.YAMLError) -> Problem:

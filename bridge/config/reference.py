@@ -1,7 +1,8 @@
 """The Markdown reference of the configuration file, generated from `bridge.config.schema`.
 
-The README embeds its output between the `config-reference` markers; regenerate it with
-`python -m bridge.config.reference` (and drop the heading it starts with).
+docs/configuration.md holds it between the `config-reference` markers, under its own
+"## Reference" heading; `python -m bridge.config.reference --write docs/configuration.md`
+puts the current one there (without `--write`, it is printed).
 """
 
 from __future__ import annotations
@@ -11,7 +12,20 @@ from bridge.config.keys import Key, Section
 from bridge.config.schema import NAME_PATTERN, SCHEMA
 from bridge.config.sizes import format_size
 
-__all__ = ["describe_default", "describe_type", "render_reference_markdown"]
+__all__ = [
+    "END_MARKER",
+    "START_MARKER",
+    "describe_default",
+    "describe_type",
+    "reference_block",
+    "render_reference_markdown",
+    "with_current_reference",
+]
+
+START_MARKER = "<!-- config-reference:start -->\n"
+END_MARKER = "<!-- config-reference:end -->"
+# docs/configuration.md has the reference under "## Reference", so its sections are "###".
+DOCS_HEADING_LEVEL = 2
 
 
 def _format_number(value: float) -> str:
@@ -169,7 +183,7 @@ def render_reference_markdown(heading_level: int = 2) -> str:
         "variable `VAR`; `${VAR:-default}` uses `default` when it is unset or empty; `$$` is a "
         "literal `$`. Every reference is checked when the file is read, but a variable that is "
         "not set is an error only for a command that opens its database (`sentry.dsn`: only "
-        '`run`); see "Secrets in the environment".',
+        "`run`); see [secrets in the environment](security.md#secrets-in-the-environment).",
         "- **Queue addresses** are a table name or an address in the database's dialect "
         '(PostgreSQL `"schema"."table"`, SQL Server `table@[schema]@[catalog]`, SQLite '
         "`table`).",
@@ -195,5 +209,38 @@ def render_reference_markdown(heading_level: int = 2) -> str:
     return "\n".join(lines)
 
 
+def reference_block() -> str:
+    """The generated text between the markers of docs/configuration.md: the reference at the
+    page's heading level, without its title (the page has its own)."""
+    lines = render_reference_markdown(heading_level=DOCS_HEADING_LEVEL).splitlines()
+    return "\n".join(lines[1:]).strip() + "\n"
+
+
+def with_current_reference(page: str) -> str:
+    """Given the text of a page holding both markers, returns it with the current reference
+    between them and everything else unchanged. Raises ValueError when a marker is missing."""
+    if START_MARKER not in page or END_MARKER not in page:
+        raise ValueError(f"the page has no {START_MARKER.strip()} ... {END_MARKER} block")
+    before, rest = page.split(START_MARKER, 1)
+    after = rest.split(END_MARKER, 1)[1]
+    return before + START_MARKER + reference_block() + END_MARKER + after
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m bridge.config.reference [--write PAGE]`: print the reference, or put it
+    between the markers of PAGE (docs/configuration.md)."""
+    import argparse
+    from pathlib import Path
+
+    parser = argparse.ArgumentParser(prog="python -m bridge.config.reference")
+    parser.add_argument("--write", metavar="PAGE", type=Path, help="the page to update")
+    args = parser.parse_args(argv)
+    if args.write is None:
+        print(render_reference_markdown(heading_level=DOCS_HEADING_LEVEL))
+        return
+    page = args.write.read_text(encoding="utf-8")
+    args.write.write_text(with_current_reference(page), encoding="utf-8")
+
+
 if __name__ == "__main__":
-    print(render_reference_markdown(heading_level=3))
+    main()

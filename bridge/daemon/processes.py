@@ -1,14 +1,14 @@
 """Worker processes: the daemon's pools dealt out over several interpreters.
 
 Python runs one thread at a time per process, so a daemon whose workers all share one
-interpreter forwards on little more than one core however many it has (README, "Throughput:
-where the time goes"). With `daemon.processes` above one, `sfbridge run` starts that many
-processes less one beside its own; each runs its `Share` of every pool and of every forwarder's
-`concurrency` (`bridge.daemon.budget.shares`): the same data path and the same claims as two
-daemons side by side, which is safe: claims skip locked rows, batches are source transactions,
-and worker numbers (counter slots) differ between processes. Work is still looked for once per
-database, by the daemon's watchers, which mark the worker processes' boards over the pipe: a
-worker process holds no connection but its workers'.
+interpreter forwards on little more than one core however many it has (docs/performance.md,
+"Throughput: where the time goes"). With `daemon.processes` above one, `sfbridge run` starts
+that many processes less one beside its own; each runs its `Share` of every pool and of every
+forwarder's `concurrency` (`bridge.daemon.budget.shares`): the same data path and the same
+claims as two daemons side by side, which is safe: claims skip locked rows, batches are source
+transactions, and worker numbers (counter slots) differ between processes. Work is still looked
+for once per database, by the daemon's watchers, which mark the worker processes' boards over
+the pipe: a worker process holds no connection but its workers'.
 
 What stays in the daemon's own process: upkeep (ledger cleanup, settling what crashes left,
 `status` states), heartbeats, the metrics endpoint and systemd's READY, STATUS and WATCHDOG.

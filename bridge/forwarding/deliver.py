@@ -16,7 +16,7 @@ results`:
 
 Both isolate a failure that concerns one message (its destination table is missing, the server
 rejects a value): the attempt is undone and made again without that message, so one bad message
-never holds up the others in its batch (`isolate_failures`).
+never holds up the others in its batch (`Isolation`).
 """
 
 from __future__ import annotations

@@ -26,6 +26,9 @@ import yaml
 
 from bridge.exceptions import ConnectionLost
 
+# The checkout: tests read its README, config examples and systemd unit.
+REPO = Path(__file__).resolve().parents[2]
+
 NSB_PG_CREATE_QUEUE = """CREATE TABLE IF NOT EXISTS {0} (
     Id uuid NOT NULL PRIMARY KEY, Expires TIMESTAMP, Headers TEXT NOT NULL, Body BYTEA,
     Seq serial NOT NULL UNIQUE)"""
@@ -775,6 +778,15 @@ class TcpRelay:
         self._lock = threading.Lock()
         self._closed = False
         threading.Thread(target=self._accept, daemon=True).start()
+
+    @classmethod
+    def before(cls, connection_string: str) -> TcpRelay:
+        """A relay to the server `connection_string` (ODBC style) names."""
+        import re
+
+        host = re.search(r"(?i)Server=([^;]*);", connection_string)
+        port = re.search(r"(?i)Port=(\d+);", connection_string)
+        return cls(host.group(1) if host else "127.0.0.1", int(port.group(1)) if port else 5432)
 
     def silence(self) -> None:
         self.silent.set()

@@ -168,16 +168,20 @@ def make_pg_pair(
     *,
     queue: str = SAMPLES_RECEIVER,
     create_queue: bool = True,
+    installed: bool = False,
     **options: Any,
 ) -> PgPair:
     """Write the pair's config (`pg_pair_config(sender, receiver, **options)`) to
-    tmp_path/sfbridge.yaml, run `sfbridge install` and create the receiver's `queue`."""
+    tmp_path/sfbridge.yaml, run `sfbridge install` and create the receiver's `queue`
+    (`installed`: the databases are copies of a pair that was, so only write the config)."""
     config = pg_pair_config(sender, receiver, **options)
+    tmp_path.mkdir(parents=True, exist_ok=True)
     path = write_config(tmp_path / "sfbridge.yaml", config)
-    result = sfbridge("-c", str(path), "install")
-    assert result.returncode == 0, result.stdout + result.stderr
-    if create_queue:
-        pg_create_queue(receiver, queue)
+    if not installed:
+        result = sfbridge("-c", str(path), "install")
+        assert result.returncode == 0, result.stdout + result.stderr
+        if create_queue:
+            pg_create_queue(receiver, queue)
     forward = config["forwarders"][0]["queue"]
     return PgPair(config=path, sender=sender, receiver=receiver, forward=forward, queue=queue)
 

@@ -2,7 +2,7 @@
 
 This module is the single source of truth about the configuration: `bridge.config.walker`
 walks `SCHEMA` to check and convert a parsed YAML document, and `bridge.config.reference` turns
-the very same description into the Markdown reference that the README embeds. A key added here
+the very same description into the Markdown reference in docs/configuration.md. A key added here
 is therefore validated and documented at once; a key that is not here is rejected as unknown.
 
 Keys are named exactly like the fields of the dataclasses in `bridge.config.model`, and a unit

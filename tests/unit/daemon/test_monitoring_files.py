@@ -1,0 +1,70 @@
+"""The Prometheus alert rules and the Grafana dashboard in config/ load and do what they say.
+
+promtool comes from Debian's prometheus package (`./dev.sh test` puts it in .venv/bin). The
+names these files use are held against a live scrape in tests/integration/daemon/test_metrics.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from support import REPO
+
+CONFIG = REPO / "config"
+
+
+def promtool() -> str:
+    found = shutil.which("promtool") or shutil.which(
+        "promtool", path=str(Path(sys.executable).parent)
+    )
+    if found is None:
+        if os.environ.get("CI"):
+            pytest.fail("promtool is missing: ./dev.sh test installs it into .venv/bin")
+        pytest.skip("promtool not installed (./dev.sh test installs it)")
+    return found
+
+
+def test_every_alert_has_a_severity_and_says_what_to_do() -> None:
+    rules = yaml.safe_load((CONFIG / "prometheus-alerts.yaml").read_text())
+    alerts = [rule for group in rules["groups"] for rule in group["rules"]]
+    assert {alert["alert"] for alert in alerts} >= {
+        "SfbridgeDestinationDown",
+        "SfbridgeErrorQueueGrowing",
+        "SfbridgeOldestMessageTooOld",
+    }
+    for alert in alerts:
+        assert alert["labels"]["severity"] in ("critical", "warning", "info"), alert["alert"]
+        assert alert["annotations"]["summary"] and alert["annotations"]["description"]
+    tested = yaml.safe_load((CONFIG / "prometheus-alerts.test.yaml").read_text())
+    fired = {
+        case["alertname"]
+        for test in tested["tests"]
+        for case in test["alert_rule_test"]
+        if case["exp_alerts"]
+    }
+    assert {
+        "SfbridgeDestinationDown",
+        "SfbridgeErrorQueueGrowing",
+        "SfbridgeBatchFailures",
+        "SfbridgeWorkerProcessRestarting",
+        "SfbridgeLoginRefused",
+    } <= fired
+
+
+def test_the_dashboard_is_grafana_json_with_a_query_in_every_panel() -> None:
+    dashboard = json.loads((CONFIG / "grafana-dashboard.json").read_text())
+    assert dashboard["uid"] == "sfbridge"
+    panels = dashboard["panels"]
+    assert len({panel["id"] for panel in panels}) == len(panels)
+    variables = {variable["name"] for variable in dashboard["templating"]["list"]}
+    for panel in panels:
+        assert panel["targets"], panel["title"]
+        for target in panel["targets"]:
+            assert "sfbridge_" in target["expr"], panel["title"]
+            assert target["datasource"]["uid"].strip("${}") in variables
