@@ -4,8 +4,8 @@ One module, imported by every layer and importing none of them, so that a caller
 what a lower layer raises without reaching into it. Every error a person may see derives from
 `SfbridgeError`, which carries what to do about it (`advice`) and what `sfbridge` exits with
 (`exit_code`); `bridge.commands.cli.main` reports it, once, for every verb. The data path's
-own signals (`ItemWriteError` and the four after it) are caught inside `bridge.forwarding`
-and never reach a person.
+own control-flow signals, which never reach a person, live beside the code that raises and
+catches them (`bridge.forwarding.writes`, `bridge.forwarding.transactions`).
 """
 
 from __future__ import annotations
@@ -346,51 +346,6 @@ class UnsetVariables(SfbridgeError):
             *(f"  {path}: {', '.join(names)}" for path, names in self.unset),
             f"  {self.advice}",
         ]
-
-
-# -- the data path --------------------------------------------------------------------------
-
-
-class ItemWriteError(Exception):
-    """Writing the item at `position` failed for a reason specific to that item.
-
-    `retryable` is False when the message itself cannot be written (a value the driver
-    cannot bind): trying again would fail the same way.
-    """
-
-    def __init__(self, position: int, error: DatabaseError, *, retryable: bool = True) -> None:
-        super().__init__(str(error))
-        self.position = position
-        self.error = error
-        self.retryable = retryable
-
-
-class NotIsolated(Exception):
-    """A multi-row statement failed and the failing message cannot be told: deliver one by one."""
-
-
-class LedgerConflict(Exception):
-    """Streaming the ledger rows failed: a message was recorded before (redelivered after a
-    crash between the destination and source commits, or sent twice), or the ledger does not
-    take COPY. Roll back and write again with `expect_duplicates`."""
-
-
-class SourceFailed(Exception):
-    """A statement on the forwarding database failed while a destination was being finished:
-    the batch fails as a whole (`error` is what the source raised), not the destination."""
-
-    def __init__(self, error: DatabaseError) -> None:
-        super().__init__(str(error))
-        self.error = error
-
-
-class DestinationNotReady(Exception):
-    """The destination cannot take this mode now (e.g. prepared transactions are off there):
-    a state, like an outage, with what a person should do."""
-
-    def __init__(self, problem: str) -> None:
-        super().__init__(problem)
-        self.problem = problem
 
 
 # -- the daemon and Spark -------------------------------------------------------------------

@@ -9,13 +9,19 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Literal, NamedTuple
 
 from bridge.headers import Headers
 from bridge.routing import Destination
 
 Source = Literal["queue", "retry"]
+
+
+def utcnow() -> datetime:
+    """Now, in naive UTC: the queue tables and the bridge's own store UTC wall-clock times
+    without a zone."""
+    return datetime.now(UTC).replace(tzinfo=None)
 
 
 # Built once per message (or per copy) on every batch, so not frozen: a frozen dataclass costs
@@ -178,6 +184,16 @@ class Failed:
 
 
 DeliveryResult = Delivered | Duplicate | Failed
+
+
+@dataclass(frozen=True)
+class DeliveryReport:
+    """What delivering a batch's units did: a result per unit, in order (None for a unit that
+    is not a delivery), and per destination database how many units it delivered (duplicates
+    not counted), for metrics."""
+
+    results: list[DeliveryResult | None]
+    delivered: dict[str, int]
 
 
 class Item(NamedTuple):

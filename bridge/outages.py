@@ -24,9 +24,10 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
+from bridge.messages import utcnow
 from bridge.secrets import mask_secrets
 
 log = logging.getLogger(__name__)
@@ -138,7 +139,7 @@ class OutageTracker:
         # Caller holds the lock.
         now = self._clock()
         if before is None or before.state != kind:
-            since = _utcnow()
+            since = utcnow()
             self._say_trouble(database, kind, error, since=None)
             self._next_reminder[database] = now + REMINDER_SECONDS
         else:
@@ -162,7 +163,7 @@ class OutageTracker:
             login = login or before.login
         else:
             self._refusals[database] = 1
-            since = _utcnow()
+            since = utcnow()
         self._tried.discard(database)
         self._states[database] = DatabaseState(database, "auth-failed", since, error, login=login)
         self._schedule_probe(database)
@@ -192,15 +193,15 @@ class OutageTracker:
                         "what waited for it",
                         database,
                         f" '{before.login}'" if before.login else "",
-                        _duration(_utcnow() - before.since),
+                        _duration(utcnow() - before.since),
                     )
                 else:
                     log.warning(
                         "database '%s' is usable again after %s; delivering what waited for it",
                         database,
-                        _duration(_utcnow() - before.since),
+                        _duration(utcnow() - before.since),
                     )
-            self._states[database] = DatabaseState(database, "up", _utcnow())
+            self._states[database] = DatabaseState(database, "up", utcnow())
             self._next_probe.pop(database, None)
             self._refusals.pop(database, None)
             self._tried.discard(database)
@@ -319,7 +320,7 @@ class OutageTracker:
                 self._tried.add(database)
         self._next_probe[database] = self._clock() + wait
         if state is not None and state.in_trouble:
-            next_at = _utcnow() + timedelta(seconds=wait)
+            next_at = utcnow() + timedelta(seconds=wait)
             self._states[database] = replace(state, next_probe_at=next_at)
 
     def _say_trouble(
@@ -328,7 +329,7 @@ class OutageTracker:
         if self._quiet:
             return
         what = "cannot be reached" if kind == "unreachable" else "is not ready for the bridge"
-        still = f" (still, for {_duration(_utcnow() - since)})" if since else ""
+        still = f" (still, for {_duration(utcnow() - since)})" if since else ""
         log.error(
             "database '%s' %s%s: %s; its messages wait in retry storage and it is probed every %s",
             database,
@@ -360,10 +361,6 @@ def auth_retry_delay(probe_interval: float, refusals: int) -> float:
     (never less than the probe interval, were it set longer)."""
     doubled = probe_interval * 2 ** min(max(refusals - 1, 0), 30)
     return max(probe_interval, min(doubled, AUTH_RETRY_MAX_SECONDS))
-
-
-def _utcnow() -> datetime:
-    return datetime.now(UTC).replace(tzinfo=None)
 
 
 def _duration(delta: timedelta) -> str:

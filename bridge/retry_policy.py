@@ -39,8 +39,3 @@ def waited_too_long(first_failure_at: datetime, now: datetime, policy: RetryConf
 def next_attempt_at(now: datetime, attempts_made: int, policy: RetryConfig) -> datetime:
     """The moment the next attempt is due."""
     return now + timedelta(seconds=delay_before_attempt(attempts_made, policy))
-
-
-def total_patience(policy: RetryConfig) -> float:
-    """Seconds from the first failure to the last attempt: how long an outage is survived."""
-    return sum(delay_before_attempt(n, policy) for n in range(1, policy.max_attempts))

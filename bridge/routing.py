@@ -17,14 +17,12 @@ from __future__ import annotations
 import difflib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from bridge.addressing import TableAddress, folded_name
 from bridge.config.catalogs import database_catalog, databases_of_catalog, same_catalog
 from bridge.config.model import DatabaseConfig, RouteConfig, TransactionMode
 from bridge.dialects.registry import grammar_for
 from bridge.exceptions import AddressError
-from bridge.headers import Headers, without_routing_headers
 
 
 @dataclass(frozen=True)
@@ -78,20 +76,12 @@ class Unroutable:
     reason: str
 
 
-class ReplyRewriter(Protocol):
-    """Rewrites the reply addresses of a message crossing databases
-    (`bridge.forwarding.proxies`)."""
-
-    def rewrite(self, headers: Headers, from_database: str, to_database: str) -> Headers:
-        """`headers` with reply addresses rewritten; the same object when nothing changes."""
-        ...
-
-
 class Router:
     """Routes destination headers for one forwarder. Decisions are cached.
 
     `proxy` is where a proxy forwarder delivers messages without a routing header (None for
-    a forwarder that routes by headers only); `replies` rewrites reply addresses on the way.
+    a forwarder that routes by headers only). What the destination receives is shaped by
+    `bridge.forwarding.outgoing`.
     """
 
     def __init__(
@@ -101,7 +91,6 @@ class Router:
         databases: Mapping[str, DatabaseConfig],
         *,
         proxy: Destination | None = None,
-        replies: ReplyRewriter | None = None,
         default_transaction: TransactionMode = "ledger",
         owned: OwnedTables | None = None,
         address_databases: frozenset[str] | None = None,
@@ -116,19 +105,10 @@ class Router:
         self._databases = databases
         self._cache: dict[tuple[str, str | None], Destination | Unroutable] = {}
         self.proxy = proxy
-        self._replies = replies
 
     @property
     def source_database(self) -> str:
         return self._source.name
-
-    def outgoing_headers(self, headers: Headers, destination: Destination) -> Headers:
-        """What `destination` receives: every header but the routing headers, with reply
-        addresses rewritten for the destination's database."""
-        outgoing = without_routing_headers(headers)
-        if self._replies is None:
-            return outgoing
-        return self._replies.rewrite(outgoing, self._source.name, destination.database)
 
     def route(
         self, destination_header: str, address_database: str | None = None

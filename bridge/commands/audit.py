@@ -13,7 +13,7 @@ import json
 import logging
 import socket
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC
 from typing import Any
 
 from bridge.addressing import TableAddress
@@ -22,6 +22,7 @@ from bridge.connections import Connections
 from bridge.dialects import dialect_for
 from bridge.drivers import Connection
 from bridge.exceptions import BridgeTableMissing, DatabaseError, ExitCode
+from bridge.messages import utcnow
 from bridge.secrets import inert
 from bridge.storage.audit import (
     AuditEntry,
@@ -160,7 +161,7 @@ def open_command(
 
 def _entry(command: str, target: str, affected: int) -> AuditEntry:
     return AuditEntry(
-        recorded_at=datetime.now(UTC).replace(tzinfo=None),
+        recorded_at=utcnow(),
         operator=operator_name(),
         host=socket.gethostname(),
         command=command,

@@ -31,6 +31,7 @@ from bridge.forwarding.in_doubt import (
     max_prepared_transactions,
     old_prepared_transactions,
 )
+from bridge.forwarding.outgoing import Outgoing
 from bridge.forwarding.proxies import forwarder_router, proxy_destination
 from bridge.forwarding.subscriptions import SubscriberDirectory
 from bridge.messages import Forward, NoSubscribers, Publish
@@ -392,6 +393,7 @@ def _check_event_subscribers(
     for event_type, _, details in seen:
         topic_sets[str(event_type)] = tuple(json.loads(details).get("topics") or (event_type,))
     router = forwarder_router(config, forwarder)
+    outgoing = Outgoing.from_config(config, forwarder.database)
     directory = SubscriberDirectory(config, forwarder.database)
     for event_type, topics in sorted(topic_sets.items()):
         subject = f"forwarder '{forwarder.name}' event {event_type}"
@@ -401,7 +403,11 @@ def _check_event_subscribers(
             yield Finding(False, subject, f"cannot read subscribers: {error}")
             continue
         outcome = fan_out(
-            Publish({}, event_type, topics), lookup.subscribers, router, fallback_message_id=""
+            Publish({}, event_type, topics),
+            lookup.subscribers,
+            router,
+            outgoing,
+            fallback_message_id="",
         )
         if isinstance(outcome, NoSubscribers):
             yield Finding(

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 
 from bridge.addressing import TableAddress
 from bridge.commands.failed_messages import FailedMessage, QueueOwners, describe, replay_headers
@@ -39,7 +38,7 @@ from bridge.headers import (
     parse_headers,
     serialize_headers,
 )
-from bridge.messages import ClaimedMessage
+from bridge.messages import ClaimedMessage, utcnow
 from bridge.routing import Destination
 from bridge.storage.retries import store_retry
 from bridge.storage.tables import forwarder_tables, owned_table
@@ -300,7 +299,7 @@ def _retry_now(
     headers: Headers,
 ) -> None:
     """Put one replayed row into `forwarder`'s retry storage, due now, no attempt spent."""
-    now = datetime.now(UTC).replace(tzinfo=None)  # naive UTC, as the tables keep it
+    now = utcnow()  # naive UTC, as the tables keep it
     store_retry(
         connection,
         dialect,

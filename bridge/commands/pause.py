@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from datetime import UTC, datetime
 
 from bridge.commands.audit import record_command
 from bridge.commands.configuration import load
@@ -14,6 +13,7 @@ from bridge.connections import connect
 from bridge.dialects import Dialect, dialect_for
 from bridge.drivers import Connection
 from bridge.exceptions import BridgeTableMissing, ExitCode, RequestError
+from bridge.messages import utcnow
 from bridge.storage.ledger import RUNTIME_DDL_OFF_ADVICE
 from bridge.storage.pauses import clear_pause, set_pause
 from bridge.storage.tables import (
@@ -108,7 +108,7 @@ def _apply(
     reason: str | None,
 ) -> bool:
     if pause:
-        now = datetime.now(UTC).replace(tzinfo=None)
+        now = utcnow()
         set_pause(connection, dialect, tables, forwarder, database, reason, now)
         return True
     return clear_pause(connection, dialect, tables, forwarder, database)

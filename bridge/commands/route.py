@@ -23,6 +23,7 @@ from bridge.dialects.registry import dialect_for
 from bridge.exceptions import ExitCode
 from bridge.forwarding.classify import classify
 from bridge.forwarding.fan_out import fan_out
+from bridge.forwarding.outgoing import Outgoing
 from bridge.forwarding.proxies import forwarder_router
 from bridge.forwarding.subscriptions import SubscriberDirectory
 from bridge.headers import DESTINATION_HEADER, EVENT_TYPE_HEADER, serialize_headers
@@ -81,7 +82,8 @@ def run(args: argparse.Namespace) -> int:
         body=None,
         order=0,
     )
-    decision = classify(message, router)  # as the daemon classifies a claimed row
+    outgoing = Outgoing.from_config(config, forwarder.database)
+    decision = classify(message, router, outgoing)  # as the daemon classifies a claimed row
     if isinstance(decision, Reject):
         _say(_error_queue_line(config, forwarder, decision.reason_code, decision.reason))
         return ExitCode.FAILED
@@ -173,7 +175,10 @@ def _publish(
     topics = ", ".join(f"'{topic}'" for topic in publish.topics)
     _say(f"  subscribers are looked up for the topics {topics}")
     lookup = SubscriberDirectory(config, forwarder.database).lookup(publish.topics)
-    fanned = fan_out(publish, lookup.subscribers, router, fallback_message_id="sfbridge-route")
+    outgoing = Outgoing.from_config(config, forwarder.database)
+    fanned = fan_out(
+        publish, lookup.subscribers, router, outgoing, fallback_message_id="sfbridge-route"
+    )
     if isinstance(fanned, NoSubscribers):
         if config.publish.no_subscribers == "drop":
             _say(

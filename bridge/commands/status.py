@@ -19,6 +19,7 @@ from bridge.drivers import Connection
 from bridge.exceptions import AuthenticationFailed, DatabaseError, ExitCode, TableNotFound
 from bridge.forwarding.in_doubt import old_prepared_transactions
 from bridge.forwarding.proxies import proxy_destination
+from bridge.messages import utcnow
 from bridge.secrets import inert
 from bridge.storage.daemons import DaemonRecord, liveness, read_daemons
 from bridge.storage.destination_states import read_forwarder_states, read_states
@@ -136,7 +137,7 @@ def _daemons(config: BridgeConfig, connections: Connections) -> list[dict[str, A
                 known.heartbeat_at,
             ):
                 newest[record.daemon] = record
-    now = datetime.now(UTC).replace(tzinfo=None)
+    now = utcnow()
     entries = []
     for record in sorted(newest.values(), key=lambda r: (r.started_at, r.daemon)):
         entries.append(
@@ -197,7 +198,7 @@ def _destinations(
             connection.commit()
         except DatabaseError:
             connections.discard(forwarder.database)
-    now = datetime.now(UTC).replace(tzinfo=None)
+    now = utcnow()
     result = []
     for name in sorted(set(states) | set(waiting)):
         state = states.get(name)
@@ -369,7 +370,7 @@ def _failing(
         rows = []
     finally:
         connection.rollback()
-    now = datetime.now(UTC).replace(tzinfo=None)
+    now = utcnow()
     failing = []
     for row in rows:
         age = (now - row["updated_at"]).total_seconds()

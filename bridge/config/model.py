@@ -107,10 +107,6 @@ class ForwarderConfig:
         messages, and the extra statements would be its idle cost)."""
         return max(self.peek_interval, SLOW_POLL_MINIMUM)
 
-    @property
-    def is_proxy(self) -> bool:
-        return self.destination is not None
-
 
 @dataclass(frozen=True)
 class RouteConfig:

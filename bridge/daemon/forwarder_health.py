@@ -16,7 +16,9 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
+
+from bridge.messages import utcnow
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +62,7 @@ class ForwarderHealth:
                     before.failures,
                     _duration(time.monotonic() - self._started.get(forwarder, time.monotonic())),
                 )
-            self._states[forwarder] = ForwarderState(forwarder, False, _utcnow())
+            self._states[forwarder] = ForwarderState(forwarder, False, utcnow())
             self.version += 1
 
     def failed(self, forwarder: str, error: str, *, quiet: bool = False) -> bool:
@@ -80,7 +82,7 @@ class ForwarderHealth:
                         error,
                     )
                 self._next_reminder[forwarder] = now + REMINDER_SECONDS
-                self._states[forwarder] = ForwarderState(forwarder, True, _utcnow(), 1, error)
+                self._states[forwarder] = ForwarderState(forwarder, True, utcnow(), 1, error)
                 self.version += 1
                 return True
             logged = error != before.last_error or now >= self._next_reminder[forwarder]
@@ -107,10 +109,6 @@ class ForwarderHealth:
 
     def failing(self) -> list[ForwarderState]:
         return [state for state in self.states() if state.failing]
-
-
-def _utcnow() -> datetime:
-    return datetime.now(UTC).replace(tzinfo=None)
 
 
 def _duration(seconds: float) -> str:

@@ -12,12 +12,12 @@ import logging
 import os
 import socket
 import threading
-from datetime import UTC, datetime
 
 from bridge.config.model import BridgeConfig
 from bridge.connections import Connections
 from bridge.dialects import dialect_for
 from bridge.exceptions import DatabaseError, DatabaseUnavailable, TableNotFound
+from bridge.messages import utcnow
 from bridge.outages import OutageTracker
 from bridge.storage.daemons import DaemonRecord, forget_daemons, save_daemon, this_daemon
 from bridge.storage.grants import lacking_right
@@ -36,7 +36,7 @@ class Heartbeat:
 
     def __init__(self, config: BridgeConfig) -> None:
         self.config = config
-        self._started_at = _utcnow()
+        self._started_at = utcnow()
         # Per database: its connection and a lock that keeps a heartbeat in flight and the
         # `stopped` record from overlapping (a late `running` after `stopped` would undo it).
         self._connections: dict[str, Connections] = {}
@@ -136,7 +136,7 @@ class Heartbeat:
 
     def _write(self, connections: Connections, database: str, state: str) -> None:
         forwarder = next(f for f in self.config.forwarders if f.database == database)
-        now = _utcnow()
+        now = utcnow()
         record = DaemonRecord(
             daemon=this_daemon(),
             host=socket.gethostname(),
@@ -172,7 +172,3 @@ class Heartbeat:
                 ]
                 created = create_tables(connection, dialect, steps, only_missing=True)
                 log_created(forwarder.name, database, created)
-
-
-def _utcnow() -> datetime:
-    return datetime.now(UTC).replace(tzinfo=None)

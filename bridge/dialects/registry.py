@@ -17,7 +17,7 @@ from types import MappingProxyType
 from bridge.addressing import AddressGrammar
 from bridge.dialects.base import Dialect
 
-__all__ = ["dialect_for", "dialect_names", "dialects", "grammar_for", "grammars"]
+__all__ = ["dialect_for", "dialect_names", "dialects", "grammar_for"]
 
 # The package searched: this module's own (bridge.dialects).
 _PACKAGE = __name__.rpartition(".")[0]
@@ -63,11 +63,6 @@ def dialect_for(name: str) -> Dialect:
     except KeyError:
         available = ", ".join(dialect_names())
         raise KeyError(f"no dialect named {name!r} (available: {available})") from None
-
-
-def grammars() -> Mapping[str, AddressGrammar]:
-    """Every dialect's address grammar, by dialect name."""
-    return {name: dialect.grammar for name, dialect in dialects().items()}
 
 
 def grammar_for(dialect: str) -> AddressGrammar:

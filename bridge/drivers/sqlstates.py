@@ -33,7 +33,6 @@ _CONNECTION_LOST_STATES = {
     "57P03",
     "HYT01",
 }
-CONNECT_FAILED_STATES = {"08001", "08004", "28000", "28P01", "IM002", "IM003", "3D000"}
 # Class 28: 28000 invalid_authorization_specification (PostgreSQL: a role that does not exist or
 # may not log in, pg_hba.conf rejects; SQL Server: login failed), 28P01 invalid_password.
 _LOGIN_REFUSED_STATES = {"28000", "28P01"}

@@ -8,6 +8,7 @@ the error queue as it is, even when expired), then a row the claim could not rea
 from __future__ import annotations
 
 from bridge.exceptions import PoisonHeaders, TypeNameError
+from bridge.forwarding.outgoing import Outgoing
 from bridge.forwarding.typenames import topics_for
 from bridge.headers import (
     ADDRESS_DATABASE_HEADER,
@@ -25,16 +26,18 @@ from bridge.messages import (
     ClaimedMessage,
     Decision,
     Expired,
-    Forward,
     Poison,
     Publish,
     Reject,
 )
-from bridge.routing import Destination, Router, Unroutable
+from bridge.routing import Router, Unroutable
 
 
-def classify(message: ClaimedMessage, router: Router, *, trusted: bool = False) -> Decision:
-    """What to do with one claimed message.
+def classify(
+    message: ClaimedMessage, router: Router, outgoing: Outgoing, *, trusted: bool = False
+) -> Decision:
+    """What to do with one claimed message; a delivery carries what its destination receives
+    (`outgoing`).
 
     A row is a sender's unless `trusted` (the bridge wrote it: retry storage): the bridge's
     own headers on it are dropped before anything reads them, and the row's `headers_text`
@@ -69,11 +72,11 @@ def classify(message: ClaimedMessage, router: Router, *, trusted: bool = False) 
         routed = router.route(destination_header, headers.get(ADDRESS_DATABASE_HEADER))
         if isinstance(routed, Unroutable):
             return Reject(headers, "unroutable", routed.reason)
-        return _deliver(message, headers, routed, router)
+        return outgoing.forward(headers, routed, _message_id(message, headers))
     event_type = headers.get(EVENT_TYPE_HEADER)
     if router.proxy is not None and not (event_type and event_type.strip()):
         # A proxy queue: an ordinary send from an unchanged endpoint.
-        return _deliver(message, headers, router.proxy, router)
+        return outgoing.forward(headers, router.proxy, _message_id(message, headers))
     if event_type is not None and event_type.strip():
         try:
             topics = topics_for(event_type, headers.get(ENCLOSED_TYPES_HEADER))
@@ -111,15 +114,9 @@ def classify(message: ClaimedMessage, router: Router, *, trusted: bool = False) 
     )
 
 
-def _deliver(
-    message: ClaimedMessage, headers: Headers, destination: Destination, router: Router
-) -> Forward:
-    return Forward(  # by position: once per message
-        headers,
-        destination,
-        serialize_headers(router.outgoing_headers(headers, destination)),
-        headers.get(MESSAGE_ID_HEADER) or str(message.row_id),
-    )
+def _message_id(message: ClaimedMessage, headers: Headers) -> str:
+    """What the ledger knows the message by: its `NServiceBus.MessageId`, else its row's Id."""
+    return headers.get(MESSAGE_ID_HEADER) or str(message.row_id)
 
 
 def _whitespace(blank: str) -> str:

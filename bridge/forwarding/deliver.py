@@ -16,13 +16,13 @@ results`:
 
 Both isolate a failure that concerns one message (its destination table is missing, the server
 rejects a value): the attempt is undone and made again without that message, so one bad message
-never holds up the others in its batch (`isolate_failures`).
+never holds up the others in its batch (`Isolation`).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Protocol
@@ -30,9 +30,9 @@ from typing import Protocol
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from bridge.addressing import TableAddress
-from bridge.config.model import BridgeConfig, TransactionMode
+from bridge.config.model import BridgeConfig, ForwarderConfig, TransactionMode
 from bridge.connections import Connections, savepoint
-from bridge.dialects import Dialect
+from bridge.dialects import Dialect, dialect_for
 from bridge.drivers import Connection
 from bridge.exceptions import (
     AuthenticationFailed,
@@ -40,29 +40,33 @@ from bridge.exceptions import (
     ConnectionLost,
     DatabaseError,
     DatabaseUnavailable,
-    DestinationNotReady,
-    ItemWriteError,
-    LedgerConflict,
     LedgerDenied,
     LockTimeout,
-    NotIsolated,
     TransientDatabaseError,
 )
 from bridge.forwarding.healing import heal_ledger
 from bridge.forwarding.side_by_side import SideBySide
 from bridge.forwarding.table_failures import (
-    deliver_around_busy_tables,
+    busy_tables,
     item_failure,
     note_busy,
+    with_busy_items,
 )
-from bridge.forwarding.transactions import BatchTransactions, require_prepared_transactions
-from bridge.forwarding.writes import QueueWriter, write_messages
-from bridge.messages import Delivered, DeliveryResult, Failed, Forward, Item, Unit
+from bridge.forwarding.transactions import (
+    BatchTransactions,
+    DestinationNotReady,
+    require_prepared_transactions,
+)
+from bridge.forwarding.writes import (
+    ItemWriteError,
+    LedgerConflict,
+    NotIsolated,
+    QueueWriter,
+    write_messages,
+)
+from bridge.messages import Delivered, DeliveryReport, DeliveryResult, Failed, Forward, Item, Unit
 from bridge.outages import OutageTracker
-from bridge.storage.ledger import (
-    cannot_create_advice,
-    ledger_problem,
-)
+from bridge.storage.ledger import cannot_create_advice, ledger_address, ledger_problem
 from bridge.storage.pauses import Pause
 from bridge.storage.tables import bridge_queue_names
 
@@ -87,35 +91,118 @@ class Delivery(Protocol):
 
 Group = tuple[str, TransactionMode]  # a destination database and a transaction mode
 
+# Threads of one worker that deliver to other databases beside its own (`SideBySide`).
+MAX_DELIVERY_THREADS = 16
 
-def deliver_units(
-    units: Sequence[Unit],
-    delivery_for: Callable[[str, TransactionMode], Delivery],
-    transactions: BatchTransactions,
-    delivered: Callable[[str, int], None] | None = None,
-    suspect: Callable[[str], bool] | None = None,
-    side_by_side: SideBySide | None = None,
-) -> list[DeliveryResult | None]:
-    """Deliver every unit that is to be delivered, grouped per destination database and
-    transaction mode.
 
-    With `side_by_side`, databases whose deliveries are all `independent` (remote, with the
-    ledger) are delivered at the same time, each in its own transaction as before, beside the
-    others, which run one after the other on the calling thread: groups for a `suspect`
-    database (one that failed lately, so may make its group wait out the query timeout) go
-    last there, so that the others are committed first. Without it everything runs so.
+class Destinations:
+    """Where one worker delivers: a `Delivery` per destination database and transaction mode
+    (the remote ones kept from batch to batch: they keep nothing of a batch), and the threads
+    that deliver to different databases side by side."""
 
-    Returns a result per unit, in order: None for units that are not deliveries. `delivered`
-    is told, once the groups have returned, how many units each delivered (not counting
-    duplicates), for metrics.
-    """
+    def __init__(
+        self,
+        config: BridgeConfig,
+        forwarder: ForwarderConfig,
+        connections: Connections,
+        outages: OutageTracker,
+        writer: QueueWriter,
+        *,
+        slot: int = 0,
+    ) -> None:
+        self._config = config
+        self._database = forwarder.database
+        self._dialect = dialect_for(config.databases[forwarder.database].dialect)
+        self._connections = connections
+        self._outages = outages
+        self._writer = writer
+        self._remote: dict[Group, RemoteDelivery] = {}
+        # At most one thread per other configured database, started when a batch first
+        # needs them.
+        self._side_by_side = SideBySide(
+            min(MAX_DELIVERY_THREADS, len(config.databases) - 1),
+            f"sfbridge-{forwarder.name}-{slot}-delivery",
+        )
+
+    def deliver(
+        self,
+        units: Sequence[Unit],
+        source: Connection,
+        pauses: Mapping[str, Pause],
+        transactions: BatchTransactions,
+    ) -> DeliveryReport:
+        """Deliver every unit that is to be delivered (`deliver_units`), given the source
+        transaction's connection and side, and the paused databases. Groups for a database
+        that failed lately (they may wait out the query timeout) go last among those run one
+        after the other, so that the others are committed first.
+
+        Raises SourceFailed when a statement on the forwarding database failed, and the
+        DatabaseError family for failures of its own queues (`LocalDelivery`)."""
+        groups = list(delivery_groups(units))
+        if len(groups) > 1:
+            groups.sort(key=lambda group: self._outages.suspect(group[0]))
+        deliveries = {group: self._delivery(source, pauses, *group) for group in groups}
+        return deliver_units(units, deliveries, transactions, self._side_by_side)
+
+    def _delivery(
+        self,
+        source: Connection,
+        pauses: Mapping[str, Pause],
+        database: str,
+        mode: TransactionMode,
+    ) -> Delivery:
+        pause = pauses.get(database)
+        if pause is not None:
+            return PausedDelivery(database, pause)
+        if database == self._database:
+            return LocalDelivery(
+                source,
+                self._dialect,
+                self._writer,
+                self._outages,
+                bridge_queue_names(self._config, database),
+            )
+        delivery = self._remote.get((database, mode))
+        if delivery is None:
+            target = Target(
+                name=database,
+                dialect=dialect_for(self._config.databases[database].dialect),
+                ledger=ledger_address(self._config, database),
+                config=self._config,
+                create_ledger=self._config.install.at_runtime,
+                transaction=mode,
+            )
+            delivery = RemoteDelivery(target, self._connections, self._outages, self._writer)
+            self._remote[(database, mode)] = delivery
+        return delivery
+
+
+def delivery_groups(units: Sequence[Unit]) -> dict[Group, list[int]]:
+    """The offsets of the units to be delivered, per destination database and transaction
+    mode, in the order first seen."""
     groups: dict[Group, list[int]] = {}
     for index, unit in enumerate(units):
         if isinstance(unit.decision, Forward):
             destination = unit.decision.destination
             groups.setdefault((destination.database, destination.transaction), []).append(index)
-    order = sorted(groups, key=lambda group: suspect(group[0])) if suspect else list(groups)
-    deliveries = {group: delivery_for(*group) for group in order}
+    return groups
+
+
+def deliver_units(
+    units: Sequence[Unit],
+    deliveries: Mapping[Group, Delivery],
+    transactions: BatchTransactions,
+    side_by_side: SideBySide | None = None,
+) -> DeliveryReport:
+    """Deliver every unit that is to be delivered with the delivery of its group
+    (`deliveries`: one for every group of `delivery_groups`, in the order to run them).
+
+    With `side_by_side`, databases whose deliveries are all `independent` (remote, with the
+    ledger) are delivered at the same time, each in its own transaction as before, beside the
+    others, which run one after the other on the calling thread, in order. Without it
+    everything runs so.
+    """
+    groups = delivery_groups(units)
 
     def deliver_group(group: Group) -> tuple[Group, list[DeliveryResult]]:
         items = [_item(units[index]) for index in groups[group]]
@@ -124,20 +211,25 @@ def deliver_units(
     def deliver_groups(chunk: list[Group]) -> list[tuple[Group, list[DeliveryResult]]]:
         return [deliver_group(group) for group in chunk]
 
-    chunks = _chunks(order, deliveries) if side_by_side is not None else [list(order)]
+    order = list(deliveries)
+    chunks = [order] if side_by_side is None else _chunks(order, deliveries)
     calls = [partial(deliver_groups, chunk) for chunk in chunks]
-    runs = side_by_side.run(calls) if side_by_side is not None else [call() for call in calls]
+    if side_by_side is not None and len(calls) > 1:
+        runs = side_by_side.run(calls)
+    else:
+        runs = [call() for call in calls]
     done = dict(pair for run in runs for pair in run)
     results: list[DeliveryResult | None] = [None] * len(units)
+    delivered: dict[str, int] = {}
     for group in order:
         for index, result in zip(groups[group], done[group], strict=True):
             results[index] = result
-        if delivered is not None:
-            delivered(group[0], sum(isinstance(r, Delivered) for r in done[group]))
-    return results
+        count = sum(isinstance(result, Delivered) for result in done[group])
+        delivered[group[0]] = delivered.get(group[0], 0) + count
+    return DeliveryReport(results, delivered)
 
 
-def _chunks(order: Sequence[Group], deliveries: dict[Group, Delivery]) -> list[list[Group]]:
+def _chunks(order: Sequence[Group], deliveries: Mapping[Group, Delivery]) -> list[list[Group]]:
     """The groups in chunks that may run beside each other: first those that must run one
     after the other (not independent, and any group of a database that has one, since a
     database's groups share its connection), then one chunk per other database."""
@@ -155,41 +247,48 @@ def _item(unit: Unit) -> Item:
     return Item(unit.message, unit.decision)
 
 
-# An attempt at writing some items; `one_by_one` asks for single-row statements. It leaves the
-# transaction as it found it before raising NotIsolated or ItemWriteError.
-Attempt = Callable[[Sequence[Item], bool], dict[int, DeliveryResult]]
-# What an item-specific failure settles: the items' offsets, and their result.
-ItemFailure = Callable[[Sequence[Item], ItemWriteError], tuple[list[int], Failed]]
+class Isolation:
+    """The attempts at writing some items, until one succeeds: an item whose own failure is
+    known is taken out with its result (`failed`), and a failure that cannot be pinned on an
+    item switches to one row per statement (`not_isolated`). Each round succeeds, settles at
+    least one item or switches, so the rounds end. Each delivery runs the rounds itself,
+    catching what its attempts raise."""
 
+    def __init__(self, items: Sequence[Item]) -> None:
+        self._items = items
+        self._results: dict[int, DeliveryResult] = {}
+        self._pending = list(range(len(items)))
+        self._finished = not items
+        self.one_by_one = False
 
-def isolate_failures(
-    items: Sequence[Item], attempt: Attempt, item_failure: ItemFailure
-) -> list[DeliveryResult]:
-    """Attempt the items until an attempt succeeds; items whose own failure is known are taken
-    out with their result, and a failure that cannot be pinned on an item switches to one row
-    per statement. Each round succeeds, settles at least one item or switches, so this ends.
-    Other exceptions propagate."""
-    results: dict[int, DeliveryResult] = {}
-    pending = list(range(len(items)))
-    one_by_one = False
-    while pending:
-        try:
-            done = attempt([items[i] for i in pending], one_by_one)
-        except NotIsolated:
-            if one_by_one:
-                raise AssertionError("single-row writes always name the failing item") from None
-            one_by_one = True
-            continue
-        except ItemWriteError as failure:
-            offsets, failed = item_failure([items[i] for i in pending], failure)
-            for offset in offsets:
-                results[pending[offset]] = failed
-            pending = [p for i, p in enumerate(pending) if i not in offsets]
-            continue
-        for offset, result in done.items():
-            results[pending[offset]] = result
-        break
-    return [results[i] for i in range(len(items))]
+    def pending(self) -> list[Item] | None:
+        """The items the next attempt writes; None once every item has its result."""
+        if self._finished:
+            return None
+        return [self._items[i] for i in self._pending]
+
+    def succeeded(self, written: Mapping[int, DeliveryResult]) -> None:
+        """The attempt wrote the pending items: their results, by offset among them."""
+        for offset, result in written.items():
+            self._results[self._pending[offset]] = result
+        self._finished = True
+
+    def not_isolated(self) -> None:
+        """The attempt failed for an item it could not tell: one row per statement now."""
+        if self.one_by_one:
+            raise AssertionError("single-row writes always name the failing item")
+        self.one_by_one = True
+
+    def failed(self, offsets: Sequence[int], result: Failed) -> None:
+        """The attempt failed for the pending items at `offsets`, which settle as `result`."""
+        for offset in offsets:
+            self._results[self._pending[offset]] = result
+        self._pending = [p for i, p in enumerate(self._pending) if i not in offsets]
+        self._finished = not self._pending
+
+    def results(self) -> list[DeliveryResult]:
+        """Every item's result, in order."""
+        return [self._results[i] for i in range(len(self._items))]
 
 
 class LocalDelivery:
@@ -215,12 +314,21 @@ class LocalDelivery:
         self, items: Sequence[Item], transactions: BatchTransactions
     ) -> list[DeliveryResult]:
         """Raises the DatabaseError family for failures of the forwarding database itself."""
-        return deliver_around_busy_tables(
-            self._outages,
-            self._connection.database,
-            self._dialect,
-            items,
-            lambda tried: isolate_failures(tried, self._attempt, self._item_failure),
+        database = self._connection.database
+        busy = None
+        if self._outages.suspect(database):  # a table of it was found locked lately
+            busy = busy_tables(self._outages, database, self._dialect, items)
+        tried = items if busy is None else [items[o] for o in range(len(items)) if o not in busy]
+        isolation = Isolation(tried)
+        while (pending := isolation.pending()) is not None:
+            try:
+                isolation.succeeded(self._attempt(pending, isolation.one_by_one))
+            except NotIsolated:
+                isolation.not_isolated()
+            except ItemWriteError as failure:
+                isolation.failed(*self._item_failure(pending, failure))
+        return with_busy_items(
+            self._outages, database, self._dialect, items, busy, isolation.results()
         )
 
     def _attempt(self, items: Sequence[Item], one_by_one: bool) -> dict[int, DeliveryResult]:
@@ -252,11 +360,8 @@ class LocalDelivery:
 
 @dataclass(frozen=True)
 class Target:
-    """A destination database as remote delivery needs it.
-
-    `create_ledger`: create the ledger when it is missing (`install.at_runtime`). The ledger
-    is written only with `transaction` `ledger`.
-    """
+    """A destination database as remote delivery needs it. `create_ledger`: create the
+    ledger when it is missing (`install.at_runtime`); it is written only with `ledger`."""
 
     name: str
     dialect: Dialect
@@ -274,13 +379,12 @@ class RemoteDelivery:
         self,
         target: Target,
         connections: Connections,
-        immediate_attempts: int,
         outages: OutageTracker,
         writer: QueueWriter,
     ) -> None:
         self._target = target
         self._connections = connections
-        self._immediate_attempts = max(1, immediate_attempts)
+        self._immediate_attempts = max(1, target.config.retries.immediate_attempts)
         self._outages = outages
         self._writer = writer
         self._can_prepare = False  # max_prepared_transactions seen above 0
@@ -295,37 +399,28 @@ class RemoteDelivery:
         A database in trouble fails every item at once (an outage); a missing ledger is
         created once and the items tried again.
         """
-        name = self._target.name
-        trouble = self._outages.trouble(name)
-        if trouble is not None:
-            refused = trouble.state == "auth-failed"
-            failed = Failed(trouble.last_error or "unavailable", outage=True, login_refused=refused)
-            return [failed] * len(items)
-        return deliver_around_busy_tables(
-            self._outages,
-            name,
-            self._target.dialect,
-            items,
-            lambda tried: self._deliver_to_database(tried, transactions),
-        )
+        name, dialect = self._target.name, self._target.dialect
+        busy = None
+        if self._outages.suspect(name):  # else (nearly always) no trouble and no busy table
+            trouble = self._outages.trouble(name)
+            if trouble is not None:
+                refused = trouble.state == "auth-failed"
+                error = trouble.last_error or "unavailable"
+                return [Failed(error, outage=True, login_refused=refused)] * len(items)
+            ledger = self._target.ledger if self._target.transaction == "ledger" else None
+            busy = busy_tables(self._outages, name, dialect, items, ledger)
+        tried = items if busy is None else [items[o] for o in range(len(items)) if o not in busy]
+        results = self._deliver_to_database(tried, transactions) if tried else []
+        return with_busy_items(self._outages, name, dialect, items, busy, results)
 
     def _deliver_to_database(
         self, items: Sequence[Item], transactions: BatchTransactions
     ) -> list[DeliveryResult]:
         name = self._target.name
-        ledger = self._target.dialect.grammar.render(self._target.ledger)
-        if self._target.transaction == "ledger" and (busy := self._outages.busy(name, ledger)):
-            return [
-                Failed(f"the dedup ledger is locked by another session: {busy}", outage=True)
-            ] * len(items)
         healed = False
         while True:
             try:
-                results = isolate_failures(
-                    items,
-                    lambda tried, one_by_one: self._attempt(tried, one_by_one, transactions),
-                    self._item_failure,
-                )
+                results = self._isolated(items, transactions)
             except BridgeTableMissing as missing:
                 try:
                     problem = (
@@ -351,6 +446,7 @@ class RemoteDelivery:
             except DestinationNotReady as not_ready:
                 return self._not_ready(items, not_ready.problem)
             except LockTimeout as error:  # on the ledger: a queue's is an item failure
+                ledger = self._target.dialect.grammar.render(self._target.ledger)
                 self._outages.record_busy(name, ledger, error.detail)
                 failure = f"the dedup ledger {ledger} is locked by another session: {error.detail}"
                 return [Failed(failure, outage=True)] * len(items)
@@ -358,6 +454,20 @@ class RemoteDelivery:
                 return self._fail_all(items, error)
             self._outages.record_up(name)
             return results
+
+    def _isolated(
+        self, items: Sequence[Item], transactions: BatchTransactions
+    ) -> list[DeliveryResult]:
+        """The items written in as few attempts as `Isolation` allows."""
+        isolation = Isolation(items)
+        while (pending := isolation.pending()) is not None:
+            try:
+                isolation.succeeded(self._attempt(pending, isolation.one_by_one, transactions))
+            except NotIsolated:
+                isolation.not_isolated()
+            except ItemWriteError as failure:
+                isolation.failed(*self._item_failure(pending, failure))
+        return isolation.results()
 
     def _not_ready(self, items: Sequence[Item], problem: str) -> list[DeliveryResult]:
         """The database is reachable but not usable by the bridge: a state, like an outage."""
@@ -394,15 +504,17 @@ class RemoteDelivery:
     ) -> dict[int, DeliveryResult]:
         target = self._target
         connection = self._connections.get(target.name)
+        ledger = target.ledger if target.transaction == "ledger" else None
+        write = partial(write_messages, connection, target.dialect, self._writer, items)
         try:
             connection.begin()
             try:
-                results = self._write(connection, items, one_by_one, expect_duplicates=False)
+                results = write(ledger=ledger, one_by_one=one_by_one)
             except LedgerConflict:
                 # Some message was recorded before: again, skipping those.
                 connection.rollback()
                 connection.begin()
-                results = self._write(connection, items, one_by_one, expect_duplicates=True)
+                results = write(ledger=ledger, one_by_one=one_by_one, expect_duplicates=True)
             self._end(connection, items, results, transactions)
         except (NotIsolated, ItemWriteError, BridgeTableMissing):
             connection.rollback()
@@ -416,25 +528,6 @@ class RemoteDelivery:
         if not target.dialect.keep_destination_connections:
             self._connections.discard(target.name)
         return results
-
-    def _write(
-        self,
-        connection: Connection,
-        items: Sequence[Item],
-        one_by_one: bool,
-        *,
-        expect_duplicates: bool,
-    ) -> dict[int, DeliveryResult]:
-        target = self._target
-        return write_messages(
-            connection,
-            target.dialect,
-            self._writer,
-            items,
-            ledger=target.ledger if target.transaction == "ledger" else None,
-            one_by_one=one_by_one,
-            expect_duplicates=expect_duplicates,
-        )
 
     def _end(
         self,
@@ -459,14 +552,7 @@ class RemoteDelivery:
                 self._can_prepare = True
             transactions.prepare(connection, self._target.dialect, self._target.name)
         else:
-            gid = transactions.record_in_flight(self._target.name, written)
-            try:
-                connection.commit()
-            except DatabaseUnavailable:
-                # The commit may have happened: the record must outlive this batch.
-                if gid is not None:
-                    transactions.keep_in_flight(gid, self._target.name, written)
-                raise
+            transactions.commit_in_flight(connection, self._target.name, written)
 
     def _item_failure(
         self, items: Sequence[Item], failure: ItemWriteError

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from bridge.dialects import Dialect
 from bridge.drivers import Connection
 from bridge.exceptions import BridgeTableMissing, DatabaseError
+from bridge.forwarding.outgoing import Outgoing
 from bridge.forwarding.subscriptions import Subscriber, SubscriberDirectory
 from bridge.headers import (
     ADDRESS_DATABASE_HEADER,
@@ -76,10 +77,12 @@ def fan_out(
     publish: Publish,
     subscribers: Sequence[Subscriber],
     router: Router,
+    outgoing: Outgoing,
     *,
     fallback_message_id: str,
 ) -> Fanout | NoSubscribers:
-    """One copy per distinct destination, in the order the subscribers were found."""
+    """One copy per distinct destination, in the order the subscribers were found; the copies
+    for one database share what it receives (`outgoing`), serialized once."""
     if not subscribers:
         return NoSubscribers(publish)
     # Per destination database: reply addresses are rewritten for the database they enter.
@@ -92,8 +95,7 @@ def fan_out(
         if isinstance(routed, Destination):
             key: object = (routed.database, routed.canonical)
             if routed.database not in outgoing_texts:
-                outgoing = router.outgoing_headers(publish.headers, routed)
-                outgoing_texts[routed.database] = serialize_headers(outgoing)
+                outgoing_texts[routed.database] = outgoing.text(publish.headers, routed.database)
             decision: Forward | Reject = Forward(
                 headers=copy_as_unicast(
                     publish.headers, subscriber, router.source_database, message_id
@@ -175,12 +177,14 @@ class PublishedEvents:
         dialect: Dialect,
         tables: ForwarderTables,
         router: Router,
+        outgoing: Outgoing,
         subscribers: SubscriberDirectory,
     ) -> None:
         self._forwarder = forwarder
         self._dialect = dialect
         self._tables = tables
         self._router = router
+        self._outgoing = outgoing
         self._subscribers = subscribers
 
     def units(
@@ -199,7 +203,11 @@ class PublishedEvents:
             unknown = SubscribersUnknown(publish, f"cannot read subscribers: {error}")
             return [Unit(message, unknown, own_headers)]
         fanned = fan_out(
-            publish, lookup.subscribers, self._router, fallback_message_id=str(message.row_id)
+            publish,
+            lookup.subscribers,
+            self._router,
+            self._outgoing,
+            fallback_message_id=str(message.row_id),
         )
         if lookup.fresh:
             missing = self._record_event_type(connection, publish, fanned)

@@ -32,7 +32,8 @@ from bridge.dialects import Dialect, dialect_for
 from bridge.dialects.base import COUNTERS_TABLE, TRANSACTIONS_TABLE
 from bridge.drivers import Connection
 from bridge.exceptions import DatabaseError, LockTimeout, TableNotFound, UndefinedObject
-from bridge.forwarding.transactions import ABORT, COMMIT, GID_PREFIX, gid_pattern, utcnow
+from bridge.forwarding.transactions import ABORT, COMMIT, GID_PREFIX, gid_pattern
+from bridge.messages import utcnow
 
 log = logging.getLogger(__name__)
 

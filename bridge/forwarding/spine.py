@@ -6,14 +6,14 @@ reads as these five steps, each handed the `Batch` (`bridge.forwarding.batch`):
 1. claim up to `batch_size` rows (`claim`: a destructive, uncommitted DELETE with row locks
    that skip what other workers hold);
 2. classify each row (`classify`: poison, expired, rejected, deliverable to a routed
-   destination, or a published event, which `fan_out` expands into one unit per subscriber
-   copy);
+   destination with what it receives there (`outgoing`), or a published event, which
+   `fan_out` expands into one unit per subscriber copy);
 3. deliver the units, grouped per destination database (`deliver`): the forwarding database's
    own queues inside the source transaction, other databases in their own transaction,
    committed first with the dedup ledger (`transaction: ledger`), prepared (`two-phase`) or
-   committed without a ledger (`at-least-once`);
-4. settle every unit (`settle`): count it, or write it to retry storage or the error queue, in
-   the same source transaction;
+   committed without a ledger (`at-least-once`); it hands back a result per unit;
+4. settle every unit (`settle`), given its result: count it, or write it to retry storage or
+   the error queue, in the same source transaction;
 5. commit the source transaction. Only now are the rows gone from where they were; then commit
    what was prepared (`transactions`).
 
@@ -27,51 +27,36 @@ import gc
 import logging
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 
-from bridge.config.model import BridgeConfig, ForwarderConfig, TransactionMode
+from bridge.config.model import BridgeConfig, ForwarderConfig
 from bridge.connections import Connections
 from bridge.dialects import Dialect, dialect_for
 from bridge.drivers import Connection
 from bridge.exceptions import (
     BridgeTableMissing,
     DatabaseError,
-    SourceFailed,
 )
 from bridge.forwarding.batch import Batch, BatchReport
 from bridge.forwarding.claim import claim_batch, claim_limit
 from bridge.forwarding.classify import classify
-from bridge.forwarding.deliver import (
-    Delivery,
-    LocalDelivery,
-    PausedDelivery,
-    RemoteDelivery,
-    Target,
-    deliver_units,
-)
+from bridge.forwarding.deliver import Destinations
 from bridge.forwarding.fan_out import PublishedEvents
 from bridge.forwarding.healing import TableHealer
 from bridge.forwarding.observers import ForwardingObserver, safe_observer
+from bridge.forwarding.outgoing import Outgoing
 from bridge.forwarding.proxies import forwarder_router
 from bridge.forwarding.settle import Settlement
-from bridge.forwarding.side_by_side import SideBySide
 from bridge.forwarding.subscriptions import SubscriberDirectory
-from bridge.forwarding.transactions import BatchTransactions
+from bridge.forwarding.transactions import BatchTransactions, SourceFailed
 from bridge.forwarding.writes import QueueWriter
-from bridge.messages import ClaimedMessage, Decision, Poison, Publish, Source, Unit
+from bridge.messages import ClaimedMessage, Decision, Poison, Publish, Source, Unit, utcnow
 from bridge.outages import OutageTracker
-from bridge.storage.ledger import ledger_address
 from bridge.storage.pauses import PauseBoard, PauseState, read_pauses
 from bridge.storage.tables import (
-    bridge_queue_names,
     forwarder_tables,
-    owned_table,
 )
 
 log = logging.getLogger(__name__)
-
-# Threads of one worker that deliver to other databases beside its own (`SideBySide`).
-MAX_DELIVERY_THREADS = 16
 
 
 class BatchForwarder:
@@ -101,6 +86,7 @@ class BatchForwarder:
         self.dialect: Dialect = dialect_for(config.databases[forwarder.database].dialect)
         self.tables = forwarder_tables(config, forwarder)
         self.router = forwarder_router(config, forwarder)
+        self.outgoing = Outgoing.from_config(config, forwarder.database)
         self.healer = TableHealer(config, forwarder, connections, self.dialect)
         self._outages = outages or OutageTracker(probe_interval(config))
         self.published = PublishedEvents(
@@ -108,6 +94,7 @@ class BatchForwarder:
             self.dialect,
             self.tables,
             self.router,
+            self.outgoing,
             SubscriberDirectory(config, forwarder.database, logins=self._outages),
         )
         self._pauses = PauseBoard(forwarder.slow_poll_interval)
@@ -115,14 +102,10 @@ class BatchForwarder:
         # Rows the next claim locks, per source, from the sizes the last one saw.
         self._claim_limits: dict[Source, int] = {}
         self._observer = safe_observer(observer)
-        self._remote: dict[tuple[str, TransactionMode], RemoteDelivery] = {}
-        self._store: str | None = None  # the forwarding database's id in two-phase gids
-        # Deliveries to different databases run at the same time (`deliver_units`): at most
-        # one thread per other configured database, started when a batch first needs them.
-        self._side_by_side = SideBySide(
-            min(MAX_DELIVERY_THREADS, len(config.databases) - 1),
-            f"sfbridge-{forwarder.name}-{slot}-delivery",
+        self._destinations = Destinations(
+            config, forwarder, connections, self._outages, self._writer, slot=slot
         )
+        self._store: str | None = None  # the forwarding database's id in two-phase gids
 
     def forward_batch(
         self,
@@ -201,7 +184,7 @@ class BatchForwarder:
             self.forwarder.database,
             store=self._store,
         )
-        return Batch(source, connection, _utcnow(), transactions)
+        return Batch(source, connection, utcnow(), transactions)
 
     def _claim(self, batch: Batch, seq_range: tuple[int, int] | None) -> None:
         limit = self._claim_limits.get(batch.source, self.forwarder.batch_size)
@@ -234,24 +217,19 @@ class BatchForwarder:
     def _deliver(self, batch: Batch) -> None:
         if not batch.units:
             return
-
-        def delivered(database: str, count: int) -> None:
-            if database == self.forwarder.database:
-                batch.delivered_locally += count  # committed with the source, below
-            elif count:
-                self._observer.delivered(database, count, time.monotonic() - batch.claimed_at)
-
         try:
-            batch.results = deliver_units(
-                batch.units,
-                lambda database, mode: self._delivery(batch.connection, database, mode),
-                batch.transactions,
-                delivered,
-                self._outages.suspect,
-                self._side_by_side,
+            report = self._destinations.deliver(
+                batch.units, batch.connection, self._pauses.state.destinations, batch.transactions
             )
         except SourceFailed as failed:
             raise failed.error from None
+        batch.results = report.results
+        since_claim = time.monotonic() - batch.claimed_at
+        for database, count in report.delivered.items():
+            if database == self.forwarder.database:
+                batch.delivered_locally += count  # committed with the source, below
+            elif count:
+                self._observer.delivered(database, count, since_claim)
 
     def _settle(self, batch: Batch) -> None:
         if not batch.units:
@@ -303,7 +281,7 @@ class BatchForwarder:
 
     def _decide(self, message: ClaimedMessage, *, trusted: bool) -> Decision:
         try:
-            return classify(message, self.router, trusted=trusted)
+            return classify(message, self.router, self.outgoing, trusted=trusted)
         except Exception as error:
             # A bug must not turn one message into a queue-blocking loop: the batch would roll
             # back and be claimed again forever. This message goes to the error queue instead.
@@ -322,22 +300,6 @@ class BatchForwarder:
             )
         return self._pauses.state
 
-    def queue_estimate(self) -> int:
-        """How many rows the forwarding queue holds, roughly (the transport's cheap peek: rows
-        other workers hold are counted too). Heals a missing queue like `forward_batch`."""
-        return self.healer.healing(self._peek)
-
-    def _peek(self) -> int:
-        connection = self.connections.get(self.forwarder.database)
-        try:
-            with owned_table("forwarding queue", self.tables.queue_canonical):
-                estimate = connection.query(self.dialect.sql("peek", queue=self.tables.queue))
-            connection.commit()
-        except BaseException:
-            connection.rollback()
-            raise
-        return int(estimate[0][0] or 0)
-
     def _waiting_databases(self) -> list[str]:
         """Databases whose messages stay in retry storage: paused ones, and with
         `retries.during_outage: wait` those in trouble."""
@@ -348,38 +310,6 @@ class BatchForwarder:
 
     def _destination_dialects(self) -> dict[str, Dialect]:
         return {name: dialect_for(d.dialect) for name, d in self.config.databases.items()}
-
-    def _delivery(self, connection: Connection, database: str, mode: TransactionMode) -> Delivery:
-        pause = self._pauses.state.destinations.get(database)
-        if pause is not None:
-            return PausedDelivery(database, pause)
-        if database == self.forwarder.database:
-            return LocalDelivery(
-                connection,
-                self.dialect,
-                self._writer,
-                self._outages,
-                bridge_queue_names(self.config, database),
-            )
-        delivery = self._remote.get((database, mode))
-        if delivery is None:
-            target = Target(
-                name=database,
-                dialect=dialect_for(self.config.databases[database].dialect),
-                ledger=ledger_address(self.config, database),
-                config=self.config,
-                create_ledger=self.config.install.at_runtime,
-                transaction=mode,
-            )
-            delivery = RemoteDelivery(
-                target,
-                self.connections,
-                self.config.retries.immediate_attempts,
-                self._outages,
-                self._writer,
-            )
-            self._remote[(database, mode)] = delivery
-        return delivery
 
 
 def probe_interval(config: BridgeConfig) -> float:
@@ -406,8 +336,3 @@ def tune_garbage_collection() -> None:
     that forwards; the older generations keep their thresholds."""
     _, middle, old = gc.get_threshold()
     gc.set_threshold(YOUNG_COLLECTION_THRESHOLD, middle, old)
-
-
-def _utcnow() -> datetime:
-    """Naive UTC: the queue tables store UTC wall-clock times without a zone."""
-    return datetime.now(UTC).replace(tzinfo=None)

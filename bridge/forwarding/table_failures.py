@@ -4,12 +4,12 @@ A write that fails for a reason of its table rather than of one message (the tab
 or another session kept it locked past the query timeout) fails every item bound for that
 table (`item_failure`). A locked table counts as busy for a while (`OutageTracker.record_busy`):
 its items fail at once instead of each batch waiting out the lock again
-(`deliver_around_busy_tables`).
+(`busy_tables`, `with_busy_items`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Collection, Sequence
 from fnmatch import fnmatchcase
 
 from bridge.addressing import TableAddress
@@ -17,11 +17,11 @@ from bridge.dialects import Dialect
 from bridge.drivers import Connection
 from bridge.exceptions import (
     DatabaseError,
-    ItemWriteError,
     LockTimeout,
     PermissionDenied,
     TableNotFound,
 )
+from bridge.forwarding.writes import ItemWriteError
 from bridge.messages import Delivered, DeliveryResult, Failed, Item
 from bridge.outages import OutageTracker
 from bridge.routing import BRIDGE_TABLE_PREFIX, Destination, nearest_table
@@ -88,10 +88,18 @@ def locked_table_failure(
 
 
 def busy_tables(
-    outages: OutageTracker, database: str, dialect: Dialect, items: Sequence[Item]
+    outages: OutageTracker,
+    database: str,
+    dialect: Dialect,
+    items: Sequence[Item],
+    ledger: TableAddress | None = None,
 ) -> dict[int, Failed]:
     """Items bound for a table that counts as busy (`OutageTracker.record_busy`), by offset,
-    each with its Failed result: they are not tried while the lock lasts."""
+    each with its Failed result: they are not tried while the lock lasts. Every item when
+    `ledger`, written with each of them, counts as busy."""
+    if ledger is not None and (lock := outages.busy(database, dialect.grammar.render(ledger))):
+        failed = Failed(f"the dedup ledger is locked by another session: {lock}", outage=True)
+        return dict.fromkeys(range(len(items)), failed)
     busy: dict[int, Failed] = {}
     known: dict[TableAddress, str | None] = {}
     for offset, (_, decision) in enumerate(items):
@@ -108,26 +116,22 @@ def busy_tables(
     return busy
 
 
-def deliver_around_busy_tables(
+def with_busy_items(
     outages: OutageTracker,
     database: str,
     dialect: Dialect,
     items: Sequence[Item],
-    deliver: Callable[[Sequence[Item]], list[DeliveryResult]],
+    busy: dict[int, Failed] | None,
+    tried_results: list[DeliveryResult],
 ) -> list[DeliveryResult]:
-    """`deliver` the items whose table is not busy; the others fail at once. Tables written
-    to are no longer busy."""
-    if not outages.suspect(database):
-        # No table of the database is busy (nearly always): nothing to look up per item.
-        results = deliver(items)
-        if not outages.suspect(database):
-            return results
-        tried, busy = list(range(len(items))), {}
-    else:
-        busy = busy_tables(outages, database, dialect, items)
-        tried = [offset for offset in range(len(items)) if offset not in busy]
-        results = deliver([items[o] for o in tried]) if tried else []
-    return _free_written(outages, database, dialect, items, tried, busy, results)
+    """Every item's result, in order: `tried_results` for the items tried (all but `busy`,
+    from `busy_tables`; None when the database was not `suspect`, so none was looked up),
+    and the busy ones failed. Tables written to are no longer busy."""
+    if busy is None and not outages.suspect(database):
+        return tried_results
+    busy = busy or {}
+    tried = [offset for offset in range(len(items)) if offset not in busy]
+    return _free_written(outages, database, dialect, items, tried, busy, tried_results)
 
 
 def _free_written(

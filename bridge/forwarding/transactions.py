@@ -30,17 +30,35 @@ import logging
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 
 from bridge.addressing import TableAddress
 from bridge.connections import Connections
 from bridge.dialects import Dialect
 from bridge.drivers import Connection
-from bridge.exceptions import DatabaseError, DestinationNotReady, SourceFailed, UndefinedObject
-from bridge.messages import Item
+from bridge.exceptions import DatabaseError, DatabaseUnavailable, UndefinedObject
+from bridge.messages import Item, utcnow
 from bridge.storage.tables import owned_table
 
 log = logging.getLogger(__name__)
+
+
+class SourceFailed(Exception):
+    """A statement on the forwarding database failed while a destination was being finished:
+    the batch fails as a whole (`error` is what the source raised), not the destination."""
+
+    def __init__(self, error: DatabaseError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+class DestinationNotReady(Exception):
+    """The destination cannot take this mode now (e.g. prepared transactions are off there):
+    a state, like an outage, with what a person should do."""
+
+    def __init__(self, problem: str) -> None:
+        super().__init__(problem)
+        self.problem = problem
+
 
 GID_PREFIX = "sfbridge"
 TRANSACTIONS_DESCRIPTION = "transactions table"
@@ -57,10 +75,6 @@ def gid_pattern(store: str) -> str:
 
 def new_gid(store: str) -> str:
     return f"{GID_PREFIX}:{store}:{secrets.token_hex(16)}"
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC).replace(tzinfo=None)
 
 
 def store_id(connection: Connection, dialect: Dialect, table: TableAddress) -> str:
@@ -184,6 +198,21 @@ class BatchTransactions:
         self._source("transaction_forget", (gid,))
         self.in_flight += 1
         return gid
+
+    def commit_in_flight(
+        self, destination: Connection, database: str, items: Sequence[Item]
+    ) -> None:
+        """Commit `destination`'s open transaction, which wrote `items` into `database`, with
+        their record in flight (`record_in_flight`), kept when the commit fails without saying
+        whether it happened (`keep_in_flight`)."""
+        gid = self.record_in_flight(database, items)
+        try:
+            destination.commit()
+        except DatabaseUnavailable:
+            # The commit may have happened: the record must outlive this batch.
+            if gid is not None:
+                self.keep_in_flight(gid, database, items)
+            raise
 
     def keep_in_flight(self, gid: str, database: str, items: Sequence[Item]) -> None:
         """The destination commit failed without saying whether it happened: put the record

@@ -14,7 +14,6 @@ import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 from bridge.addressing import TableAddress
@@ -25,19 +24,16 @@ from bridge.exceptions import (
     DatabaseError,
     DatabaseUnavailable,
     DuplicateKey,
-    ItemWriteError,
-    LedgerConflict,
     LedgerDenied,
     LedgerLocked,
     LockTimeout,
-    NotIsolated,
     NotSupported,
     PermissionDenied,
     TableNotFound,
     TransientDatabaseError,
 )
 from bridge.forwarding.notices import Notices
-from bridge.messages import Delivered, DeliveryResult, Duplicate, Item
+from bridge.messages import Delivered, DeliveryResult, Duplicate, Item, utcnow
 from bridge.storage.ledger import LEDGER_DESCRIPTION, ledger_key
 from bridge.storage.tables import owned_table
 
@@ -46,6 +42,34 @@ from bridge.storage.tables import owned_table
 COPY_RETRY_AFTER = 600.0
 # One for every message delivered: a value, so the same can be shared.
 DELIVERED = Delivered()
+
+
+# What `write_messages` raises for its caller (`bridge.forwarding.deliver`) to act on: the
+# transaction is rolled back in each case, then written again as each says.
+
+
+class ItemWriteError(Exception):
+    """Writing the item at `position` failed for a reason specific to that item.
+
+    `retryable` is False when the message itself cannot be written (a value the driver
+    cannot bind): trying again would fail the same way.
+    """
+
+    def __init__(self, position: int, error: DatabaseError, *, retryable: bool = True) -> None:
+        super().__init__(str(error))
+        self.position = position
+        self.error = error
+        self.retryable = retryable
+
+
+class NotIsolated(Exception):
+    """A multi-row statement failed and the failing message cannot be told: deliver one by one."""
+
+
+class LedgerConflict(Exception):
+    """Streaming the ledger rows failed: a message was recorded before (redelivered after a
+    crash between the destination and source commits, or sent twice), or the ledger does not
+    take COPY. Roll back and write again with `expect_duplicates`."""
 
 
 class QueueWriter:
@@ -358,7 +382,7 @@ def _stream_to_ledger(
     """Record distinct (ledger key, destination) pairs, none recorded before, with COPY;
     returns True, or False when the ledger does not take COPY (nothing was written).
     Raises LedgerConflict when one was recorded before (or COPY is refused)."""
-    now = datetime.now(UTC).replace(tzinfo=None)
+    now = utcnow()
     try:
         with owned_table(LEDGER_DESCRIPTION, dialect.grammar.render(ledger)):
             if not writer.copies(connection, dialect, "ledger_record_many", ledger=ledger):

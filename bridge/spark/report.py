@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from bridge.config.model import BridgeConfig
@@ -26,6 +26,7 @@ from bridge.headers import (
     parse_headers,
     parse_wire_date,
 )
+from bridge.messages import utcnow
 from bridge.secrets import open_private
 from bridge.spark import html
 from bridge.spark.partitions import TableRange, plan_queue, plan_retry, read_ranges
@@ -140,7 +141,7 @@ def _first_words(text: str | None) -> str:
 def build_report(spark: Any, config: BridgeConfig, shipped: ShippedConfig) -> dict[str, Any]:
     """The report as a dict (for JSON): counts per breakdown, most first, and `problems`."""
     ranges, problems = plan_reads(config, spark.sparkContext.defaultParallelism)
-    now_iso = datetime.now(UTC).replace(tzinfo=None).isoformat(timespec="seconds")
+    now_iso = utcnow().isoformat(timespec="seconds")
     totals, counted = _count(spark, shipped, ranges, now_iso) if ranges else ({}, {})
 
     def counts(kind: str, column: str) -> list[list[Any]]:

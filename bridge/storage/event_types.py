@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import logging
-from datetime import UTC, datetime
 from typing import Any
 
 from bridge.addressing import TableAddress
@@ -13,6 +12,7 @@ from bridge.connections import savepoint
 from bridge.dialects import Dialect
 from bridge.drivers import Connection
 from bridge.exceptions import BridgeTableMissing, DatabaseError
+from bridge.messages import utcnow
 from bridge.storage.tables import owned_table
 
 log = logging.getLogger(__name__)
@@ -39,7 +39,7 @@ def record_event_type(
                 (
                     forwarder,
                     key,
-                    dialect.encode_timestamp(datetime.now(UTC).replace(tzinfo=None)),
+                    dialect.encode_timestamp(utcnow()),
                     json.dumps(seen, ensure_ascii=False),
                 ),
             )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 from bridge.addressing import TableAddress
 from bridge.config.model import BridgeConfig
@@ -19,6 +19,7 @@ from bridge.dialects import dialect_for
 from bridge.dialects.base import LEDGER_TABLE
 from bridge.drivers import Connection
 from bridge.exceptions import DatabaseError, DatabaseUnavailable, PermissionDenied, TableNotFound
+from bridge.messages import utcnow
 from bridge.outages import OutageTracker
 from bridge.storage.grants import MissingRight, lacking_right
 from bridge.storage.tables import (
@@ -168,7 +169,7 @@ def cleanup_ledgers(config: BridgeConfig, outages: OutageTracker | None = None) 
     a database `outages` knows to be in trouble, or that cannot be reached: the outage is
     logged where it is tracked, not once a minute here.
     """
-    cutoff = datetime.now(UTC).replace(tzinfo=None) - timedelta(seconds=config.ledger.retention)
+    cutoff = utcnow() - timedelta(seconds=config.ledger.retention)
     connections = Connections(config.databases)
     deleted = 0
     try:

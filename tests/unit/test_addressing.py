@@ -8,12 +8,12 @@ import pytest
 
 from bridge.addressing import AddressGrammar, TableAddress
 from bridge.dialects.postgresql import GRAMMAR as POSTGRESQL
-from bridge.dialects.registry import grammar_for, grammars
+from bridge.dialects.registry import dialects, grammar_for
 from bridge.dialects.sqlite import GRAMMAR as SQLITE
 from bridge.dialects.sqlserver import GRAMMAR as SQLSERVER
 from bridge.exceptions import AddressError
 
-GRAMMARS = grammars()
+GRAMMARS = {name: dialect.grammar for name, dialect in dialects().items()}
 
 QA = TableAddress
 

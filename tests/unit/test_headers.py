@@ -19,13 +19,11 @@ from bridge.headers import (
     MESSAGE_ID_HEADER,
     PROCESSING_HOST_HEADERS,
     TIME_OF_FAILURE_HEADER,
-    describe_exception,
     parse_headers,
     parse_wire_date,
     serialize_headers,
     wire_date,
     with_failure_headers,
-    without_routing_headers,
 )
 from bridge.processing_host import ProcessingHost
 
@@ -233,49 +231,6 @@ def test_every_parseable_header_text_serializes_to_utf8_encodable_text(escape: s
     # Escaped, not replaced: a reader gets back the very strings the endpoint wrote.
     assert text == original
     assert parse_headers(text) == parse_headers(original)
-
-
-# --------------------------------------------------------------------------------------------
-# without_routing_headers
-# --------------------------------------------------------------------------------------------
-
-
-def test_without_routing_headers_removes_destination_and_event_type_only() -> None:
-    headers = {
-        "NServiceBus.MessageId": "1",
-        DESTINATION_HEADER: '"public"."Receiver"',
-        "NServiceBus.CorrelationId": None,
-        EVENT_TYPE_HEADER: "Samples.Event",
-        "$.sfbridge.attempts": "2",
-        "Ünï": "日本",
-    }
-    assert without_routing_headers(headers) == {
-        "NServiceBus.MessageId": "1",
-        "NServiceBus.CorrelationId": None,
-        "$.sfbridge.attempts": "2",
-        "Ünï": "日本",
-    }
-
-
-def test_without_routing_headers_keeps_the_order_and_does_not_touch_the_input() -> None:
-    headers = {"c": "3", DESTINATION_HEADER: "q", "a": "1", "b": None}
-    result = without_routing_headers(headers)
-    assert list(result) == ["c", "a", "b"]
-    assert DESTINATION_HEADER in headers
-    assert result is not headers
-
-
-def test_routing_header_names_are_matched_exactly() -> None:
-    headers = {
-        "$.Store-And-Forward.Destination": "x",
-        "$.store-and-forward.destination ": "y",
-        "$.store-and-forward.destinations": "z",
-    }
-    assert without_routing_headers(headers) == headers
-
-
-def test_without_routing_headers_of_nothing_is_nothing() -> None:
-    assert without_routing_headers({}) == {}
 
 
 # --------------------------------------------------------------------------------------------
@@ -569,16 +524,3 @@ def test_failure_headers_are_serializable_and_parse_back_unchanged() -> None:
     )
     assert parse_headers(serialize_headers(result)) == result
     assert all(value is None or isinstance(value, str) for value in result.values())
-
-
-# --------------------------------------------------------------------------------------------
-# describe_exception
-# --------------------------------------------------------------------------------------------
-
-
-def test_describe_exception_names_the_type_and_message() -> None:
-    assert describe_exception(ValueError("bad value")) == "ValueError: bad value"
-
-
-def test_describe_exception_of_a_message_less_exception_is_its_type() -> None:
-    assert describe_exception(KeyError()) == "KeyError"

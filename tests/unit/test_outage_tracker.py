@@ -46,7 +46,7 @@ def test_the_outage_keeps_its_start_while_it_lasts_and_a_new_kind_starts_anew(
 ) -> None:
     # The wall clock `since` is read from moves on by a minute at every reading.
     readings = (datetime(2026, 11, 25, 12, minute) for minute in range(60))
-    monkeypatch.setattr(outages, "_utcnow", lambda: next(readings))
+    monkeypatch.setattr(outages, "utcnow", lambda: next(readings))
     tracker = OutageTracker(probe_interval=60)
     tracker.record_trouble("receiver", "unreachable", "cannot connect")
     first = tracker.states()[0]

@@ -13,7 +13,6 @@ from bridge.retry_policy import (
     delay_before_attempt,
     gives_up_after,
     next_attempt_at,
-    total_patience,
 )
 
 HUGE_ATTEMPTS = [63, 64, 1_000, 1_000_000, 2**31 - 1, 2**63 - 1, sys.maxsize]
@@ -29,11 +28,6 @@ def test_the_default_policy_retries_every_10_seconds_up_to_100_attempts() -> Non
     assert policy.delay == 10.0
     assert policy.max_attempts == 100
     assert policy.max_delay == 3600.0
-
-
-def test_the_default_policy_survives_an_outage_of_990_seconds() -> None:
-    # 100 attempts: the first failure, then 99 retries 10 s apart.
-    assert total_patience(RetryConfig()) == 990.0
 
 
 # --------------------------------------------------------------------------------------------
@@ -54,7 +48,6 @@ def test_constant_backoff_is_capped_at_max_delay() -> None:
 def test_a_zero_delay_retries_at_once() -> None:
     policy = RetryConfig(delay=0)
     assert delay_before_attempt(1, policy) == 0
-    assert total_patience(policy) == 0
 
 
 def test_fractional_delays_are_kept() -> None:
@@ -205,35 +198,6 @@ def test_next_attempt_keeps_the_time_zone_of_now() -> None:
 def test_next_attempt_honours_fractional_seconds() -> None:
     now = datetime(2024, 1, 1)
     assert next_attempt_at(now, 1, RetryConfig(delay=1.5)) == now + timedelta(seconds=1.5)
-
-
-# --------------------------------------------------------------------------------------------
-# total_patience
-# --------------------------------------------------------------------------------------------
-
-
-def test_total_patience_is_the_sum_of_the_waits_between_all_attempts() -> None:
-    policy = RetryConfig(delay=10, backoff="linear", max_attempts=4, max_delay=3600)
-    # 3 waits between 4 attempts: 10 + 20 + 30.
-    assert total_patience(policy) == 60
-
-
-def test_total_patience_of_exponential_backoff_respects_the_cap() -> None:
-    policy = RetryConfig(delay=10, backoff="exponential", max_attempts=6, max_delay=100)
-    assert total_patience(policy) == 10 + 20 + 40 + 80 + 100
-
-
-def test_a_single_attempt_policy_has_no_patience() -> None:
-    assert total_patience(RetryConfig(max_attempts=1)) == 0
-
-
-def test_total_patience_matches_the_delays_the_policy_schedules() -> None:
-    policy = RetryConfig(delay=3, backoff="exponential", max_attempts=20, max_delay=500)
-    waits = [
-        delay_before_attempt(n, policy) for n in range(1, 100) if not gives_up_after(n, policy)
-    ]
-    assert len(waits) == policy.max_attempts - 1
-    assert total_patience(policy) == sum(waits)
 
 
 def test_a_message_waiting_out_an_outage_waits_until_max_wait_from_its_first_failure() -> None:

@@ -19,6 +19,7 @@ from bridge.connections import Connections
 from bridge.drivers import Connection
 from bridge.exceptions import DatabaseError, ExitCode
 from bridge.forwarding.writes import QueueWriter
+from bridge.messages import utcnow
 from bridge.secrets import for_terminal
 from bridge.storage.retries import Operator, WaitingMessage, fail_messages, read_waiting
 
@@ -123,7 +124,7 @@ def _fail_passes(
     for attempt in range(FAIL_PASSES):
         count = fail_messages(
             connection, dialect, found.place, pending, operator=operator,
-            now=datetime.now(UTC).replace(tzinfo=None), write_rows=write_rows, on_chunk=report,
+            now=utcnow(), write_rows=write_rows, on_chunk=report,
             in_chunk=audit.add,
         )  # fmt: skip
         moved += count

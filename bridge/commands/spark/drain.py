@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from bridge.commands.selection import forwarder_named
@@ -18,6 +18,7 @@ from bridge.commands.spark import (
 )
 from bridge.config.model import BridgeConfig, ForwarderConfig
 from bridge.exceptions import ExitCode
+from bridge.messages import utcnow
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -60,7 +61,7 @@ def _drain(spark: Any, config: BridgeConfig, shipped: Any, args: argparse.Namesp
     began = time.monotonic()
     # What this drain (and any daemon meanwhile) delivered is held against the queues; what
     # receiving endpoints consumed before it is not its business.
-    drain_started = datetime.now(UTC).replace(tzinfo=None) - timedelta(seconds=5)
+    drain_started = utcnow() - timedelta(seconds=5)
     tasks = run_drain(spark, config, shipped, plans, sys.stdout)
     took = time.monotonic() - began
     claimed = sum(task["claimed"] for task in tasks)

@@ -23,10 +23,10 @@ from bridge.dialects.base import (
     TWO_PHASE_STATEMENT_NAMES,
 )
 from bridge.dialects.postgresql import GRAMMAR as PG_GRAMMAR
-from bridge.dialects.registry import grammars
+from bridge.dialects.registry import dialects
 from bridge.dialects.sqlite import GRAMMAR as SQLITE_GRAMMAR
 
-GRAMMARS = grammars()
+GRAMMARS = {name: dialect.grammar for name, dialect in dialects().items()}
 
 DIALECT_NAMES = ["postgresql", "sqlite"]
 TABLE_PLACEHOLDERS = {

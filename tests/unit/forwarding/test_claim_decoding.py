@@ -89,7 +89,7 @@ def test_unreadable_headers_keep_what_can_be_read_and_go_to_the_error_queue_with
     row = good_row(headers=Unreadable(raw, "not valid UTF-8"))
     message = row_decoder(dialect_for("sqlite"), COLUMNS)(row)
     assert message.headers_text == '{"NServiceBus.MessageId":"m-1","Bad.caf\ufffd":"x"}'
-    decision = classify(message, router=None)  # type: ignore[arg-type]
+    decision = classify(message, router=None, outgoing=None)  # type: ignore[arg-type]
     assert isinstance(decision, Reject)
     assert decision.reason_code == "unreadable-row"
     assert "Headers cannot be read" in decision.reason
@@ -98,7 +98,7 @@ def test_unreadable_headers_keep_what_can_be_read_and_go_to_the_error_queue_with
 def test_unreadable_headers_that_do_not_parse_are_poison_moved_as_they_are() -> None:
     row = good_row(headers=Unreadable(b"\xff\xfe garbage", "not valid UTF-8"))
     message = row_decoder(dialect_for("sqlite"), COLUMNS)(row)
-    decision = classify(message, router=None)  # type: ignore[arg-type]
+    decision = classify(message, router=None, outgoing=None)  # type: ignore[arg-type]
     assert isinstance(decision, Poison)
     assert "Headers cannot be read" in decision.reason
 

@@ -13,6 +13,7 @@ import pytest
 from bridge.addressing import TableAddress
 from bridge.config.model import DatabaseConfig, RouteConfig
 from bridge.forwarding.classify import classify
+from bridge.forwarding.outgoing import Outgoing
 from bridge.headers import DESTINATION_HEADER, EVENT_TYPE_HEADER, parse_headers
 from bridge.messages import (
     ClaimedMessage,
@@ -54,7 +55,7 @@ def _message(
 
 
 def _classify(headers: dict[str, Any] | str | None, **fields: Any) -> Any:
-    return classify(_message(headers, **fields), _router())
+    return classify(_message(headers, **fields), _router(), Outgoing(SENDER.name))
 
 
 # --------------------------------------------------------------------------------------------
@@ -297,7 +298,7 @@ def test_a_destination_with_an_unpaired_surrogate_is_unroutable_with_a_reason_no
 ) -> None:
     text = '{"' + DESTINATION_HEADER + '": "' + table + '"}'  # JSON escape, as .NET writes it
     router = Router(source, ROUTES, {**DATABASES, source.name: source})
-    decision = classify(_message(text), router)
+    decision = classify(_message(text), router, Outgoing(source.name))
     assert isinstance(decision, Reject)
     assert decision.reason_code == "unroutable"
     assert f"table name '{table}' contains an unpaired surrogate" in decision.reason

@@ -1,12 +1,13 @@
-"""Specification of bridge.forwarding.deliver's pure parts: grouping units per database, and
-isolating a failing message from the rest of its batch. The writes themselves are tested on real
-databases (tests/integration/forwarding/test_batches.py)."""
+"""Specification of bridge.forwarding.deliver's pure parts: grouping units per database, the
+report a batch's deliveries hand back, and isolating a failing message from the rest of its
+batch. The writes themselves are tested on real databases
+(tests/integration/forwarding/test_batches.py)."""
 
 from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
@@ -14,13 +15,13 @@ from support import wait_until
 
 from bridge.addressing import TableAddress
 from bridge.config.model import TransactionMode
-from bridge.exceptions import DatabaseError, ItemWriteError, NotIsolated, TableNotFound
-from bridge.forwarding.deliver import deliver_units, isolate_failures
+from bridge.forwarding.deliver import Delivery, Group, Isolation, deliver_units, delivery_groups
 from bridge.forwarding.side_by_side import SideBySide
 from bridge.messages import (
     ClaimedMessage,
     Delivered,
     DeliveryResult,
+    Duplicate,
     Expired,
     Failed,
     Forward,
@@ -54,6 +55,13 @@ class FakeDelivery:
         return [Delivered()] * len(items)
 
 
+def by_group(
+    units: Sequence[Unit], delivery_of: Callable[[str, str], Any]
+) -> dict[Group, Delivery]:
+    """A delivery for each group of the units, in the order the groups were first seen."""
+    return {group: delivery_of(*group) for group in delivery_groups(units)}
+
+
 def test_units_are_delivered_grouped_per_database_and_the_rest_get_no_result() -> None:
     units = [
         Unit(claimed(1), deliver("a", "receiver"), ""),
@@ -62,8 +70,8 @@ def test_units_are_delivered_grouped_per_database_and_the_rest_get_no_result() -
         Unit(claimed(4), deliver("c", "receiver"), ""),
     ]
     deliveries = {"receiver": FakeDelivery(), "billing": FakeDelivery()}
-    results = deliver_units(units, lambda database, mode: deliveries[database], NO_SOURCE)
-    assert results == [Delivered(), None, Delivered(), Delivered()]
+    report = deliver_units(units, by_group(units, lambda db, mode: deliveries[db]), NO_SOURCE)
+    assert report.results == [Delivered(), None, Delivered(), Delivered()]
     assert deliveries["receiver"].calls == [["a", "c"]]
     assert deliveries["billing"].calls == [["b"]]
 
@@ -80,7 +88,8 @@ def test_units_for_one_database_are_grouped_per_transaction_mode_too() -> None:
     def delivery_for(database: str, mode: str) -> FakeDelivery:
         return deliveries.setdefault((database, mode), FakeDelivery())
 
-    assert deliver_units(units, delivery_for, NO_SOURCE) == [Delivered()] * 4
+    report = deliver_units(units, by_group(units, delivery_for), NO_SOURCE)
+    assert report.results == [Delivered()] * 4
     assert {key: d.calls for key, d in deliveries.items()} == {
         ("receiver", "two-phase"): [["a", "c"]],
         ("receiver", "ledger"): [["b"]],
@@ -92,67 +101,82 @@ def items(*tables: str) -> list[Item]:
     return [Item(claimed(n), deliver(table)) for n, table in enumerate(tables)]
 
 
-def test_a_clean_attempt_is_taken_as_it_is() -> None:
-    batch = items("a", "b")
-    results = isolate_failures(
-        batch, lambda pending, one_by_one: dict.fromkeys(range(len(pending)), Delivered()), _never
-    )
-    assert results == [Delivered(), Delivered()]
+def test_the_report_counts_per_database_what_was_delivered_not_duplicates_or_failures() -> None:
+    class Mixed(FakeDelivery):
+        def deliver(self, items: Sequence[Item], transactions: object) -> list[DeliveryResult]:
+            outcomes: list[DeliveryResult] = [Delivered(), Duplicate(), Failed("down")]
+            return [outcomes[n % 3] for n in range(len(items))]
+
+    units = [
+        Unit(claimed(1), deliver("a", "receiver", "ledger"), ""),
+        Unit(claimed(2), deliver("b", "receiver", "ledger"), ""),
+        Unit(claimed(3), deliver("c", "receiver", "two-phase"), ""),
+        Unit(claimed(4), deliver("d", "billing"), ""),
+        Unit(claimed(5), deliver("e", "billing"), ""),
+        Unit(claimed(6), deliver("f", "billing"), ""),
+        Unit(claimed(7), Expired(), ""),
+    ]
+    report = deliver_units(units, by_group(units, lambda db, mode: Mixed()), NO_SOURCE)
+    # receiver: its ledger group delivered one of two, its two-phase group its only one.
+    assert report.delivered == {"receiver": 2, "billing": 1}
+    assert report.results[6] is None
 
 
-def _never(pending: Sequence[Item], failure: ItemWriteError) -> tuple[list[int], Failed]:
-    raise AssertionError("no item failed")
+def names(items: Sequence[Item] | None) -> list[str]:
+    assert items is not None
+    return [decision.destination.canonical for _, decision in items]
+
+
+def test_a_clean_attempt_settles_every_item() -> None:
+    isolation = Isolation(items("a", "b"))
+    assert names(isolation.pending()) == ["a", "b"]
+    assert not isolation.one_by_one
+    isolation.succeeded({0: Delivered(), 1: Duplicate()})
+    assert isolation.pending() is None
+    assert isolation.results() == [Delivered(), Duplicate()]
+
+
+def test_nothing_to_write_needs_no_attempt() -> None:
+    isolation = Isolation([])
+    assert isolation.pending() is None
+    assert isolation.results() == []
 
 
 def test_a_failure_that_cannot_be_pinned_on_a_message_switches_to_one_row_at_a_time() -> None:
-    batch = items("a", "bad", "c")
-    modes: list[bool] = []
+    isolation = Isolation(items("a", "bad", "c"))
+    isolation.not_isolated()
+    assert isolation.one_by_one
+    assert names(isolation.pending()) == ["a", "bad", "c"]  # all of them again, one by one
+    isolation.failed([1], Failed("value too long"))
+    assert names(isolation.pending()) == ["a", "c"]
+    isolation.succeeded({0: Delivered(), 1: Delivered()})  # offsets among those tried
+    assert isolation.pending() is None
+    assert isolation.results() == [Delivered(), Failed("value too long"), Delivered()]
 
-    def attempt(pending: Sequence[Item], one_by_one: bool) -> dict[int, DeliveryResult]:
-        modes.append(one_by_one)
-        if not one_by_one:
-            raise NotIsolated()
-        for offset, (_, decision) in enumerate(pending):
-            if decision.destination.canonical == "bad":
-                raise ItemWriteError(offset, DatabaseError("receiver", "value too long"))
-        return dict.fromkeys(range(len(pending)), Delivered())
 
-    def failure(pending: Sequence[Item], error: ItemWriteError) -> tuple[list[int], Failed]:
-        return [error.position], Failed(str(error.error))
-
-    results = isolate_failures(batch, attempt, failure)
-    assert results == [Delivered(), Failed("database 'receiver': value too long"), Delivered()]
-    assert modes == [False, True, True]
+def test_single_row_writes_that_cannot_name_the_failing_message_are_a_bug() -> None:
+    isolation = Isolation(items("a"))
+    isolation.not_isolated()
+    with pytest.raises(AssertionError, match="single-row writes always name the failing item"):
+        isolation.not_isolated()
 
 
 def test_an_item_failure_may_settle_several_items_at_once() -> None:
-    batch = items("gone", "a", "gone")
-
-    def attempt(pending: Sequence[Item], one_by_one: bool) -> dict[int, DeliveryResult]:
-        for offset, (_, decision) in enumerate(pending):
-            if decision.destination.canonical == "gone":
-                raise ItemWriteError(offset, TableNotFound("receiver", "no table"))
-        return dict.fromkeys(range(len(pending)), Delivered())
-
-    def missing(pending: Sequence[Item], error: ItemWriteError) -> tuple[list[int], Failed]:
-        same = [
-            offset
-            for offset, (_, decision) in enumerate(pending)
-            if decision.destination.canonical == "gone"
-        ]
-        return same, Failed("missing", missing_queue=True)
-
-    results = isolate_failures(batch, attempt, missing)
-    assert results[1] == Delivered()
-    assert results[0] == results[2] == Failed("missing", missing_queue=True)
+    isolation = Isolation(items("gone", "a", "b", "gone"))
+    missing = Failed("missing", missing_queue=True)
+    isolation.failed([0, 3], missing)
+    assert names(isolation.pending()) == ["a", "b"]
+    isolation.failed([1], Failed("value too long"))
+    assert names(isolation.pending()) == ["a"]
+    isolation.succeeded({0: Delivered()})
+    assert isolation.results() == [missing, Delivered(), Failed("value too long"), missing]
 
 
-def test_other_errors_propagate() -> None:
-    def attempt(pending: Sequence[Item], one_by_one: bool) -> dict[int, DeliveryResult]:
-        raise DatabaseError("receiver", "down")
-
-    with pytest.raises(DatabaseError):
-        isolate_failures(items("a"), attempt, _never)
+def test_when_every_item_failed_no_attempt_is_left() -> None:
+    isolation = Isolation(items("gone", "gone"))
+    isolation.failed([0, 1], Failed("missing", missing_queue=True))
+    assert isolation.pending() is None
+    assert isolation.results() == [Failed("missing", missing_queue=True)] * 2
 
 
 class MeetingDelivery(FakeDelivery):
@@ -179,12 +203,15 @@ def test_independent_deliveries_to_different_databases_run_at_the_same_time() ->
     units = [Unit(claimed(n), deliver(f"q{n}", databases[n % 4]), "") for n in range(8)]
     side_by_side = SideBySide(3, "test")
     try:
-        results = deliver_units(
-            units, lambda database, mode: deliveries[database], NO_SOURCE, side_by_side=side_by_side
+        report = deliver_units(
+            units,
+            by_group(units, lambda database, mode: deliveries[database]),
+            NO_SOURCE,
+            side_by_side=side_by_side,
         )
     finally:
         side_by_side.close()
-    assert results == [Delivered()] * 8
+    assert report.results == [Delivered()] * 8
     assert [d.calls for d in deliveries.values()] == [
         [["q0", "q4"]],
         [["q1", "q5"]],
@@ -213,12 +240,15 @@ def test_deliveries_that_record_in_the_source_run_one_after_the_other_on_the_cal
     ]
     side_by_side = SideBySide(2, "test")
     try:
-        results = deliver_units(
-            units, lambda database, mode: Recording(), NO_SOURCE, side_by_side=side_by_side
+        report = deliver_units(
+            units,
+            by_group(units, lambda database, mode: Recording()),
+            NO_SOURCE,
+            side_by_side=side_by_side,
         )
     finally:
         side_by_side.close()
-    assert results == [Delivered()] * 3
+    assert report.results == [Delivered()] * 3
     assert order == ["receiver", "billing", "receiver"]
 
 
@@ -251,7 +281,7 @@ def test_a_delivery_that_raises_beside_others_raises_after_they_have_all_returne
         with pytest.raises(RuntimeError, match="a bug"):
             deliver_units(
                 units,
-                lambda database, mode: deliveries[database],
+                by_group(units, lambda database, mode: deliveries[database]),
                 NO_SOURCE,
                 side_by_side=side_by_side,
             )

@@ -6,6 +6,7 @@ import uuid
 
 from bridge.config.model import DatabaseConfig, RouteConfig
 from bridge.forwarding.fan_out import Fanout, copy_row_id, fan_out
+from bridge.forwarding.outgoing import Outgoing
 from bridge.forwarding.subscriptions import Subscriber
 from bridge.headers import EVENT_TYPE_HEADER
 from bridge.messages import Forward, Publish, Reject
@@ -29,7 +30,11 @@ def test_a_subscriber_address_with_an_unpaired_surrogate_is_rejected_the_others_
     bad = Subscriber("Billing\udc00@[dbo]", table, "mssql")
     good = Subscriber("Receiver", "subscriptions in the config", "sender")
     fanout = fan_out(
-        PUBLISH, [bad, good], Router(SENDER, ROUTES, DATABASES), fallback_message_id="r"
+        PUBLISH,
+        [bad, good],
+        Router(SENDER, ROUTES, DATABASES),
+        Outgoing(SENDER.name),
+        fallback_message_id="r",
     )
     assert isinstance(fanout, Fanout)
     rejected, delivered = (copy.decision for copy in fanout.copies)
@@ -48,7 +53,11 @@ def test_a_copy_of_an_event_without_a_message_id_is_known_by_the_event_row_id() 
     good = Subscriber("Receiver", "subscriptions in the config", "sender")
     bad = Subscriber("Nowhere\udc00", "subscriptions in the config", "sender")
     fanout = fan_out(
-        publish, [good, bad], Router(SENDER, ROUTES, DATABASES), fallback_message_id="row-1"
+        publish,
+        [good, bad],
+        Router(SENDER, ROUTES, DATABASES),
+        Outgoing(SENDER.name),
+        fallback_message_id="row-1",
     )
     assert isinstance(fanout, Fanout)
     for copy in fanout.copies:

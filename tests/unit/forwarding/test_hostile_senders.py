@@ -30,6 +30,7 @@ from bridge.dialects.registry import grammar_for
 from bridge.exceptions import AddressError
 from bridge.forwarding.classify import classify
 from bridge.forwarding.fan_out import Fanout, fan_out
+from bridge.forwarding.outgoing import Outgoing
 from bridge.forwarding.proxies import forwarder_router
 from bridge.forwarding.subscriptions import Subscriber
 from bridge.headers import (
@@ -134,12 +135,17 @@ def claimed(headers: dict[str, str | None] | str) -> ClaimedMessage:
 def decide_as_sent(forwarder: str, headers: dict[str, str | None] | str) -> object:
     """What the data path decides for a row claimed from `forwarder`'s queue (a sender's row,
     as `BatchForwarder.units_of` classifies it)."""
-    return classify(claimed(headers), router_of(forwarder), trusted=False)
+    return classify(claimed(headers), router_of(forwarder), outgoing_of(forwarder), trusted=False)
 
 
 @functools.cache
 def router_of(forwarder: str) -> Router:
     return forwarder_router(CONFIG, CONFIG.forwarder(forwarder))
+
+
+@functools.cache
+def outgoing_of(forwarder: str) -> Outgoing:
+    return Outgoing.from_config(CONFIG, CONFIG.forwarder(forwarder).database)
 
 
 def assert_contained(decision: object, source: str) -> None:
@@ -197,7 +203,7 @@ def test_every_spelling_of_a_bridge_header_is_dropped(spelling: str) -> None:
         f'"$.sfbridge.anything":"x"}}'
     )
     message = claimed(text)
-    decision = classify(message, router_of("sender"), trusted=False)
+    decision = classify(message, router_of("sender"), outgoing_of("sender"), trusted=False)
     assert isinstance(decision, Reject), decision
     kept = {"NServiceBus.MessageId": "m1", DESTINATION_HEADER: "Nowhere"}
     assert decision.headers == kept
@@ -216,14 +222,16 @@ def test_duplicate_keys_leave_no_bridge_header_behind() -> None:
 def test_a_row_without_bridge_headers_keeps_its_text_and_retry_storage_keeps_its_own() -> None:
     text = json.dumps({DESTINATION_HEADER: '"Samples.Receiver"', "NServiceBus.Note": "sfbridge"})
     message = claimed(text)
-    assert isinstance(classify(message, router_of("sender"), trusted=False), Forward)
+    assert isinstance(
+        classify(message, router_of("sender"), outgoing_of("sender"), trusted=False), Forward
+    )
     assert message.headers_text is text
     # A copy in retry storage, written by the bridge: its mark is read, and kept.
     own = json.dumps(
         {DESTINATION_HEADER: "Orders.Shipping@[dbo]@[OrdersDb]", ADDRESS_DATABASE_HEADER: "orders"}
     )
     retried = claimed(own)
-    decision = classify(retried, router_of("sender"), trusted=True)
+    decision = classify(retried, router_of("sender"), outgoing_of("sender"), trusted=True)
     assert isinstance(decision, Forward), decision
     assert decision.destination.database == "orders"
     assert retried.headers_text is own
@@ -367,7 +375,7 @@ def test_subscribers_reach_only_what_the_routes_allow() -> None:
         Subscriber("sfbridge_ledger@[dbo]@[OrdersDb]", "table", "orders"),
     ]
     publish = Publish({EVENT_TYPE_HEADER: "Shared.Evt, Shared"}, "Shared.Evt", ("Shared.Evt",))
-    fanned = fan_out(publish, subscribers, router, fallback_message_id="m")
+    fanned = fan_out(publish, subscribers, router, outgoing_of("sender"), fallback_message_id="m")
     assert isinstance(fanned, Fanout)
     outcomes = {copy.subscriber.address: copy.decision for copy in fanned.copies}
     forwarded = {a for a, d in outcomes.items() if isinstance(d, Forward)}
