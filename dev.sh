@@ -121,11 +121,12 @@ case "$command" in
         exec .venv/bin/sfbridge demo "$@"
         ;;
     test)
+        fast=0
         if [ "${1:-}" = "--fast" ]; then
             shift
-            # The virtualenv as it is (made once if missing); nothing installed or linted.
-            [ -x .venv/bin/python ] || setup_venv test,spark
-            exec .venv/bin/python -m pytest tests/unit -q "$@"
+            fast=1
+            # The virtualenv as it is: nothing installed or linted (set up below if missing).
+            if [ -x .venv/bin/python ]; then exec .venv/bin/python -m pytest tests/unit -q "$@"; fi
         fi
         # unixODBC + psqlODBC for pyodbc; the PostgreSQL server and client for the tests;
         # FreeTDS, which the SQL Server tests load (no SQL Server needed for those); Java for
@@ -133,6 +134,7 @@ case "$command" in
         need_debian_packages unixodbc odbc-postgresql tdsodbc postgresql postgresql-client systemd \
             openjdk-17-jre-headless procps
         setup_venv test,spark
+        if [ "$fast" = 1 ]; then exec .venv/bin/python -m pytest tests/unit -q "$@"; fi
         need_promtool
         export SPARK_LOCAL_IP=127.0.0.1
         if [ -z "${SFBRIDGE_TEST_PG:-}" ]; then
