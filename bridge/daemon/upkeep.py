@@ -79,6 +79,9 @@ class Upkeep:
     ) -> None:
         """Run `run` every `interval` s in `lane`: the first time at start (`at_once`) or one
         interval after it. `name` says which job a log line is about."""
+        # Left out for a first run one interval after the start: APScheduler takes
+        # `next_run_time=None` for a job added paused.
+        first_run = {"next_run_time": datetime.now(UTC)} if at_once else {}
         self._scheduler.add_job(
             self._tracked(run, name),
             "interval",
@@ -88,7 +91,7 @@ class Upkeep:
             max_instances=1,
             coalesce=True,
             misfire_grace_time=max(1, round(interval)),
-            next_run_time=datetime.now(UTC) if at_once else None,
+            **first_run,
         )
 
     def start(self) -> None:
