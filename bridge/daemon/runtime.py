@@ -7,10 +7,11 @@ which queues and retry stores have work, and the database's pool workers
 `concurrency`. Pools are sized so that the daemon never holds more than a database's
 `max_connections` (`bridge.daemon.budget`). With `daemon.processes` above one, further worker
 processes run parts of every pool, each on an interpreter of its own
-(`bridge.daemon.processes`); the rest stays here. Scheduled jobs, one at a time
+(`bridge.daemon.processes`); the rest stays here. Scheduled jobs on APScheduler, one at a time
 (`bridge.daemon.upkeep`), probe destination databases in trouble (one probe per database per
 interval, so no worker waits on a dead database), publish states for `status`, and clean up
-ledgers; each forwarding database has a heartbeat thread of its own (`bridge.daemon.heartbeat`).
+ledgers; each forwarding database's heartbeat job has a thread of its own there
+(`bridge.daemon.heartbeat`).
 SIGTERM / SIGINT let every worker finish the batch it holds (each batch is one source
 transaction, so stopping between batches loses nothing), record the daemon stopped and exit 0.
 SIGHUP reloads the configuration, keeping the old one if the new one is invalid.
@@ -46,7 +47,7 @@ from bridge.daemon.probes import PROBE_TICK, probe_databases
 from bridge.daemon.processes import WorkerProcesses
 from bridge.daemon.state_publisher import StatePublisher
 from bridge.daemon.systemd import notify, watchdog_interval
-from bridge.daemon.upkeep import Upkeep
+from bridge.daemon.upkeep import HEARTBEAT_LANE, Upkeep
 from bridge.exceptions import ExitCode, MetricsStartError
 from bridge.forwarding.in_doubt import SETTLE_INTERVAL_MAX, needs_resolving, resolve_in_doubt
 from bridge.forwarding.notices import Notices
@@ -78,7 +79,6 @@ class Daemon:
         self._processes: WorkerProcesses | None = None
         self._worker_stop = threading.Event()
         self._upkeep: Upkeep | None = None
-        self._heartbeats: list[Upkeep] = []
         self._earlier_totals: Counter[str] = Counter()  # from workers replaced by a reload
         # Metrics live as long as the process: a reload keeps the server and the counters.
         self.metrics: BridgeMetrics | None = (
@@ -231,41 +231,52 @@ class Daemon:
         )
         if self._processes is not None:
             self._processes.mark_here = self._pools.mark
-        upkeep = Upkeep(stop)
+        forwarding_databases = self.heartbeat.forwarding_databases()
+        upkeep = Upkeep(heartbeats=len(forwarding_databases))
         if self.config.ledger.cleanup:
             upkeep.add(
                 lambda: cleanup_ledgers(self.config, outages),
                 self.config.ledger.cleanup_interval,
+                name="ledger cleanup",
                 at_once=True,
             )
         if needs_resolving(self.config):
             upkeep.add(
                 self._settle_in_doubt,
                 min(self.config.retries.delay, SETTLE_INTERVAL_MAX),
+                name="settling in-doubt transactions",
                 at_once=True,
             )
         upkeep.add(
-            lambda: probe_databases(self.config, outages), min(PROBE_TICK, outages.probe_interval)
+            lambda: probe_databases(self.config, outages),
+            min(PROBE_TICK, outages.probe_interval),
+            name="probes",
         )
-        upkeep.add(publisher.publish, 2.0)
-        upkeep.add(self._log_progress, 60.0)
+        upkeep.add(publisher.publish, 2.0, name="state publishing")
+        upkeep.add(self._log_progress, 60.0, name="progress log")
         if self.metrics is not None:
             self._sampling = sampling = Connections(self.config.databases, outages)
             metrics = self.metrics
-            upkeep.add(lambda: metrics.sample(sampling), SAMPLE_INTERVAL, at_once=True)
+            upkeep.add(
+                lambda: metrics.sample(sampling),
+                SAMPLE_INTERVAL,
+                name="depth readings",
+                at_once=True,
+            )
+        # Heartbeats apart from the other jobs, a thread per forwarding database: a database
+        # that does not answer delays only its own row, never another's, where this daemon
+        # would otherwise look missing while it runs (`bridge.daemon.budget` counts the
+        # connection).
+        for database in forwarding_databases:
+            upkeep.add(
+                partial(self.heartbeat.beat, database),
+                self.config.daemon.heartbeat,
+                name=f"heartbeat {database}",
+                at_once=True,
+                lane=HEARTBEAT_LANE,
+            )
         self._upkeep = upkeep
         upkeep.start()
-        # Heartbeats apart from upkeep, one thread per forwarding database: a database that
-        # does not answer delays only its own row, never another's, where this daemon would
-        # otherwise look missing while it runs (`bridge.daemon.budget` counts the connection).
-        self._heartbeats = []
-        for database in self.heartbeat.forwarding_databases():
-            beats = Upkeep(stop, name=f"heartbeat {database}")
-            beats.add(
-                partial(self.heartbeat.beat, database), self.config.daemon.heartbeat, at_once=True
-            )
-            beats.start()
-            self._heartbeats.append(beats)
         if self._processes is not None:
             self._processes.wait_until_ready(give_up=self._stop)
             for process in self._processes.processes:
@@ -298,19 +309,20 @@ class Daemon:
         that goes away with the process, so the server rolls it back, and a destination commit
         it made is in the dedup ledger."""
         self._worker_stop.set()
+        upkeep, self._upkeep = self._upkeep, None
+        if upkeep is not None:
+            upkeep.stop()
         processes, self._processes = self._processes, None
         if processes is not None:
             processes.ask_to_stop()
         self._pools.close()
         deadline = time.monotonic() + STOP_GRACE_SECONDS
         threads: list[threading.Thread] = self._pools.threads()
-        if self._upkeep is not None:
-            threads.append(self._upkeep)
-        threads += self._heartbeats
         for thread in threads:
             thread.join(timeout=max(0.0, deadline - time.monotonic()))
-        self._upkeep, self._heartbeats = None, []
         self.abandoned = [thread.name for thread in threads if thread.is_alive()]
+        if upkeep is not None:
+            self.abandoned += upkeep.join(deadline)
         if processes is not None:
             self.abandoned += processes.wait(deadline + PROCESS_GRACE_MARGIN)
             self._earlier_totals.update(processes.totals())

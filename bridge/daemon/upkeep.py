@@ -1,9 +1,18 @@
-"""The daemon's scheduled jobs, run one at a time in one thread.
+"""The daemon's scheduled jobs, on one APScheduler `BackgroundScheduler` per process.
 
-One at a time so that upkeep holds at most one connection per database at any moment
-(`bridge.daemon.budget` counts it as one): each job opens what it needs and closes it
-before the next runs. A job that runs long delays the others; none is skipped, none runs
-twice to catch up.
+Jobs run in lanes (APScheduler executors, each a pool of threads):
+
+- `upkeep`: one thread, so its jobs run one at a time and upkeep holds at most one connection
+  per database at any moment (`bridge.daemon.budget` counts it as one): each job opens what it
+  needs and closes it before the next runs. A job that runs long delays the others.
+- `heartbeats`: a thread per forwarding database, so a database that does not answer delays
+  only its own heartbeat (`bridge.daemon.heartbeat`).
+
+Every job has `max_instances=1` and `coalesce=True`: a run never overlaps the one before, and
+runs missed meanwhile become one, never a burst to catch up. A run that cannot start within
+one interval of its time (its lane was busy) is dropped for the next, which is at most one
+interval away. A job that raises is logged by APScheduler through the root logger's handler,
+which masks secrets (`bridge.daemon.observability`), and keeps its schedule.
 """
 
 from __future__ import annotations
@@ -11,41 +20,110 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from datetime import UTC, datetime
 
-log = logging.getLogger(__name__)
+from apscheduler.executors.pool import ThreadPoolExecutor
+from apscheduler.schedulers.background import BackgroundScheduler
 
-
-@dataclass
-class _Job:
-    run: Callable[[], object]
-    interval: float
-    next_at: float
+UPKEEP_LANE = "upkeep"
+HEARTBEAT_LANE = "heartbeats"
 
 
-class Upkeep(threading.Thread):
-    """Runs each added job every `interval` seconds until `stop` is set."""
+class _ExpectedSkips(logging.Filter):
+    """APScheduler warns when a run is skipped because the job's previous run has not ended,
+    and when a run starts too late because its lane was busy. Here that is what
+    `max_instances=1` and the grace time are for (a long ledger cleanup holds up the probes),
+    so it is said at DEBUG."""
 
-    def __init__(self, stop: threading.Event, name: str = "upkeep") -> None:
-        super().__init__(name=name, daemon=True)
-        self._stop_event = stop
-        self._jobs: list[_Job] = []
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, str) and record.msg.startswith(
+            ("Execution of job", "Run time of job")
+        ):
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            return logging.getLogger().isEnabledFor(logging.DEBUG)
+        return True
 
-    def add(self, run: Callable[[], object], interval: float, *, at_once: bool = False) -> None:
-        """Run `run` every `interval` s: the first time now (`at_once`) or after `interval`."""
-        first = time.monotonic() + (0.0 if at_once else interval)
-        self._jobs.append(_Job(run, interval, first))
 
-    def run(self) -> None:
-        while not self._stop_event.is_set() and self._jobs:
-            job = min(self._jobs, key=lambda j: j.next_at)
-            wait = job.next_at - time.monotonic()
-            if wait > 0:
-                self._stop_event.wait(wait)
-                continue
+_EXPECTED_SKIPS = _ExpectedSkips()
+for _logger in (
+    "apscheduler.scheduler",
+    *(f"apscheduler.executors.{lane}" for lane in (UPKEEP_LANE, HEARTBEAT_LANE)),
+):
+    logging.getLogger(_logger).addFilter(_EXPECTED_SKIPS)
+
+
+class Upkeep:
+    """A process's scheduled jobs: `add` them, `start`, then `stop` and `join` once."""
+
+    def __init__(self, *, heartbeats: int = 0) -> None:
+        """`heartbeats`: how many heartbeat jobs the process runs (one thread each)."""
+        executors = {UPKEEP_LANE: ThreadPoolExecutor(1)}
+        if heartbeats:
+            executors[HEARTBEAT_LANE] = ThreadPoolExecutor(heartbeats)
+        # UTC: the scheduler then never asks tzlocal for the machine's zone, and a change of
+        # summer time moves nothing.
+        self._scheduler = BackgroundScheduler(executors=executors, timezone=UTC)
+        self._running: Counter[str] = Counter()  # job names, while a run is in progress
+        self._changed = threading.Condition()
+
+    def add(
+        self,
+        run: Callable[[], object],
+        interval: float,
+        *,
+        name: str,
+        at_once: bool = False,
+        lane: str = UPKEEP_LANE,
+    ) -> None:
+        """Run `run` every `interval` s in `lane`: the first time at start (`at_once`) or one
+        interval after it. `name` says which job a log line is about."""
+        # Left out for a first run one interval after the start: APScheduler takes
+        # `next_run_time=None` for a job added paused.
+        first_run = {"next_run_time": datetime.now(UTC)} if at_once else {}
+        self._scheduler.add_job(
+            self._tracked(run, name),
+            "interval",
+            seconds=interval,
+            name=name,
+            executor=lane,
+            max_instances=1,
+            coalesce=True,
+            misfire_grace_time=max(1, round(interval)),
+            **first_run,
+        )
+
+    def start(self) -> None:
+        self._scheduler.start()
+
+    def stop(self) -> None:
+        """Start no more runs; those in progress go on (see `join`). Returns at once."""
+        if self._scheduler.running:
+            # Not wait=True: it would join the lanes' threads without a limit.
+            self._scheduler.shutdown(wait=False)
+
+    def join(self, deadline: float) -> list[str]:
+        """Wait until the runs in progress end, or until `deadline` (a `time.monotonic()`
+        value). Returns the names of the jobs still running then: they are left behind, as a
+        job inside a call to a database that does not answer must not hold up SIGTERM."""
+        with self._changed:
+            self._changed.wait_for(
+                lambda: not self._running, timeout=max(0.0, deadline - time.monotonic())
+            )
+            return sorted(self._running)
+
+    def _tracked(self, run: Callable[[], object], name: str) -> Callable[[], object]:
+        def tracked() -> object:
+            with self._changed:
+                self._running[name] += 1
             try:
-                job.run()
-            except Exception:
-                log.exception("scheduled job %s failed", getattr(job.run, "__name__", job.run))
-            job.next_at = max(job.next_at + job.interval, time.monotonic())
+                return run()
+            finally:
+                with self._changed:
+                    self._running[name] -= 1
+                    if not self._running[name]:
+                        del self._running[name]
+                    self._changed.notify_all()
+
+        return tracked

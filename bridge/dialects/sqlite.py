@@ -21,6 +21,7 @@ from typing import Any
 
 from bridge.addressing import TableAddress, check_table
 from bridge.dialects.base import ConfiguredDatabase, Dialect
+from bridge.dialects.base.statements import BASE_STATEMENTS
 from bridge.dialects.sqlserver import GRAMMAR as SQLSERVER_GRAMMAR
 from bridge.drivers.base import Connection
 from bridge.drivers.sqlite import SqliteConnection
@@ -93,6 +94,7 @@ _SIZE = "COALESCE(length(Body), 0) + COALESCE(length(Headers), 0)"
 _EXPIRED = f"coalesce(Expires <= {_NOW}, 0)"
 
 STATEMENTS: dict[str, str] = {
+    **BASE_STATEMENTS,
     "create_schema": "",  # SQLite has no schemas
     "create_queue": """
         CREATE TABLE IF NOT EXISTS {queue} (
@@ -169,10 +171,6 @@ STATEMENTS: dict[str, str] = {
         INSERT INTO {queue} (Id, Recoverable, Expires, Headers, Body) VALUES (?, 1, ?, ?, ?)""",
     "dead_letter": """
         INSERT INTO {queue} (Id, Recoverable, Expires, Headers, Body) VALUES (?, 1, NULL, ?, ?)""",
-    "retry_store": """
-        INSERT INTO {retry} (id, forwarder, destination, destination_database, expires, headers,
-                             body, attempts, first_failure_at, next_attempt_at, last_error)
-        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
     # Parameters as in PostgreSQL's: forwarder, due by, '|waiting|databases|', give up by, limit.
     "retry_claim_due": f"""
         DELETE FROM {{retry}} WHERE seq IN (
@@ -204,11 +202,6 @@ STATEMENTS: dict[str, str] = {
     "ledger_record_row": f"(?, ?, {_NOW})",
     "send_many": "INSERT INTO {queue} (Id, Recoverable, Expires, Headers, Body) VALUES {rows}",
     "send_row": "(?, 1, ?, ?, ?)",
-    "subscribers_many": "SELECT DISTINCT QueueAddress FROM {subscriptions} WHERE Topic IN ({rows})",
-    "subscribers_row": "?",
-    # `check`: has an endpoint of this name subscribed from this database?
-    "subscribers_by_endpoint": """
-        SELECT COUNT(*) FROM {subscriptions} WHERE Endpoint = ? OR QueueAddress = ?""",
     "create_event_types_table": """
         CREATE TABLE IF NOT EXISTS {event_types} (
             forwarder TEXT NOT NULL,
@@ -221,25 +214,14 @@ STATEMENTS: dict[str, str] = {
         INSERT INTO {event_types} (forwarder, event_type, last_seen_at, subscribers)
         VALUES (?, ?, ?, ?) ON CONFLICT (forwarder, event_type)
         DO UPDATE SET last_seen_at = excluded.last_seen_at, subscribers = excluded.subscribers""",
-    "event_types_read": """
-        SELECT event_type, last_seen_at, subscribers FROM {event_types} WHERE forwarder = ?
-        ORDER BY event_type""",
-    "ledger_cleanup": "DELETE FROM {ledger} WHERE forwarded_at < ?",
     "counters_add": """
         INSERT INTO {counters} (forwarder, counter, slot, value) VALUES (?, ?, ?, ?)
         ON CONFLICT (forwarder, counter, slot) DO UPDATE SET value = value + excluded.value""",
     "counters_add_many": """
         INSERT INTO {counters} (forwarder, counter, slot, value) VALUES {rows}
         ON CONFLICT (forwarder, counter, slot) DO UPDATE SET value = value + excluded.value""",
-    "counters_add_row": "(?, ?, ?, ?)",
-    "counters_read": """
-        SELECT counter, sum(value) FROM {counters} WHERE forwarder = ?
-        GROUP BY counter ORDER BY counter""",
     # No ADD COLUMN IF NOT EXISTS in SQLite: run only after `table_columns` shows it missing.
     "retry_add_destination_database": "ALTER TABLE {retry} ADD COLUMN destination_database TEXT",
-    "retry_waiting": """
-        SELECT destination_database, count(*), min(next_attempt_at) FROM {retry}
-        WHERE destination_database IS NOT NULL GROUP BY destination_database""",
     "create_destination_states_table": """
         CREATE TABLE IF NOT EXISTS {destination_states} (
             destination_database TEXT NOT NULL PRIMARY KEY,
@@ -257,10 +239,6 @@ STATEMENTS: dict[str, str] = {
             state = excluded.state, since = excluded.since, last_error = excluded.last_error,
             next_probe_at = excluded.next_probe_at, updated_at = excluded.updated_at,
             reported_by = excluded.reported_by""",
-    "destination_states_read": """
-        SELECT destination_database, state, since, last_error, next_probe_at, updated_at,
-               reported_by
-        FROM {destination_states} ORDER BY destination_database""",
     # Whether each daemon's batches of a forwarder succeed (`bridge.daemon.forwarder_health`), one
     # row per forwarder and daemon.
     "create_forwarder_states_table": """
@@ -280,9 +258,6 @@ STATEMENTS: dict[str, str] = {
         VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (forwarder, reported_by) DO UPDATE SET
             state = excluded.state, since = excluded.since, failures = excluded.failures,
             last_error = excluded.last_error, updated_at = excluded.updated_at""",
-    "forwarder_states_read": """
-        SELECT forwarder, reported_by, state, since, failures, last_error, updated_at
-        FROM {forwarder_states} ORDER BY forwarder, reported_by""",
     # Which daemons run on this forwarding database (`bridge.storage.daemons`): one row per
     # daemon process, its heartbeat, and whether it stopped cleanly.
     "create_daemons_table": """
@@ -303,15 +278,6 @@ STATEMENTS: dict[str, str] = {
             host = excluded.host, pid = excluded.pid, started_at = excluded.started_at,
             heartbeat_at = excluded.heartbeat_at, heartbeat_seconds = excluded.heartbeat_seconds,
             state = excluded.state, stopped_at = excluded.stopped_at""",
-    "daemons_read": """
-        SELECT daemon, host, pid, started_at, heartbeat_at, heartbeat_seconds, state, stopped_at
-        FROM {daemons} ORDER BY started_at, daemon""",
-    # A daemon starting forgets daemons not heard from for long, and its own host's earlier
-    # runs that ended (cleanly, or so long ago they are missing): nothing left to tell.
-    "daemons_forget": """
-        DELETE FROM {daemons}
-        WHERE heartbeat_at < ?
-           OR (host = ? AND daemon <> ? AND (state = 'stopped' OR heartbeat_at < ?))""",
     # Pauses: destination_database '' pauses the whole forwarder. Pausing again keeps the time
     # the pause began and takes the new reason.
     "create_pauses_table": """
@@ -326,10 +292,6 @@ STATEMENTS: dict[str, str] = {
         INSERT INTO {pauses} (forwarder, destination_database, paused_at, reason)
         VALUES (?, ?, ?, ?) ON CONFLICT (forwarder, destination_database) DO UPDATE SET
             reason = excluded.reason""",
-    "pause_clear": "DELETE FROM {pauses} WHERE forwarder = ? AND destination_database = ?",
-    "pauses_read": """
-        SELECT destination_database, paused_at, reason FROM {pauses} WHERE forwarder = ?
-        ORDER BY destination_database""",
     # The error-queue tools (`sfbridge errors`); the caller holds BEGIN IMMEDIATE for the
     # claim and the delete, so no other writer can take the same rows.
     "error_queue_page": """
@@ -343,9 +305,7 @@ STATEMENTS: dict[str, str] = {
         DELETE FROM {queue} WHERE RowVersion IN ({rows})
         RETURNING Id, 0 AS expired, Expires, Headers, Body, RowVersion AS seq,
                   ReplyToAddress AS legacy_reply_to""",
-    "error_queue_claim_row": "?",
     "error_queue_delete_many": "DELETE FROM {queue} WHERE RowVersion IN ({rows})",
-    "error_queue_delete_row": "?",
     # Error-queue counts per `NServiceBus.FailedQ` (see the PostgreSQL dialect); headers that
     # are not JSON count under NULL.
     "error_queue_failed_queues": """
@@ -353,20 +313,14 @@ STATEMENTS: dict[str, str] = {
                     THEN json_extract(Headers, '$."NServiceBus.FailedQ"') END AS failed_queue,
                count(*) AS messages
         FROM {queue} GROUP BY 1""",
-    # The retry tools (see the PostgreSQL dialect); SQLite has one writer at a time, so a row
-    # a batch has taken is already gone when these run.
-    "retry_list_page": """
-        SELECT seq, id, forwarder, destination, destination_database, attempts,
-               first_failure_at, next_attempt_at, last_error, headers
-        FROM {retry} WHERE seq > ? ORDER BY seq LIMIT ?""",
+    # The retry tools (see the PostgreSQL dialect) without its locks: SQLite has one writer at
+    # a time, so a row a batch has taken is already gone when these run.
     "retry_due_now_many": """
         UPDATE {retry} SET next_attempt_at = first_failure_at WHERE seq IN ({rows})""",
-    "retry_due_now_row": "?",
     "retry_take_many": """
         DELETE FROM {retry} WHERE seq IN ({rows})
         RETURNING seq, id, forwarder, destination, expires, headers, body, attempts,
                   last_error""",
-    "retry_take_row": "?",
     "create_audit_table": """
         CREATE TABLE IF NOT EXISTS {audit} (
             seq INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -377,23 +331,10 @@ STATEMENTS: dict[str, str] = {
             target TEXT NOT NULL,
             affected INTEGER NOT NULL
         )""",
-    "audit_record": """
-        INSERT INTO {audit} (recorded_at, operator, host, command, target, affected)
-        VALUES (?, ?, ?, ?, ?, ?)""",
-    # A command of several transactions: its row first (affected 0), its seq back; each
-    # transaction then adds what it moved.
-    "audit_open": """
-        INSERT INTO {audit} (recorded_at, operator, host, command, target, affected)
-        VALUES (?, ?, ?, ?, ?, 0) RETURNING seq""",
-    "audit_add": "UPDATE {audit} SET affected = affected + ? WHERE seq = ?",
-    "audit_read": """
-        SELECT recorded_at, operator, host, command, target, affected FROM {audit}
-        ORDER BY seq DESC LIMIT ?""",
     # The daemon's look for work (`Dialect.work_query`): whether a queue holds a row, and
     # when a forwarder's earliest retry is due. Parameters: the part's index (a forwarder).
     "work_queue": "SELECT ?, EXISTS (SELECT 1 FROM {queue}), NULL",
     "work_retry": "SELECT ?, 0, (SELECT min(next_attempt_at) FROM {retry} WHERE forwarder = ?)",
-    "table_probe": "SELECT 1 FROM {table} WHERE 1 = 0",
     # Reading a table in Spark tasks: see the PostgreSQL dialect.
     "queue_seq_boundaries": """
         SELECT RowVersion FROM (
@@ -402,33 +343,16 @@ STATEMENTS: dict[str, str] = {
     "queue_page": """
         SELECT RowVersion AS seq, Id AS id, Headers AS headers FROM {queue}
         WHERE RowVersion > ? AND RowVersion <= ? ORDER BY RowVersion LIMIT ?""",
-    "retry_seq_bounds": """
-        SELECT min(seq), max(seq), count(*) FROM {retry} WHERE forwarder = ?""",
     "retry_seq_boundaries": """
         SELECT seq FROM (SELECT seq, row_number() OVER (ORDER BY seq) AS n FROM {retry}
                          WHERE forwarder = ?)
         WHERE n % ? = 0 ORDER BY seq""",
-    "retry_page": """
-        SELECT seq, destination, attempts, first_failure_at, last_error FROM {retry}
-        WHERE forwarder = ? AND seq > ? AND seq <= ? ORDER BY seq LIMIT ?""",
-    "ledger_destinations_since": """
-        SELECT destination, count(*) FROM {ledger} WHERE forwarded_at >= ?
-        GROUP BY destination ORDER BY destination""",
-    "ledger_last_since": """
-        SELECT message_id, destination FROM {ledger} WHERE forwarded_at >= ?
-        ORDER BY message_id DESC, destination DESC LIMIT 1""",
     "ledger_boundaries_since": """
         SELECT message_id, destination FROM (
             SELECT message_id, destination,
                    row_number() OVER (ORDER BY message_id, destination) AS n
             FROM {ledger} WHERE forwarded_at >= ?)
         WHERE n % ? = 0 ORDER BY message_id, destination""",
-    "ledger_page_since": """
-        SELECT message_id, destination FROM {ledger}
-        WHERE forwarded_at >= ?
-          AND message_id >= ? AND (message_id > ? OR destination > ?)
-          AND message_id <= ? AND (message_id < ? OR destination <= ?)
-        ORDER BY message_id, destination LIMIT ?""",
     # Whoever may write the file may create tables; the schema parameter is unused.
     "can_create_tables": "SELECT coalesce(?1, '') = coalesce(?1, '')",
     # No schemas, no grants: whoever may write the file may create tables in it.
@@ -437,10 +361,6 @@ STATEMENTS: dict[str, str] = {
     "current_login": "SELECT '', 'main'",
     # No grants: whoever may write the file may write every table (?1, the table, is unused).
     "can_insert": "SELECT coalesce(?1, '') = coalesce(?1, ''), NULL",
-    "savepoint": "SAVEPOINT sfbridge_local",
-    "rollback_to_savepoint": "ROLLBACK TO SAVEPOINT sfbridge_local",
-    "release_savepoint": "RELEASE SAVEPOINT sfbridge_local",
-    "queue_count": "SELECT count(*) FROM {queue}",
     "queue_oldest_headers": "SELECT Headers FROM {queue} ORDER BY RowVersion LIMIT 1",
     "list_tables": "SELECT NULL, name FROM sqlite_master WHERE type = 'table'",
     # pragma_table_info takes the table name as a value, so no quoting is involved.

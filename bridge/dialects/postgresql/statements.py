@@ -1,9 +1,12 @@
-"""PostgreSQL's statements: every runtime and install statement the bridge runs, by name."""
+"""PostgreSQL's statements: what it says differently from the base (`BASE_STATEMENTS`), and
+what only it has, by name."""
 
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Any
+
+from bridge.dialects.base.statements import BASE_STATEMENTS
 
 _NOW = "(now() AT TIME ZONE 'UTC')"
 # What a row weighs for a batch's byte budget: its body and headers (lengths, which PostgreSQL
@@ -83,6 +86,7 @@ def _claim(name: str, *, raw: bool = False) -> str:
 
 
 STATEMENTS: dict[str, str] = {
+    **BASE_STATEMENTS,
     "create_schema": "CREATE SCHEMA IF NOT EXISTS {schema}",
     "create_queue": """
         CREATE TABLE IF NOT EXISTS {queue} (
@@ -135,10 +139,6 @@ STATEMENTS: dict[str, str] = {
     "queue_seq_bounds": "SELECT min(seq), max(seq), count(*) FROM {queue}",
     "send": "INSERT INTO {queue} (id, expires, headers, body) VALUES (?, ?, ?, ?)",
     "dead_letter": "INSERT INTO {queue} (id, expires, headers, body) VALUES (?, NULL, ?, ?)",
-    "retry_store": """
-        INSERT INTO {retry} (id, forwarder, destination, destination_database, expires, headers,
-                             body, attempts, first_failure_at, next_attempt_at, last_error)
-        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
     "retry_summary": """
         SELECT destination, count(*), min(first_failure_at), min(next_attempt_at),
                max(attempts), (array_agg(last_error ORDER BY seq DESC))[1]
@@ -176,13 +176,6 @@ STATEMENTS: dict[str, str] = {
         COPY {ledger} (message_id, destination, forwarded_at) FROM STDIN (FORMAT BINARY)""",
     "ledger_record_copy_columns": """
         SELECT message_id, destination, forwarded_at FROM {ledger} LIMIT 0""",
-    # NServiceBus's own subscriber lookup in its `SubscriptionRouting` table (native
-    # publish/subscribe); its columns are unquoted, so lower case.
-    "subscribers_many": "SELECT DISTINCT QueueAddress FROM {subscriptions} WHERE Topic IN ({rows})",
-    "subscribers_row": "?",
-    # `check`: has an endpoint of this name subscribed from this database?
-    "subscribers_by_endpoint": """
-        SELECT COUNT(*) FROM {subscriptions} WHERE Endpoint = ? OR QueueAddress = ?""",
     "create_event_types_table": """
         CREATE TABLE IF NOT EXISTS {event_types} (
             forwarder varchar(200) NOT NULL,
@@ -195,10 +188,6 @@ STATEMENTS: dict[str, str] = {
         INSERT INTO {event_types} AS e (forwarder, event_type, last_seen_at, subscribers)
         VALUES (?, ?, ?, ?) ON CONFLICT (forwarder, event_type)
         DO UPDATE SET last_seen_at = EXCLUDED.last_seen_at, subscribers = EXCLUDED.subscribers""",
-    "event_types_read": """
-        SELECT event_type, last_seen_at, subscribers FROM {event_types} WHERE forwarder = ?
-        ORDER BY event_type""",
-    "ledger_cleanup": "DELETE FROM {ledger} WHERE forwarded_at < ?",
     "counters_add": """
         INSERT INTO {counters} AS c (forwarder, counter, slot, value) VALUES (?, ?, ?, ?)
         ON CONFLICT (forwarder, counter, slot) DO UPDATE SET value = c.value + EXCLUDED.value""",
@@ -206,15 +195,8 @@ STATEMENTS: dict[str, str] = {
     "counters_add_many": """
         INSERT INTO {counters} AS c (forwarder, counter, slot, value) VALUES {rows}
         ON CONFLICT (forwarder, counter, slot) DO UPDATE SET value = c.value + EXCLUDED.value""",
-    "counters_add_row": "(?, ?, ?, ?)",
-    "counters_read": """
-        SELECT counter, sum(value) FROM {counters} WHERE forwarder = ?
-        GROUP BY counter ORDER BY counter""",
     "retry_add_destination_database": """
         ALTER TABLE {retry} ADD COLUMN IF NOT EXISTS destination_database varchar(200)""",
-    "retry_waiting": """
-        SELECT destination_database, count(*), min(next_attempt_at) FROM {retry}
-        WHERE destination_database IS NOT NULL GROUP BY destination_database""",
     "create_destination_states_table": """
         CREATE TABLE IF NOT EXISTS {destination_states} (
             destination_database varchar(200) NOT NULL PRIMARY KEY,
@@ -232,10 +214,6 @@ STATEMENTS: dict[str, str] = {
             state = EXCLUDED.state, since = EXCLUDED.since, last_error = EXCLUDED.last_error,
             next_probe_at = EXCLUDED.next_probe_at, updated_at = EXCLUDED.updated_at,
             reported_by = EXCLUDED.reported_by""",
-    "destination_states_read": """
-        SELECT destination_database, state, since, last_error, next_probe_at, updated_at,
-               reported_by
-        FROM {destination_states} ORDER BY destination_database""",
     # Whether each daemon's batches of a forwarder succeed (`bridge.daemon.forwarder_health`), one
     # row per forwarder and daemon.
     "create_forwarder_states_table": """
@@ -255,9 +233,6 @@ STATEMENTS: dict[str, str] = {
         VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (forwarder, reported_by) DO UPDATE SET
             state = EXCLUDED.state, since = EXCLUDED.since, failures = EXCLUDED.failures,
             last_error = EXCLUDED.last_error, updated_at = EXCLUDED.updated_at""",
-    "forwarder_states_read": """
-        SELECT forwarder, reported_by, state, since, failures, last_error, updated_at
-        FROM {forwarder_states} ORDER BY forwarder, reported_by""",
     # Which daemons run on this forwarding database (`bridge.storage.daemons`): one row per
     # daemon process, its heartbeat, and whether it stopped cleanly.
     "create_daemons_table": """
@@ -278,15 +253,6 @@ STATEMENTS: dict[str, str] = {
             host = EXCLUDED.host, pid = EXCLUDED.pid, started_at = EXCLUDED.started_at,
             heartbeat_at = EXCLUDED.heartbeat_at, heartbeat_seconds = EXCLUDED.heartbeat_seconds,
             state = EXCLUDED.state, stopped_at = EXCLUDED.stopped_at""",
-    "daemons_read": """
-        SELECT daemon, host, pid, started_at, heartbeat_at, heartbeat_seconds, state, stopped_at
-        FROM {daemons} ORDER BY started_at, daemon""",
-    # A daemon starting forgets daemons not heard from for long, and its own host's earlier
-    # runs that ended (cleanly, or so long ago they are missing): nothing left to tell.
-    "daemons_forget": """
-        DELETE FROM {daemons}
-        WHERE heartbeat_at < ?
-           OR (host = ? AND daemon <> ? AND (state = 'stopped' OR heartbeat_at < ?))""",
     # Pauses: destination_database '' pauses the whole forwarder. Pausing again keeps the time
     # the pause began and takes the new reason.
     "create_pauses_table": """
@@ -301,10 +267,6 @@ STATEMENTS: dict[str, str] = {
         INSERT INTO {pauses} AS p (forwarder, destination_database, paused_at, reason)
         VALUES (?, ?, ?, ?) ON CONFLICT (forwarder, destination_database) DO UPDATE SET
             reason = EXCLUDED.reason""",
-    "pause_clear": "DELETE FROM {pauses} WHERE forwarder = ? AND destination_database = ?",
-    "pauses_read": """
-        SELECT destination_database, paused_at, reason FROM {pauses} WHERE forwarder = ?
-        ORDER BY destination_database""",
     # The error-queue tools (`sfbridge errors`): read a page of rows after a sequence value,
     # one row in full, and take or delete chosen rows by sequence value. A row another
     # transaction is taking is waited for and then, gone, not returned: each row is moved once.
@@ -313,9 +275,7 @@ STATEMENTS: dict[str, str] = {
     "error_queue_claim_many": """
         DELETE FROM {queue} WHERE seq IN ({rows})
         RETURNING id, 0 AS expired, expires, headers, body, seq""",
-    "error_queue_claim_row": "?",
     "error_queue_delete_many": "DELETE FROM {queue} WHERE seq IN ({rows})",
-    "error_queue_delete_row": "?",
     # Error-queue counts per queue a message failed in (`NServiceBus.FailedQ`), one grouped
     # read per error queue: the header's value as JSON writes it (escapes and all, hence the
     # column's name; `bridge.storage.error_counts` decodes it), found by pattern rather than
@@ -328,26 +288,20 @@ STATEMENTS: dict[str, str] = {
                AS failed_queue_json,
                count(*) AS messages
         FROM {queue} GROUP BY 1""",
-    # The retry tools (`sfbridge retries`): read a page after a sequence value; make chosen
-    # rows due at once (their first failure's time: earlier than any daemon's clock reads, so
-    # no skew delays them); take chosen rows. Both write statements lock as the daemon's claim
-    # does and skip the rows a batch holds, so a row is never handled by two at once.
-    "retry_list_page": """
-        SELECT seq, id, forwarder, destination, destination_database, attempts,
-               first_failure_at, next_attempt_at, last_error, headers
-        FROM {retry} WHERE seq > ? ORDER BY seq LIMIT ?""",
+    # The retry tools (`sfbridge retries`, whose page is the base's): make chosen rows due at
+    # once (their first failure's time: earlier than any daemon's clock reads, so no skew
+    # delays them); take chosen rows. Both lock as the daemon's claim does and skip the rows a
+    # batch holds, so a row is never handled by two at once.
     "retry_due_now_many": """
         UPDATE {retry} SET next_attempt_at = first_failure_at
         WHERE seq = ANY(ARRAY(
             SELECT seq FROM {retry} WHERE seq IN ({rows}) FOR UPDATE SKIP LOCKED))""",
-    "retry_due_now_row": "?",
     "retry_take_many": """
         DELETE FROM {retry}
         WHERE seq = ANY(ARRAY(
             SELECT seq FROM {retry} WHERE seq IN ({rows}) FOR UPDATE SKIP LOCKED))
         RETURNING seq, id, forwarder, destination, expires, headers, body, attempts,
                   last_error""",
-    "retry_take_row": "?",
     # Operator commands recorded (`bridge.storage.audit`): one row each.
     "create_audit_table": """
         CREATE TABLE IF NOT EXISTS {audit} (
@@ -359,18 +313,6 @@ STATEMENTS: dict[str, str] = {
             target text NOT NULL,
             affected bigint NOT NULL
         )""",
-    "audit_record": """
-        INSERT INTO {audit} (recorded_at, operator, host, command, target, affected)
-        VALUES (?, ?, ?, ?, ?, ?)""",
-    # A command of several transactions: its row first (affected 0), its seq back; each
-    # transaction then adds what it moved.
-    "audit_open": """
-        INSERT INTO {audit} (recorded_at, operator, host, command, target, affected)
-        VALUES (?, ?, ?, ?, ?, 0) RETURNING seq""",
-    "audit_add": "UPDATE {audit} SET affected = affected + ? WHERE seq = ?",
-    "audit_read": """
-        SELECT recorded_at, operator, host, command, target, affected FROM {audit}
-        ORDER BY seq DESC LIMIT ?""",
     # The connections the server accepts from ordinary logins (PostgreSQL 16 also keeps
     # reserved_connections for some roles), those other clients hold now, and the server.
     "connection_limit": """
@@ -405,7 +347,6 @@ STATEMENTS: dict[str, str] = {
     "work_retry": """
         SELECT CAST(? AS integer), 0,
                (SELECT min(next_attempt_at) FROM {retry} WHERE forwarder = ?)""",
-    "table_probe": "SELECT 1 FROM {table} WHERE 1 = 0",
     # Reading a table in Spark tasks (`bridge.spark.partitions`): the key of every n-th row
     # (parameter: n), which cuts the table into ranges of n rows each, then one range page by
     # page in key order (exclusive lower bound, inclusive upper bound, page size).
@@ -415,36 +356,16 @@ STATEMENTS: dict[str, str] = {
         WHERE n % ? = 0 ORDER BY seq""",
     "queue_page": """
         SELECT seq, id, headers FROM {queue} WHERE seq > ? AND seq <= ? ORDER BY seq LIMIT ?""",
-    "retry_seq_bounds": """
-        SELECT min(seq), max(seq), count(*) FROM {retry} WHERE forwarder = ?""",
     "retry_seq_boundaries": """
         SELECT seq FROM (SELECT seq, row_number() OVER (ORDER BY seq) AS n FROM {retry}
                          WHERE forwarder = ?) AS numbered
         WHERE n % ? = 0 ORDER BY seq""",
-    "retry_page": """
-        SELECT seq, destination, attempts, first_failure_at, last_error FROM {retry}
-        WHERE forwarder = ? AND seq > ? AND seq <= ? ORDER BY seq LIMIT ?""",
-    # The ledger's key is (message_id, destination); a range runs from one key (exclusive) to
-    # another (inclusive), each given as its two columns, written out (not as row values) so
-    # that the leading column bounds the index scan.
-    "ledger_destinations_since": """
-        SELECT destination, count(*) FROM {ledger} WHERE forwarded_at >= ?
-        GROUP BY destination ORDER BY destination""",
-    "ledger_last_since": """
-        SELECT message_id, destination FROM {ledger} WHERE forwarded_at >= ?
-        ORDER BY message_id DESC, destination DESC LIMIT 1""",
     "ledger_boundaries_since": """
         SELECT message_id, destination FROM (
             SELECT message_id, destination,
                    row_number() OVER (ORDER BY message_id, destination) AS n
             FROM {ledger} WHERE forwarded_at >= ?) AS numbered
         WHERE n % ? = 0 ORDER BY message_id, destination""",
-    "ledger_page_since": """
-        SELECT message_id, destination FROM {ledger}
-        WHERE forwarded_at >= ?
-          AND message_id >= ? AND (message_id > ? OR destination > ?)
-          AND message_id <= ? AND (message_id < ? OR destination <= ?)
-        ORDER BY message_id, destination LIMIT ?""",
     # Whether this login may create tables in the schema (PostgreSQL 15: only the owner may
     # create in `public` unless granted).
     "can_create_tables": "SELECT has_schema_privilege(?, 'CREATE')",
@@ -547,10 +468,6 @@ STATEMENTS: dict[str, str] = {
         SELECT gid, EXTRACT(EPOCH FROM (now() - prepared)) FROM pg_prepared_xacts
         WHERE database = current_database() AND gid LIKE ?""",
     "max_prepared_transactions": "SELECT current_setting('max_prepared_transactions')::int",
-    "savepoint": "SAVEPOINT sfbridge_local",
-    "rollback_to_savepoint": "ROLLBACK TO SAVEPOINT sfbridge_local",
-    "release_savepoint": "RELEASE SAVEPOINT sfbridge_local",
-    "queue_count": "SELECT count(*) FROM {queue}",
     "queue_oldest_headers": "SELECT headers FROM {queue} ORDER BY seq LIMIT 1",
     "list_tables": """
         SELECT table_schema, table_name FROM information_schema.tables

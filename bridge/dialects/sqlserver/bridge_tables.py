@@ -86,10 +86,6 @@ STATE_STATEMENTS: dict[str, str] = {
                                               next_probe_at, updated_at, reported_by)
             VALUES (@database, @state, @since, @last_error, @next_probe_at, @updated_at,
                     @reported_by)""",
-    "destination_states_read": """
-        SELECT destination_database, state, since, last_error, next_probe_at, updated_at,
-               reported_by
-        FROM {destination_states} ORDER BY destination_database""",
     # Whether each daemon's batches of a forwarder succeed (`bridge.daemon.forwarder_health`), one
     # row per forwarder and daemon.
     "create_forwarder_states_table": create_if_missing("forwarder_states", _FORWARDER_STATES_DDL),
@@ -106,9 +102,6 @@ STATE_STATEMENTS: dict[str, str] = {
                                             last_error, updated_at)
             VALUES (@forwarder, @reported_by, @state, @since, @failures, @last_error,
                     @updated_at)""",
-    "forwarder_states_read": """
-        SELECT forwarder, reported_by, state, since, failures, last_error, updated_at
-        FROM {forwarder_states} ORDER BY forwarder, reported_by""",
     # Which daemons run on this forwarding database (`bridge.storage.daemons`): one row per
     # daemon process, its heartbeat, and whether it stopped cleanly.
     "create_daemons_table": create_if_missing("daemons", _DAEMONS_DDL),
@@ -126,13 +119,4 @@ STATE_STATEMENTS: dict[str, str] = {
                                    heartbeat_seconds, state, stopped_at)
             VALUES (@daemon, @host, @pid, @started_at, @heartbeat_at, @heartbeat_seconds,
                     @state, @stopped_at)""",
-    "daemons_read": """
-        SELECT daemon, host, pid, started_at, heartbeat_at, heartbeat_seconds, state, stopped_at
-        FROM {daemons} ORDER BY started_at, daemon""",
-    # A daemon starting forgets daemons not heard from for long, and its own host's earlier
-    # runs that ended (cleanly, or so long ago they are missing): nothing left to tell.
-    "daemons_forget": """
-        DELETE FROM {daemons}
-        WHERE heartbeat_at < ?
-           OR (host = ? AND daemon <> ? AND (state = 'stopped' OR heartbeat_at < ?))""",
 }

@@ -1,8 +1,10 @@
 """The SQL Server dialect's statements: the transport's queue DDL, receive and send, and the
-bridge's own tables (see the package docstring)."""
+bridge's own tables (see the package docstring); the base's (`BASE_STATEMENTS`) where T-SQL
+says the same."""
 
 from __future__ import annotations
 
+from bridge.dialects.base.statements import BASE_STATEMENTS
 from bridge.dialects.sqlserver.bridge_tables import STATE_STATEMENTS, create_if_missing
 
 # --------------------------------------------------------------------------------------------
@@ -111,6 +113,7 @@ _EVENT_TYPES_DDL = """
     )"""
 
 STATEMENTS: dict[str, str] = {
+    **BASE_STATEMENTS,
     "create_schema": """
         IF NOT EXISTS (SELECT 1 FROM sys.schemas WHERE QUOTENAME(name) = N{schema_literal})
         BEGIN
@@ -248,7 +251,6 @@ STATEMENTS: dict[str, str] = {
             SELECT 1 FROM {ledger} AS l WITH (UPDLOCK, HOLDLOCK)
             WHERE l.message_id = v.message_id AND l.destination = v.destination)""",
     "ledger_record_row": "(?, ?)",
-    "ledger_cleanup": "DELETE FROM {ledger} WHERE forwarded_at < ?",
     "counters_add": """
         MERGE {counters} WITH (HOLDLOCK) AS c
         USING (SELECT ? AS forwarder, ? AS counter, ? AS slot, ? AS value) AS v
@@ -267,13 +269,6 @@ STATEMENTS: dict[str, str] = {
     "counters_read": """
         SELECT counter, SUM(value) FROM {counters} WHERE forwarder = ?
         GROUP BY counter ORDER BY counter""",
-    # NServiceBus's own subscriber lookup in its `SubscriptionRouting` table (native
-    # publish/subscribe).
-    "subscribers_many": "SELECT DISTINCT QueueAddress FROM {subscriptions} WHERE Topic IN ({rows})",
-    "subscribers_row": "?",
-    # `check`: has an endpoint of this name subscribed from this database?
-    "subscribers_by_endpoint": """
-        SELECT COUNT(*) FROM {subscriptions} WHERE Endpoint = ? OR QueueAddress = ?""",
     "event_type_seen": f"""
         MERGE {{event_types}} WITH (HOLDLOCK) AS e
         USING (SELECT ? AS forwarder, ? AS event_type, ? AS last_seen_at,
@@ -282,9 +277,6 @@ STATEMENTS: dict[str, str] = {
         WHEN MATCHED THEN UPDATE SET last_seen_at = v.last_seen_at, subscribers = v.subscribers
         WHEN NOT MATCHED THEN INSERT (forwarder, event_type, last_seen_at, subscribers)
             VALUES (v.forwarder, v.event_type, v.last_seen_at, v.subscribers);""",
-    "event_types_read": """
-        SELECT event_type, last_seen_at, subscribers FROM {event_types} WHERE forwarder = ?
-        ORDER BY event_type""",
     # SQL Server has no RELEASE SAVEPOINT: a savepoint lives until the transaction ends, and
     # ROLLBACK TRANSACTION goes back to the latest one of that name.
     "retry_add_destination_database": """
@@ -304,10 +296,6 @@ STATEMENTS: dict[str, str] = {
         IF @@ROWCOUNT = 0
             INSERT INTO {pauses} (forwarder, destination_database, paused_at, reason)
             VALUES (@forwarder, @database, @paused_at, @reason)""",
-    "pause_clear": "DELETE FROM {pauses} WHERE forwarder = ? AND destination_database = ?",
-    "pauses_read": """
-        SELECT destination_database, paused_at, reason FROM {pauses} WHERE forwarder = ?
-        ORDER BY destination_database""",
     # The error-queue tools (`sfbridge errors`): a page of rows after a RowVersion, one row in
     # full, and taking or deleting chosen rows by RowVersion with the receive's locks, so rows
     # another transaction holds are skipped, never taken twice.
@@ -327,13 +315,11 @@ STATEMENTS: dict[str, str] = {
         DELETE FROM message
         OUTPUT deleted.Id, 0 AS expired, deleted.Expires, deleted.Headers, deleted.Body,
                deleted.RowVersion AS seq, deleted.ReplyToAddress AS legacy_reply_to""",
-    "error_queue_claim_row": "?",
     "error_queue_delete_many": """
         WITH message AS (
             SELECT * FROM {queue} WITH (UPDLOCK, READPAST, ROWLOCK)
             WHERE RowVersion IN ({rows}))
         DELETE FROM message""",
-    "error_queue_delete_row": "?",
     # Error-queue counts per `NServiceBus.FailedQ` (see the PostgreSQL dialect); headers that
     # are not JSON count under NULL. Rows batches hold are read past, as by `queue_count`.
     "error_queue_failed_queues": """
@@ -353,7 +339,6 @@ STATEMENTS: dict[str, str] = {
         WITH due AS (
             SELECT * FROM {retry} WITH (UPDLOCK, READPAST, ROWLOCK) WHERE seq IN ({rows}))
         UPDATE due SET next_attempt_at = first_failure_at""",
-    "retry_due_now_row": "?",
     "retry_take_many": """
         WITH taken AS (
             SELECT * FROM {retry} WITH (UPDLOCK, READPAST, ROWLOCK) WHERE seq IN ({rows}))
@@ -361,17 +346,12 @@ STATEMENTS: dict[str, str] = {
         OUTPUT deleted.seq, deleted.id, deleted.forwarder, deleted.destination,
                deleted.expires, deleted.headers, deleted.body, deleted.attempts,
                deleted.last_error""",
-    "retry_take_row": "?",
     "create_audit_table": create_if_missing("audit", _AUDIT_DDL),
-    "audit_record": """
-        INSERT INTO {audit} (recorded_at, operator, host, command, target, affected)
-        VALUES (?, ?, ?, ?, ?, ?)""",
     # A command of several transactions: its row first (affected 0), its seq back; each
     # transaction then adds what it moved.
     "audit_open": """
         INSERT INTO {audit} (recorded_at, operator, host, command, target, affected)
         OUTPUT inserted.seq VALUES (?, ?, ?, ?, ?, 0)""",
-    "audit_add": "UPDATE {audit} SET affected = affected + ? WHERE seq = ?",
     "audit_read": """
         SELECT TOP (?) recorded_at, operator, host, command, target, affected FROM {audit}
         ORDER BY seq DESC""",
@@ -385,7 +365,6 @@ STATEMENTS: dict[str, str] = {
     "work_retry": """
         SELECT CAST(? AS int), 0,
                (SELECT MIN(next_attempt_at) FROM {retry} WITH (READPAST) WHERE forwarder = ?)""",
-    "table_probe": "SELECT 1 FROM {table} WHERE 1 = 0",
     # Reading a table in Spark tasks: see the PostgreSQL dialect. Rows other sessions hold
     # are read past, as by `queue_count`.
     "queue_seq_boundaries": """

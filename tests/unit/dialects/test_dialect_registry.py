@@ -30,6 +30,7 @@ from bridge.connections import connect
 from bridge.daemon.runtime import worker_count
 from bridge.dialects import STATEMENT_NAMES, Dialect
 from bridge.dialects.base import OPTIONAL_STATEMENT_NAMES
+from bridge.dialects.base.statements import BASE_STATEMENTS
 from bridge.dialects.registry import (
     dialect_for,
     dialect_names,
@@ -85,6 +86,23 @@ def test_every_dialect_defines_every_statement_and_a_complete_description(name: 
     assert callable(dialect.connect)
     assert dialect.queue_indexed_columns
     assert set(dialect.queue_indexed_columns) <= dialect.queue_columns
+
+
+# The SQL Server transport's queue shape, which SQLite borrows: it stays beside each dialect's
+# queue DDL rather than in the base.
+_SHARED_OUTSIDE_THE_BASE = {"send_many"}
+
+
+def test_a_statement_two_dialects_write_alike_is_written_once_in_the_base() -> None:
+    for name in set(STATEMENT_NAMES) - set(BASE_STATEMENTS) - _SHARED_OUTSIDE_THE_BASE:
+        texts = [d.statements[name] for d in dialects().values() if name in d.statements]
+        assert len(set(texts)) == len(texts), f"{name}: the same text in two dialects"
+
+
+@pytest.mark.parametrize("name", sorted(BASE_STATEMENTS))
+def test_each_base_statement_serves_at_least_two_dialects_unchanged(name: str) -> None:
+    users = [d.name for d in dialects().values() if d.statements[name] == BASE_STATEMENTS[name]]
+    assert len(users) >= 2, f"{name} is used as written by {users} only: move it to the dialect"
 
 
 def test_the_registry_is_read_only() -> None:

@@ -5,6 +5,10 @@ capabilities (what the rest of the bridge asks instead of comparing dialect name
 open a connection, and a few value-encoding hooks. Each dialect module in this package defines
 one as `DIALECT`; `bridge.dialects.registry` finds them.
 
+The statements that read the same in every dialect (or all but one) are written once, in
+`bridge.dialects.base.statements`; each dialect starts from them and overrides by name what
+its database says differently.
+
 Statements are templates with `{queue}`, `{retry}`, `{ledger}` and `{counters}` standing for
 quoted, qualified table names and `?` for parameters. Identifiers are the only thing ever
 pasted into SQL, and only after quoting by the dialect's address grammar. For each table `x`
