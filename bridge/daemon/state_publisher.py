@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import time
-from datetime import UTC, datetime
 from typing import Any
 
 from bridge.config.model import BridgeConfig
@@ -15,6 +14,7 @@ from bridge.daemon.forwarder_health import ForwarderHealth, ForwarderState
 from bridge.dialects import dialect_for
 from bridge.drivers import Connection
 from bridge.exceptions import DatabaseError, TableNotFound
+from bridge.messages import utcnow
 from bridge.outages import OutageTracker
 from bridge.storage.daemons import this_daemon
 from bridge.storage.tables import (
@@ -87,7 +87,7 @@ class StatePublisher:
         forwarder_statement = dialect.sql(
             "forwarder_state_save", forwarder_states=tables.forwarder_states
         )
-        now = datetime.now(UTC).replace(tzinfo=None)
+        now = utcnow()
         for attempt in (1, 2):
             try:
                 connection.begin()

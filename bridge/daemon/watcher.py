@@ -22,7 +22,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from bridge.addressing import TableAddress
@@ -34,6 +33,7 @@ from bridge.daemon.push import PUSH_POLL_INTERVAL, PushChannels
 from bridge.dialects import dialect_for
 from bridge.exceptions import DatabaseError, DatabaseUnavailable, TableNotFound
 from bridge.forwarding.observers import ForwardingObserver, safe_observer
+from bridge.messages import utcnow
 from bridge.outages import OutageTracker
 from bridge.storage.tables import forwarder_tables
 
@@ -313,7 +313,7 @@ class WorkWatcher(threading.Thread):
         return rows
 
     def _mark(self, rows: list[tuple[Any, ...]]) -> None:
-        now_utc = datetime.now(UTC).replace(tzinfo=None)
+        now_utc = utcnow()
         now = time.monotonic()
         marked: list[Key] = []
         for index, has_rows, due in rows:

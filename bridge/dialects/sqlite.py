@@ -141,7 +141,6 @@ STATEMENTS: dict[str, str] = {
             value INTEGER NOT NULL,
             PRIMARY KEY (forwarder, counter, slot)
         )""",
-    "peek": "SELECT COALESCE(max(RowVersion) - min(RowVersion) + 1, 0) FROM {queue}",
     # The caller holds BEGIN IMMEDIATE, so no other writer can see or take these rows.
     # Parameters: the row limit, then the byte budget (see PostgreSQL's receive_batch).
     "receive_batch": f"""

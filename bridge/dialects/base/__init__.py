@@ -160,7 +160,6 @@ STATEMENT_NAMES = frozenset(
         "create_retry_table",
         "create_ledger_table",
         "create_counters_table",
-        "peek",
         "receive_batch",
         "send",
         "dead_letter",

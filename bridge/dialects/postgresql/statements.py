@@ -131,9 +131,6 @@ STATEMENTS: dict[str, str] = {
             value bigint NOT NULL,
             PRIMARY KEY (forwarder, counter, slot)
         )""",
-    # A cheap estimate, like the transport's peek; rows other workers hold are counted too,
-    # which costs at most one empty receive.
-    "peek": "SELECT COALESCE(max(seq) - min(seq) + 1, 0) FROM {queue}",
     **{name: _claim(name) for name in CLAIM_STATEMENTS},
     **{f"{name}_raw": _claim(name, raw=True) for name in CLAIM_STATEMENTS},
     "queue_seq_bounds": "SELECT min(seq), max(seq), count(*) FROM {queue}",

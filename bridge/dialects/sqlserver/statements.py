@@ -129,10 +129,6 @@ STATEMENTS: dict[str, str] = {
     "create_ledger_table": create_if_missing("ledger", _LEDGER_DDL),
     "create_counters_table": create_if_missing("counters", _COUNTERS_DDL),
     "create_event_types_table": create_if_missing("event_types", _EVENT_TYPES_DDL),
-    # The transport's peek (6.2+): rows other receivers hold are skipped, not waited for.
-    "peek": """
-        SELECT COALESCE(MAX(RowVersion) - MIN(RowVersion) + 1, 0)
-        FROM {queue} WITH (READPAST, READCOMMITTEDLOCK)""",
     # The transport's receive, TOP(@limit) rows at a time instead of one, and only while the
     # bytes before a row are under @budget (the first row always goes). A CTE with a window
     # function cannot be deleted through, hence the join, whose target takes the receive's

@@ -283,7 +283,7 @@ def test_hostile_names_stay_names_in_every_statement(hostile: str, part: str) ->
         benign_skeleton, _, _, benign_markers = lex(expected[name])
         assert skeleton == benign_skeleton, name
         assert markers == benign_markers, name
-        if part == "table" and name.startswith(("send", "receive_batch", "peek")):
+        if part == "table" and name.startswith(("send", "receive_batch")):
             assert hostile in identifiers, name
 
 
@@ -503,7 +503,6 @@ def test_no_statement_turns_nocount_on() -> None:
 
 # Parameters each statement takes, in the order bridge/ binds them.
 PARAMETERS: dict[str, int] = {
-    "peek": 0,
     "work_queue": 1,  # the part's index
     "work_retry": 2,  # the part's index, forwarder
     "receive_batch": 2,  # batch size, byte budget
@@ -611,7 +610,6 @@ def test_receive_takes_a_batch_in_rowversion_order_skipping_locked_rows() -> Non
 # and other daemons share, is held to those hints at every place it names the table.
 _RECEIVE_HINTS = "UPDLOCK, READPAST, ROWLOCK"
 QUEUE_TABLE_HINTS = {
-    ("peek", "queue"): ["READPAST, READCOMMITTEDLOCK"],
     ("work_queue", "queue"): ["READPAST, READCOMMITTEDLOCK"],
     ("receive_batch", "queue"): [_RECEIVE_HINTS, _RECEIVE_HINTS],
     ("receive_range", "queue"): [_RECEIVE_HINTS, _RECEIVE_HINTS],

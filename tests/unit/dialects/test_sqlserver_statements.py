@@ -99,7 +99,6 @@ def _runs() -> list[tuple[str, Run]]:
         ("send", Run(send, check=lambda count: count == 1)),
         ("send_many", Run((_id(), None, HEADERS, b"1", _id(), later, HEADERS, None), rows=2)),
         ("dead_letter", Run((_id(), HEADERS, b""), check=lambda count: count == 1)),
-        ("peek", Run(query=True, check=lambda rows: rows[0][0] >= 4)),
         ("work_queue", Run((0,), query=True, check=lambda rows: list(rows[0][:2]) == [0, 1])),
         ("queue_count", Run(query=True, check=lambda rows: rows[0][0] == 4)),
         ("queue_seq_bounds", Run(query=True, check=lambda rows: rows[0][2] == 4)),
