@@ -93,13 +93,17 @@ class PostgresServer:
         return name
 
     def drop_all(self) -> None:
-        with self.admin() as admin:
-            for name in self.created:
-                admin.execute(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = ?",
-                    name,
-                )
-                admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        """Drop every database this session created, eight at a time: each DROP DATABASE
+        waits for a checkpoint, and drops waiting together share one."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        def drop(names: list[str]) -> None:
+            with self.admin() as admin:
+                for name in names:
+                    admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(drop, [self.created[index::8] for index in range(8)]))
 
 
 @pytest.fixture(scope="session")
