@@ -85,13 +85,14 @@ pg_reachable() {  # $1: host, $2: port
 start_private_postgres() {
     # A throwaway cluster with trust auth on loopback, owned by this checkout, tuned for tests:
     # fsync off (every DROP DATABASE forces a checkpoint, which on a server that syncs took
-    # seconds each, minutes a run), connections and prepared transactions for the parallel
-    # runs and two-phase tests, and no test touches a server other people share.
+    # seconds each, minutes a run), connections for the parallel run, and no test touches a
+    # server other people share. Prepared transactions stay off, as on a default server: the
+    # two-phase tests start a cluster of their own that allows them (tests/conftest.py).
     # In the temp folder, not the checkout: the server runs as postgres, which may not be
     # able to enter the checkout (e.g. under /root).
     local checkout port folder
-    checkout="$(pwd | cksum | cut -d' ' -f1)"
-    port=$((50000 + checkout % 10000))  # one port per checkout: several may test at once
+    checkout="$(printf '%s:%s' "$(id -u)" "$(pwd)" | cksum | cut -d' ' -f1)"
+    port=$((50000 + checkout % 10000))  # one port per user and checkout: several may test
     folder="${TMPDIR:-/tmp}/sfbridge-pg-$(id -u)-$checkout"
     local bin
     bin="$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n1)"
@@ -105,13 +106,20 @@ start_private_postgres() {
             --locale=C.UTF-8 >/dev/null
     fi
     local settings="-c fsync=off -c full_page_writes=off -c max_connections=400"
-    settings+=" -c max_prepared_transactions=100 -c shared_buffers=256MB"
+    settings+=" -c shared_buffers=256MB"
     if ! pg_reachable 127.0.0.1 "$port"; then
-        "${run[@]}" "$bin/pg_ctl" -D "$folder/data" -l "$folder/log" -w \
-            -o "-h 127.0.0.1 -p $port -k $folder $settings" start >/dev/null
-        # Stopped again when the tests are done (the data stays for the next run).
-        stop_private_postgres=("${run[@]}" "$bin/pg_ctl" -D "$folder/data" -m fast -w stop)
+        # A server of this folder that is up but not on this port (an older layout): stop it.
+        "${run[@]}" "$bin/pg_ctl" -D "$folder/data" status >/dev/null 2>&1 \
+            && "${run[@]}" "$bin/pg_ctl" -D "$folder/data" -m fast -w stop >/dev/null
+        if ! "${run[@]}" "$bin/pg_ctl" -D "$folder/data" -l "$folder/log" -w \
+            -o "-h 127.0.0.1 -p $port -k $folder $settings" start >/dev/null; then
+            echo "the private PostgreSQL cluster did not start; its log ($folder/log) ends:" >&2
+            tail -n 20 "$folder/log" >&2
+            exit 1
+        fi
     fi
+    # Stopped again when the tests are done (the data stays for the next run).
+    stop_private_postgres=("${run[@]}" "$bin/pg_ctl" -D "$folder/data" -m fast -w stop)
     export SFBRIDGE_TEST_PG="Driver={PostgreSQL Unicode};Server=127.0.0.1;Port=$port;Uid=postgres;"
 }
 
@@ -125,35 +133,36 @@ case "$command" in
         if [ "${1:-}" = "--fast" ]; then
             shift
             fast=1
-            # The virtualenv as it is: nothing installed or linted (set up below if missing).
-            if [ -x .venv/bin/python ]; then exec .venv/bin/python -m pytest tests/unit -q "$@"; fi
+            # The virtualenv as it is if it has this pyproject's test extras: nothing installed
+            # or linted.
+            if [ -f ".venv/.installed-test,spark-$(cat pyproject.toml | cksum | cut -d' ' -f1)" ]; then
+                exec .venv/bin/python -m pytest tests/unit -q "$@"
+            fi
         fi
-        # unixODBC + psqlODBC for pyodbc; the PostgreSQL server and client for the tests;
-        # FreeTDS, which the SQL Server tests load (no SQL Server needed for those); Java for
-        # the Spark tests (PySpark 4 needs 17 or later).
-        need_debian_packages unixodbc odbc-postgresql tdsodbc postgresql postgresql-client systemd \
-            openjdk-17-jre-headless procps
+        # unixODBC + psqlODBC for pyodbc; FreeTDS, which the SQL Server tests load (no SQL
+        # Server needed for those); for the integration tier also the PostgreSQL server and
+        # client and Java for the Spark tests (PySpark 4 needs 17 or later).
+        need_debian_packages unixodbc odbc-postgresql tdsodbc procps
         setup_venv test,spark
         if [ "$fast" = 1 ]; then exec .venv/bin/python -m pytest tests/unit -q "$@"; fi
+        need_debian_packages postgresql postgresql-client systemd openjdk-17-jre-headless
         need_promtool
-        export SPARK_LOCAL_IP=127.0.0.1
-        if [ -z "${SFBRIDGE_TEST_PG:-}" ]; then
-            start_private_postgres
-        else
-            say "testing against the PostgreSQL server SFBRIDGE_TEST_PG names"
-        fi
         say "ruff"
         .venv/bin/ruff check bridge tests bench
         say "mypy"
         .venv/bin/mypy bridge
+        export SPARK_LOCAL_IP=127.0.0.1
+        if [ -z "${SFBRIDGE_TEST_PG:-}" ]; then
+            # Stopped however this script ends (a failed test, Ctrl-C); the data stays.
+            trap 'if [ ${#stop_private_postgres[@]} -gt 0 ]; then "${stop_private_postgres[@]}" >/dev/null 2>&1 || true; fi' EXIT
+            start_private_postgres
+        else
+            say "testing against the PostgreSQL server SFBRIDGE_TEST_PG names"
+        fi
         say "pytest"
-        status=0
         # Tests mostly wait (on daemons, faults, timeouts), so more of them than cores run at
         # once; a group (the Spark tests: one JVM at a time) stays on one worker.
-        .venv/bin/python -m pytest -n "${SFBRIDGE_TEST_WORKERS:-4}" --dist loadgroup "$@" \
-            || status=$?
-        if [ ${#stop_private_postgres[@]} -gt 0 ]; then "${stop_private_postgres[@]}" >/dev/null; fi
-        exit "$status"
+        .venv/bin/python -m pytest -n "${SFBRIDGE_TEST_WORKERS:-4}" --dist loadgroup "$@"
         ;;
     *)
         echo "usage: ./dev.sh demo [--dir DIR] | ./dev.sh test [--fast] [PYTEST ARGS]" >&2

@@ -1,6 +1,6 @@
 """The unit tier: no database server, no subprocess, no JVM, so it runs in under a minute
-(`./dev.sh test --fast`). A test here that starts a process or asks for a PostgreSQL fixture
-fails at once, naming what it tried: such a test belongs in tests/integration."""
+(`./dev.sh test --fast`). A test here that starts a process or asks for a database server's
+fixture fails at once, naming what it tried: such a test belongs in tests/integration."""
 
 from __future__ import annotations
 
@@ -24,9 +24,15 @@ def _no_processes(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(subprocess.Popen, "__init__", _refused("a subprocess"))
     monkeypatch.setattr(multiprocessing.process.BaseProcess, "start", _refused("a process"))
     monkeypatch.setattr(os, "fork", _refused("a process"))
-    monkeypatch.setattr(os, "posix_spawn", _refused("a process"))
+    for name in ("posix_spawn", "posix_spawnp", "forkpty", "system"):
+        monkeypatch.setattr(os, name, _refused("a process"))
 
 
 @pytest.fixture(scope="session")
 def postgres() -> None:
     raise AssertionError("a unit test may not use PostgreSQL: move it to tests/integration")
+
+
+@pytest.fixture(scope="session")
+def sqlserver_server() -> None:
+    raise AssertionError("a unit test may not use SQL Server: move it to tests/integration")

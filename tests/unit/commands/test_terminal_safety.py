@@ -7,11 +7,7 @@ from __future__ import annotations
 
 import re
 
-import pytest
-
 from bridge.secrets import inert
-
-pytestmark = pytest.mark.integration
 
 # Clear the screen, retitle the terminal, ring the bell, CSI as one C1 byte, a right-to-left
 # override, a line separator, then a carriage return and line feed and a line of its own.

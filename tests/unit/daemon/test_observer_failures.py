@@ -19,8 +19,6 @@ from bridge.daemon.workers import PoolWorker
 from bridge.forwarding.writes import QueueWriter
 from bridge.outages import OutageTracker
 
-pytestmark = pytest.mark.integration
-
 
 class ObserverThatAlwaysFails:
     def __init__(self) -> None:

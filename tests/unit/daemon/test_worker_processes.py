@@ -18,8 +18,6 @@ from support.pairs import pg_pair_config
 from bridge.config.load import load_config
 from bridge.exceptions import ConfigError
 
-pytestmark = pytest.mark.integration
-
 
 def delivered(samples: dict[Any, float]) -> float | None:
     """`sfbridge_messages_total{outcome="delivered"}` of the forwarder `sender`."""

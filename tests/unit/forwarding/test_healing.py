@@ -19,8 +19,6 @@ from support import (
 
 from bridge.config import load_config
 
-pytestmark = pytest.mark.integration
-
 
 def status(config: Path) -> dict[str, Any]:
     result = sfbridge("-c", str(config), "status", "--json")

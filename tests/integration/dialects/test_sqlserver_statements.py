@@ -8,7 +8,7 @@ when SFBRIDGE_TEST_SQLSERVER holds an ODBC connection string for a login that ma
 databases:
 
     SFBRIDGE_TEST_SQLSERVER='Driver={FreeTDS};Server=HOST;Port=1433;Uid=sa;Pwd=...;' \\
-        ./dev.sh test tests/unit/dialects/test_sqlserver_statements.py
+        ./dev.sh test tests/integration/dialects/test_sqlserver_statements.py
 
 `test_every_statement_has_a_run_here` runs always, so a statement added to the dialect
 without a run here fails the suite even where no server is.
