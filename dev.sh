@@ -3,7 +3,7 @@
 # in .venv) and then:
 #   ./dev.sh demo [ARGS]   run `sfbridge demo` (SQLite only: no server, no config)
 #   ./dev.sh test [ARGS]   lint, type-check and run the whole test suite (pytest ARGS), in
-#                          SFBRIDGE_TEST_WORKERS (default 4) processes
+#                          SFBRIDGE_TEST_WORKERS (default 6) processes
 #   ./dev.sh test --fast [ARGS]
 #                          the unit tier only (tests/unit: no database server, no subprocess,
 #                          no JVM), in under a minute, without installing or linting
@@ -162,7 +162,7 @@ case "$command" in
         say "pytest"
         # Tests mostly wait (on daemons, faults, timeouts), so more of them than cores run at
         # once; a group (the Spark tests: one JVM at a time) stays on one worker.
-        .venv/bin/python -m pytest -n "${SFBRIDGE_TEST_WORKERS:-4}" --dist loadgroup "$@"
+        .venv/bin/python -m pytest -n "${SFBRIDGE_TEST_WORKERS:-6}" --dist loadgroup "$@"
         ;;
     *)
         echo "usage: ./dev.sh demo [--dir DIR] | ./dev.sh test [--fast] [PYTEST ARGS]" >&2

@@ -35,7 +35,9 @@ from bridge.forwarding.settle import Settlement
 from bridge.forwarding.spine import BatchForwarder
 from bridge.forwarding.transactions import BatchTransactions
 
-pytestmark = pytest.mark.integration
+# On one worker of the parallel run: the cluster that allows prepared transactions
+# (two_phase_postgres, tests/conftest.py) is started once, not once per worker.
+pytestmark = pytest.mark.xdist_group("two-phase")
 
 FORWARD, RECEIVER = SENDER_FORWARD, SAMPLES_RECEIVER
 TRANSACTIONS = '"public"."sfbridge_transactions"'
