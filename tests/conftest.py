@@ -30,8 +30,8 @@ PSQLODBC_CANDIDATES = [
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Longest first, so the parallel run (pytest-xdist hands tests out in this order) does
-    not end with one worker on a long test while the others idle: the Spark group (one worker
-    runs it all), then tests marked slow, then the rest of the integration tier, then the unit
+    not end with one worker on a long test while the others idle: the Spark groups (one worker
+    runs each), then tests marked slow, then the rest of the integration tier, then the unit
     tier, which fills the gaps."""
 
     def rank(item: pytest.Item) -> int:

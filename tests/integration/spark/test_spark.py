@@ -29,10 +29,15 @@ from support import (
 )
 
 pytest.importorskip("pyspark", reason="PySpark is installed by the README's test command")
-# One JVM at a time: two Spark drains side by side on two cores starve each other.
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.xdist_group("spark")]
+# Two chains of local Spark runs, each on one test process, beside the standalone cluster's
+# (tests/integration/spark/test_spark_cluster.py): one chain of all Spark tests was the longest
+# path through a parallel run (about ten minutes), while the two cores were half idle.
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+SPARK_LOCAL_1 = pytest.mark.xdist_group("spark-local-1")
+SPARK_LOCAL_2 = pytest.mark.xdist_group("spark-local-2")
 
 
+@SPARK_LOCAL_1
 def test_a_drain_beside_a_running_daemon_delivers_each_message_once_and_reports_failures(
     tmp_path: Path, new_pg_database: Any
 ) -> None:
@@ -108,6 +113,7 @@ def _alive(pids: set[int]) -> set[int]:
     return alive
 
 
+@SPARK_LOCAL_2
 def test_a_drain_killed_with_sigkill_and_run_again_leaves_every_message_in_one_place(
     tmp_path: Path, new_pg_database: Any
 ) -> None:
@@ -169,6 +175,7 @@ def test_a_drain_killed_with_sigkill_and_run_again_leaves_every_message_in_one_p
     assert set(messages) == ids - {gone_id} and max(messages.values()) == 1
 
 
+@SPARK_LOCAL_2
 def test_spark_task_retries_after_lost_connections_deliver_each_message_once(
     tmp_path: Path, new_pg_database: Any, postgres: Any
 ) -> None:
@@ -217,6 +224,7 @@ def test_spark_task_retries_after_lost_connections_deliver_each_message_once(
     assert set(messages) == ids and max(messages.values()) == 1
 
 
+@SPARK_LOCAL_1
 def test_without_pyspark_the_spark_commands_say_what_to_install(
     tmp_path: Path, new_pg_database: Any
 ) -> None:
@@ -231,6 +239,7 @@ def test_without_pyspark_the_spark_commands_say_what_to_install(
         assert "pip install 'sfbridge[spark]'" in result.stderr
 
 
+@SPARK_LOCAL_1
 def test_a_driver_out_of_memory_ends_the_command_with_exit_4_and_says_so(
     tmp_path: Path, new_pg_database: Any
 ) -> None:

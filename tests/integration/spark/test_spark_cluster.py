@@ -31,8 +31,8 @@ from support import (
 )
 
 pytest.importorskip("pyspark", reason="PySpark is installed by the README's test command")
-# One JVM at a time: two Spark drains side by side on two cores starve each other.
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.xdist_group("spark")]
+# One test process runs this module, so its standalone cluster (a module fixture) starts once.
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.xdist_group("spark-cluster")]
 
 
 def queued_ids(world: dict[str, Any]) -> list[str]:
