@@ -254,8 +254,9 @@ def libpq_parameters(connection_string: str) -> dict[str, str]:
 
 def odbc_connection_string(connection_string: str, defaults: dict[str, str]) -> str:
     """The string for psqlODBC: the libpq parameters psqlODBC does not read itself
-    (`target_session_attrs`, `load_balance_hosts`, `hostaddr`, ...) moved into its `pqopt`,
-    which also gets `defaults` (libpq parameters) where the string sets none of them."""
+    (`target_session_attrs`, `load_balance_hosts`, `hostaddr`, ...) and host and port lists
+    (`Server=h1,h2;Port=5432,5433`) moved into its `pqopt`, which also gets `defaults` (libpq
+    parameters) where the string sets none of them."""
     pairs = parse_connection_string(connection_string.strip())
     try:
         given = _pqopt(pairs)
@@ -269,6 +270,11 @@ def odbc_connection_string(connection_string: str, defaults: dict[str, str]) -> 
             continue
         if lowered in LIBPQ_KEYWORDS and lowered not in _PSQLODBC_READS:
             moved.append((lowered, _unbraced(value)))
+        elif lowered in ("server", "servername", "port") and "," in value:
+            # psqlODBC keeps a Port of at most 9 characters (`5433,5434` and no more: a longer
+            # list reaches libpq cut short) and passes what it has as an option of its own,
+            # which pqopt may not repeat: lists go to libpq through pqopt alone.
+            moved.append((_ODBC_ALIASES.get(lowered, lowered), _unbraced(value)))
         else:
             kept.append((key, value))
     named = {key for key, _ in [*given, *moved]}

@@ -135,6 +135,7 @@ class FailoverSender:
         self.batch = batch
         self.acknowledged: set[str] = set()
         self.uncertain: set[str] = set()
+        self.last_error = ""
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
@@ -156,7 +157,8 @@ class FailoverSender:
                         self.acknowledged |= ids
                         ids = set()
                         time.sleep(0.05)  # a steady stream, not a flood
-            except pyodbc.Error:
+            except pyodbc.Error as error:
+                self.last_error = str(error)
                 self.uncertain |= ids
                 time.sleep(0.1)
 
@@ -172,19 +174,23 @@ def test_a_promoted_standby_of_the_forwarding_database_forwards_every_message_on
     pair.create_database("sender")
     receiver = new_pg_database()
     bridge_pair = make_pg_pair(tmp_path, pair.failover_string("sender", "url"), receiver)
-    # psqlODBC reads libpq's keys from pqopt only (the bridge moves them there; a test client
-    # must write it so).
+    # psqlODBC reads libpq's keys from pqopt only, and cuts a Port list short (the bridge
+    # moves them there; a test client must write it so).
     follower = (
-        "Driver={PostgreSQL Unicode};Server=127.0.0.1,127.0.0.1;"
-        f"Port={pair.standby.port},{pair.primary.port};Uid=postgres;Database=sender;"
-        "pqopt={target_session_attrs=read-write};"
+        "Driver={PostgreSQL Unicode};Uid=postgres;Database=sender;pqopt={host=127.0.0.1,"
+        f"127.0.0.1 port={pair.standby.port},{pair.primary.port} "
+        "target_session_attrs=read-write};"
     )
     new = pair.standby.connection_string("sender")
 
     with DaemonProcess(bridge_pair.config, tmp_path / "daemon.log") as daemon:
         sender = FailoverSender(follower)
         try:
-            wait_until(lambda: pg_count(receiver, SAMPLES_RECEIVER) >= 500, 30, "traffic")
+            wait_until(
+                lambda: pg_count(receiver, SAMPLES_RECEIVER) >= 500,
+                30,
+                f"traffic (the sender's last error: {sender.last_error or 'none'})",
+            )
             pair.primary.kill()
             pair.standby.promote()
             promoted = time.monotonic()

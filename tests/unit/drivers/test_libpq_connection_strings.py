@@ -44,12 +44,18 @@ def test_a_libpq_key_in_the_odbc_form_reaches_psycopg_and_psqlodbc(key: str, val
     assert parameters[key] == value
     # Server and Port lists are libpq's host and port lists as they are.
     assert parameters["host"] == "10.0.0.1,10.0.0.2" and parameters["port"] == "5432,5433"
-    # psqlODBC ignores a libpq key outside pqopt: the bridge moves it in.
+    # psqlODBC ignores a libpq key outside pqopt (but SSLmode, which it reads itself): the
+    # bridge moves it in.
     odbc = dict(parse_connection_string(odbc_connection_string(text, {"keepalives": "1"})))
     pqopt = dict(parse_conninfo(odbc["pqopt"][1:-1].replace("}}", "}")))
-    assert pqopt == {"keepalives": "1", key: value}
-    assert key not in {k.lower() for k in odbc}
-    assert odbc["Server"] == "10.0.0.1,10.0.0.2" and odbc["Pwd"] == "s3cret"
+    if key == "sslmode":
+        assert odbc[key] == f"{{{value}}}"
+    else:
+        assert pqopt[key] == value and key not in {k.lower() for k in odbc}
+    # psqlODBC cuts a Port list short (9 characters): lists reach libpq through pqopt.
+    assert pqopt["host"] == "10.0.0.1,10.0.0.2" and pqopt["port"] == "5432,5433"
+    assert pqopt["keepalives"] == "1" and "Server" not in odbc and "Port" not in odbc
+    assert odbc["Pwd"] == "s3cret"
 
 
 def test_keys_are_read_in_any_case_and_by_their_odbc_names() -> None:
@@ -74,6 +80,13 @@ def test_pqopt_written_for_psqlodbc_reaches_psycopg_too() -> None:
         "application_name": "a b",
     }
     assert connection_problems(text, "psycopg") == []
+
+
+def test_a_single_server_and_port_stay_psqlodbc_keys() -> None:
+    text = "Driver={PostgreSQL Unicode};Server=db1;Port=5432;target_session_attrs=primary"
+    odbc = dict(parse_connection_string(odbc_connection_string(text, {})))
+    assert odbc["Server"] == "db1" and odbc["Port"] == "5432"
+    assert odbc["pqopt"] == "{target_session_attrs=primary}"
 
 
 def test_the_odbc_form_keeps_the_users_pqopt_over_the_bridges_defaults() -> None:
