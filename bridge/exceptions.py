@@ -251,6 +251,11 @@ class PermissionDenied(DatabaseError):
     """The login may not do this (e.g. create a table): a DBA's decision, not an outage."""
 
 
+class DatabaseNotWritable(DatabaseError):
+    """The connection landed where writes are refused (a standby, a read-only database) while
+    the command must write there (`install`); `advice` says how to reach the primary."""
+
+
 class BridgeTableMissing(TableNotFound):
     """A table the bridge owns is missing: not a destination queue, and the bridge can heal it.
 

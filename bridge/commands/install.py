@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from bridge.commands.configuration import load
 from bridge.commands.least_privilege import render_grants
 from bridge.config.model import BridgeConfig
-from bridge.connections import connect
+from bridge.connections import connect, require_writable
 from bridge.dialects import Dialect, dialect_for
 from bridge.drivers import Connection
 from bridge.exceptions import ExitCode, PermissionDenied, TableNotFound
@@ -101,7 +101,8 @@ def render_plan(config: BridgeConfig, steps: list[TableStep]) -> str:
 
 
 def run_install(config: BridgeConfig) -> list[TableStep]:
-    """Create every table in the plan. Raises DatabaseError naming the database."""
+    """Create every table in the plan. Raises DatabaseError naming the database
+    (DatabaseNotWritable where the connection reached a standby)."""
     steps = install_plan(config)
     by_database: dict[str, list[TableStep]] = {}
     for step in steps:
@@ -110,6 +111,7 @@ def run_install(config: BridgeConfig) -> list[TableStep]:
         connection = connect(config.databases[database], create=True)
         try:
             dialect = dialect_for(config.databases[database].dialect)
+            require_writable(database, connection, dialect)
             try:
                 create_tables(connection, dialect, database_steps, only_missing=False)
             except PermissionDenied as error:

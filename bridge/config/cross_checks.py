@@ -21,6 +21,7 @@ from bridge.config.catalog_checks import (
     database_configs,
     where_routes_decide,
 )
+from bridge.config.connection_checks import check_connection_strings
 from bridge.config.durations import format_duration
 from bridge.config.messages import join_path, suggestion
 from bridge.config.model import FixedDestination, RouteConfig
@@ -34,6 +35,7 @@ from bridge.exceptions import AddressError
 __all__ = [
     "check_across_keys",
     "check_catalogs",
+    "check_connection_strings",
     "check_forwarders",
     "check_proxies",
     "check_references",
@@ -52,6 +54,7 @@ def check_across_keys(document: Document, log: ProblemLog) -> None:
     subscriber given twice for one topic is kept once.
     """
     check_references(document, log)
+    check_connection_strings(document, log)
     check_catalogs(document, log)
     check_forwarders(document, log)
     check_proxies(document, log)

@@ -9,8 +9,8 @@ much of the bridge's time binding parameters and copying large values.
 
 The dialects' statements use `?` placeholders (ODBC's); they are rewritten once per distinct
 text to psycopg's `%s`, outside quoted literals and identifiers, with every literal `%`
-doubled. The configured connection string may stay an ODBC one: `libpq_parameters` takes what
-libpq understands from it.
+doubled. The configured connection string may stay an ODBC one: `bridge.drivers.libpq` takes
+what libpq understands from it (every libpq parameter, failover's included).
 
 psycopg is imported lazily, like pyodbc, so that the SQLite-only demo needs neither.
 """
@@ -25,34 +25,13 @@ from typing import Any
 from urllib.parse import unquote
 
 from bridge.drivers.base import Row, Unreadable
-from bridge.drivers.odbc import parse_connection_string
+from bridge.drivers.libpq import libpq_parameters
 from bridge.drivers.sqlstates import classify, connect_failure
 from bridge.exceptions import ConnectionFailed, ConnectionLost, DatabaseError, QueryTimeout
 from bridge.secrets import mask_secrets
 
 __all__ = ["PsycopgConnection", "libpq_parameters", "load_driver", "pyformat_placeholders"]
 
-# ODBC connection string keys (any case) -> libpq parameters. psqlODBC's own options
-# (Driver, Protocol, ByteaAsLongVarBinary, CommLog, ...) mean nothing to libpq and are left out.
-_LIBPQ_KEYS = {
-    "server": "host",
-    "servername": "host",
-    "host": "host",
-    "port": "port",
-    "uid": "user",
-    "username": "user",
-    "user": "user",
-    "pwd": "password",
-    "password": "password",
-    "database": "dbname",
-    "dbname": "dbname",
-    "sslmode": "sslmode",
-    "sslrootcert": "sslrootcert",
-    "sslcert": "sslcert",
-    "sslkey": "sslkey",
-    "application_name": "application_name",
-    "applicationname": "application_name",
-}
 MAX_CACHED_STATEMENTS = 256
 # How long the client waits beyond `deadline` for the server's own timeout error
 # (`statement_timeout`, `lock_timeout`, set by the dialect) before it gives up on the server.
@@ -61,25 +40,6 @@ SERVER_ANSWER_GRACE = 2.0
 _CHANNEL = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 # `::type[]` right after a placeholder.
 _ARRAY_CAST = re.compile(r"::\s*[A-Za-z_][A-Za-z0-9_ ]*\[\]")
-
-
-def libpq_parameters(connection_string: str) -> dict[str, str]:
-    """libpq connection parameters from an ODBC-style connection string (`Server=...;Port=...;
-    Uid=...;Pwd=...;Database=...;`). A libpq URL (`postgresql://...`) is given back as
-    `{"conninfo": URL}`. Braces around a value are removed (`Pwd={a;b}`)."""
-    text = connection_string.strip()
-    if text.startswith(("postgresql://", "postgres://")):
-        return {"conninfo": text}
-    parameters: dict[str, str] = {}
-    for key, value in parse_connection_string(text):
-        name = _LIBPQ_KEYS.get(key.strip().lower())
-        if name is None:
-            continue
-        value = value.strip()
-        if value.startswith("{") and value.endswith("}"):
-            value = value[1:-1].replace("}}", "}")
-        parameters[name] = value
-    return parameters
 
 
 def keepalive_parameters(deadline: float) -> dict[str, str]:

@@ -130,9 +130,13 @@ DATABASES = Section(
             "choice",
             "Driver to open the database with (default: the first). `psycopg` is psycopg 3 "
             "(PostgreSQL's own protocol, binary parameters, prepared statements; no system "
-            "packages); it reads `Server`, `Port`, `Uid`, `Pwd`, `Database` and `SSLmode` "
-            "from the ODBC-style `connection` (or takes a `postgresql://` URL). `odbc` is "
-            "psqlODBC through pyodbc, as before.",
+            "packages); it reads `Server`, `Port`, `Uid`, `Pwd`, `Database`, every libpq "
+            "parameter (`target_session_attrs`, `load_balance_hosts`, `hostaddr`, `sslmode`, "
+            "...) and psqlODBC's `pqopt={...}` from the ODBC-style `connection` (or takes a "
+            "`postgresql://` URL). `odbc` is psqlODBC through pyodbc, as before; the bridge "
+            "moves the libpq parameters psqlODBC would ignore into its `pqopt`. A key the "
+            "bridge sets itself (`connect_timeout`) is refused, one it does not know is warned "
+            'of (see "Failover and standbys" in the operating guide).',
             example="psycopg",
             default=None,
             choices=DRIVERS,

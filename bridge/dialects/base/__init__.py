@@ -32,6 +32,7 @@ from typing import Any, Literal, Protocol
 
 from bridge.addressing import AddressGrammar, TableAddress
 from bridge.drivers.base import Connection, Row
+from bridge.drivers.libpq import ConnectionProblem
 from bridge.exceptions import DatabaseError
 
 
@@ -121,7 +122,11 @@ CONNECTION_LIMIT_STATEMENT_NAMES = frozenset({"connection_limit"})
 # the rights it holds on the table `?` (its rendered name), one a row, from INSERT, SELECT,
 # UPDATE, DELETE and the dialect's others that matter (TRUNCATE...).
 LOGIN_RIGHTS_STATEMENT_NAMES = frozenset({"login_powers", "owned_objects", "table_rights"})
+# Optional: where a connection landed (`bridge.connections.reached_server`, `check`, `install`):
+# one row of (the server as host:port or its name, why it does not accept writes or '').
+SERVER_ROLE_STATEMENT_NAMES = frozenset({"server_role"})
 OPTIONAL_STATEMENT_GROUPS = (
+    SERVER_ROLE_STATEMENT_NAMES,
     LOGIN_RIGHTS_STATEMENT_NAMES,
     ARRAY_STATEMENT_NAMES,
     PUSH_STATEMENT_NAMES,
@@ -414,6 +419,12 @@ class Dialect:
     # The sequences an INSERT into a table uses, from its CREATE TABLE statement (PostgreSQL:
     # the `serial` columns'); None where inserts need no right but INSERT.
     serial_sequences: Callable[[TableAddress, str], tuple[TableAddress, ...]] | None = None
+    # What is wrong with a connection string (given the `driver` key), key by key
+    # (`bridge.drivers.libpq.ConnectionProblem`): checked when the config is loaded. None
+    # where the dialect's driver takes its string as it is.
+    connection_problems: Callable[[str, str | None], list[ConnectionProblem]] | None = None
+    # What to do when a connection lands where writes are refused (`server_role`).
+    read_only_advice: str = ""
     # Rendered statements by (overrides, name, rows, tables): the same text is the same
     # object, which pyodbc needs to reuse a prepared statement. Least recently used first;
     # bounded, since row counts and queues (named by messages) vary without end.

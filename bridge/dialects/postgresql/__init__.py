@@ -23,8 +23,10 @@ from bridge.dialects.postgresql.statements import STATEMENTS, _decode_timestamp
 from bridge.drivers import odbc as odbc_driver
 from bridge.drivers import psycopg as psycopg_driver
 from bridge.drivers.base import Connection
+from bridge.drivers.libpq import ConnectionProblem, connection_problems, odbc_connection_string
 from bridge.drivers.odbc import OdbcConnection, with_default_options, with_required_options
 from bridge.drivers.psycopg import PsycopgConnection, keepalive_parameters
+from bridge.exceptions import ConnectionFailed
 
 __all__ = ["DIALECT", "GRAMMAR", "POSTGRESQL_DEFAULT_OPTIONS", "STATEMENTS", "PostgreSqlGrammar"]
 
@@ -79,8 +81,15 @@ def connect(database: ConfiguredDatabase, *, create: bool = False) -> Connection
     `pqopt`). `create` has no effect: a server database is never created by the bridge.
     Raises ConnectionFailed."""
     assert database.connection is not None
+    driver = database.driver or DRIVERS[0]
+    refused = [p for p in connection_problems(database.connection, driver) if p.error]
+    if refused:
+        # Config validation refuses these; here for a string whose variables were unset then.
+        raise ConnectionFailed(
+            database.name, "connection: " + "; ".join(f"{p.key} {p.message}" for p in refused)
+        )
     setup = session_setup(database.query_timeout)
-    if (database.driver or DRIVERS[0]) == "psycopg":
+    if driver == "psycopg":
         return PsycopgConnection(
             database.name,
             database.connection,
@@ -90,18 +99,23 @@ def connect(database: ConfiguredDatabase, *, create: bool = False) -> Connection
             application_name=APPLICATION_NAME,
         )
     text = with_default_options(database.connection, POSTGRESQL_DEFAULT_OPTIONS)
-    keepalives = {
-        **keepalive_parameters(database.query_timeout),
-        "application_name": APPLICATION_NAME,
-    }
-    pqopt = " ".join(f"{name}={value}" for name, value in keepalives.items())
-    text = with_default_options(text, {"pqopt": "{" + pqopt + "}"})
+    # psqlODBC passes `pqopt` to libpq as it is, and ignores the libpq keys it does not read
+    # itself (target_session_attrs...): they go into pqopt with the keepalives.
+    text = odbc_connection_string(
+        text,
+        {**keepalive_parameters(database.query_timeout), "application_name": APPLICATION_NAME},
+    )
     return OdbcConnection(
         database.name,
         with_required_options(text, POSTGRESQL_REQUIRED_OPTIONS),
         timeout=database.connect_timeout,
         session_setup=setup,
     )
+
+
+def connection_string_problems(connection: str, driver: str | None) -> list[ConnectionProblem]:
+    """What `connect` would refuse in (or warn of) this connection string with `driver`."""
+    return connection_problems(connection, driver or DRIVERS[0])
 
 
 def load_driver(database: ConfiguredDatabase) -> None:
@@ -195,4 +209,10 @@ DIALECT = Dialect(
         ),
     },
     serial_sequences=serial_sequences,
+    connection_problems=connection_string_problems,
+    read_only_advice=(
+        "list every server of the primary and its standbys in the connection (Server=h1,h2; "
+        "Port=5432,5432 or postgresql://h1,h2/db) and add target_session_attrs=read-write, so "
+        'that it opens the primary (see "Failover and standbys" in docs/operating.md)'
+    ),
 )

@@ -320,6 +320,17 @@ STATEMENTS: dict[str, str] = {
                 WHERE backend_type = 'client backend'
                   AND coalesce(application_name, '') <> 'sfbridge'),
                coalesce(host(inet_server_addr()), 'local') || ':' || current_setting('port')""",
+    # Where the connection landed and why it may not write there (`bridge.connections.
+    # reached_server`): a standby in recovery refuses every write, and so does a session
+    # whose transactions are read-only by default (what a failover in progress may look like).
+    "server_role": """
+        SELECT coalesce(host(inet_server_addr()), 'a local socket') || ':'
+                 || coalesce(inet_server_port(), current_setting('port')::integer),
+               CASE WHEN pg_is_in_recovery()
+                    THEN 'it is a standby in recovery (pg_is_in_recovery())'
+                    WHEN current_setting('transaction_read_only') = 'on'
+                    THEN 'its transactions are read-only (default_transaction_read_only)'
+                    ELSE '' END""",
     # Push: a statement-level trigger notifies the table's channel once per INSERT statement
     # (NOTIFY is sent at commit, and several in one transaction are sent once). The function
     # lives in the table's schema, takes the channel as its argument and is created only where

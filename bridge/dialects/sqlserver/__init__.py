@@ -241,4 +241,10 @@ DIALECT = Dialect(
         "revoke": "REVOKE {rights} ON {table} FROM {login}",
         "schema_insert": "GRANT INSERT ON SCHEMA::{schema} TO {login}",
     },
+    read_only_advice=(
+        "connect to the availability group's listener with MultiSubnetFailover=Yes (Microsoft's "
+        "ODBC driver), which opens the primary replica, or with database mirroring name the "
+        "mirror in Failover_Partner=...; or connect to the primary itself "
+        '(see "Failover" in docs/sqlserver.md)'
+    ),
 )

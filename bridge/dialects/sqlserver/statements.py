@@ -467,6 +467,23 @@ STATEMENTS: dict[str, str] = {
         WHERE s.name = ? AND t.name = ?""",
     # One row per index: its name and "<kind> (<key columns>)[ where <filter>]", lower case,
     # e.g. "nonclustered (expires) where ([expires] is not null)".
+    # Where the connection landed (`bridge.connections.reached_server`): the server's name and
+    # TCP port (CONNECTIONPROPERTY needs no VIEW SERVER STATE), and why its database may not
+    # take writes (read-only, restoring, an availability group's secondary).
+    "server_role": """
+        SELECT CAST(@@SERVERNAME AS nvarchar(256))
+                 + COALESCE(N',' + CAST(CONNECTIONPROPERTY('local_tcp_port') AS nvarchar(10)),
+                            N''),
+               CASE WHEN CAST(DATABASEPROPERTYEX(DB_NAME(), 'Status') AS nvarchar(60))
+                         <> N'ONLINE'
+                    THEN N'its database is not online (DATABASEPROPERTYEX Status '
+                         + CAST(DATABASEPROPERTYEX(DB_NAME(), 'Status') AS nvarchar(60)) + N')'
+                    WHEN CAST(DATABASEPROPERTYEX(DB_NAME(), 'Updateability') AS nvarchar(60))
+                         <> N'READ_WRITE'
+                    THEN N'its database is read-only (DATABASEPROPERTYEX Updateability '
+                         + CAST(DATABASEPROPERTYEX(DB_NAME(), 'Updateability')
+                                AS nvarchar(60)) + N')'
+                    ELSE N'' END""",
     "table_indexes": """
         SELECT i.name,
                LOWER(i.type_desc) + ' ('

@@ -86,6 +86,8 @@ def _runs() -> list[tuple[str, Run]]:
     retry_row = (_id(), "sender", "Samples.Receiver@[dbo]", "receiver", NOW, HEADERS, b"\x00")
     return [
         ("create_queue", Run()),
+        # A fresh database takes writes: no reason why not; the server's name comes first.
+        ("server_role", Run(query=True, check=lambda rows: rows[0][0] and rows[0][1] == "")),
         ("create_retry_table", Run()),
         ("create_ledger_table", Run()),
         ("create_counters_table", Run()),

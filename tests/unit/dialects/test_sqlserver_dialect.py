@@ -22,7 +22,11 @@ import pytest
 from bridge.addressing import TableAddress
 from bridge.config.model import DatabaseConfig, RouteConfig
 from bridge.dialects import STATEMENT_NAMES, dialect_for
-from bridge.dialects.base import LOGIN_RIGHTS_STATEMENT_NAMES, RAW_CLAIM_STATEMENT_NAMES
+from bridge.dialects.base import (
+    LOGIN_RIGHTS_STATEMENT_NAMES,
+    RAW_CLAIM_STATEMENT_NAMES,
+    SERVER_ROLE_STATEMENT_NAMES,
+)
 from bridge.dialects.postgresql import STATEMENTS as PG_STATEMENTS
 from bridge.dialects.sqlserver import DIALECT as SQLSERVER
 from bridge.dialects.sqlserver import (
@@ -209,7 +213,10 @@ def render_all(address: TableAddress, rows: int = 2) -> dict[str, str]:
 
 def test_the_dialect_defines_exactly_the_statement_names() -> None:
     assert set(SQLSERVER.statements) == (
-        STATEMENT_NAMES | RAW_CLAIM_STATEMENT_NAMES | LOGIN_RIGHTS_STATEMENT_NAMES
+        STATEMENT_NAMES
+        | RAW_CLAIM_STATEMENT_NAMES
+        | LOGIN_RIGHTS_STATEMENT_NAMES
+        | SERVER_ROLE_STATEMENT_NAMES
     )
     assert dialect_for("sqlserver") is SQLSERVER
     assert SQLSERVER.grammar is GRAMMAR
