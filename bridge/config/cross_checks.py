@@ -35,6 +35,7 @@ __all__ = [
     "check_across_keys",
     "check_catalogs",
     "check_forwarders",
+    "check_poolers",
     "check_proxies",
     "check_references",
     "check_retries",
@@ -52,6 +53,7 @@ def check_across_keys(document: Document, log: ProblemLog) -> None:
     subscriber given twice for one topic is kept once.
     """
     check_references(document, log)
+    check_poolers(document, log)
     check_catalogs(document, log)
     check_forwarders(document, log)
     check_proxies(document, log)
@@ -84,6 +86,22 @@ def check_references(document: Document, log: ProblemLog) -> None:
             if isinstance(fixed, FixedDestination):
                 path = join_path(entry.path, "destination")
                 _check_reference(document, log, fixed.database, path)
+
+
+def check_poolers(document: Document, log: ProblemLog) -> None:
+    """Behind a transaction pooler only psycopg will do: psqlODBC keeps prepared statements
+    and session settings that the pooler's next transaction, on another server connection,
+    would not find."""
+    for name, entry in document.databases.items():
+        if entry.values.get("pooler") != "transaction" or entry.values.get("driver") != "odbc":
+            continue
+        log.error(
+            join_path(entry.path, "driver"),
+            f"database {name!r} is behind a transaction pooler (pooler: transaction), where "
+            "psqlODBC's prepared statements and session settings are lost between "
+            "transactions: use 'driver: psycopg' (the default), or have the pooler lend "
+            "connections per session ('pool_mode = session', then 'pooler: session')",
+        )
 
 
 def _check_reference(document: Document, log: ProblemLog, name: str, path: str) -> None:
