@@ -521,8 +521,7 @@ def _render_forwarders(statuses: list[dict[str, Any]]) -> list[str]:
         if not pickup["push"]:
             lines.append(
                 f"  pickup             polled every {format_duration(pickup['poll_seconds'])}: "
-                f"push off "
-                f"({pickup['why']})"
+                f"push off ({pickup['why']})"
             )
         for failing in status["failing"]:
             lines.append(

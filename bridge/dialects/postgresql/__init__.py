@@ -86,7 +86,6 @@ def connect(database: ConfiguredDatabase, *, create: bool = False) -> Connection
     the server. `create` has no effect: a server database is never created by the bridge.
     Raises ConnectionFailed."""
     assert database.connection is not None
-    setup = session_setup(database.query_timeout)
     if (database.driver or DRIVERS[0]) == "psycopg":
         transaction_pooled = database.pooler == "transaction"
         return PsycopgConnection(
@@ -109,7 +108,7 @@ def connect(database: ConfiguredDatabase, *, create: bool = False) -> Connection
         database.name,
         with_required_options(text, POSTGRESQL_REQUIRED_OPTIONS),
         timeout=database.connect_timeout,
-        session_setup=setup,
+        session_setup=session_setup(database.query_timeout),
     )
 
 
