@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from support import SQLSERVER_VARIABLE, DaemonProcess, PgPair, SqlServerTestServer, make_pg_pair
 from support.pairs import pg_pair_config
+from support.pgbouncer import PgBouncer, pgbouncer_binary, server_address
 
 DEFAULT_PG = "Driver={PostgreSQL Unicode};Server=127.0.0.1;Port=5432;Uid=postgres;"
 PSQLODBC_CANDIDATES = [
@@ -430,6 +431,42 @@ def two_phase_postgres(postgres: PostgresServer) -> Iterator[PostgresServer]:
         server.drop_all()
         private.stop()
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def pgbouncer(postgres: PostgresServer) -> Iterator[Callable[..., PgBouncer]]:
+    """Starts PgBouncer on loopback in front of the test server (or `server`, a
+    PostgresServer): `start(pool_mode, pool_size=3)`; stopped after the test. Skips where
+    there is no pgbouncer binary, but fails under CI, whose `./dev.sh test` installs it."""
+    import shutil
+    import tempfile
+
+    binary = pgbouncer_binary()
+    if binary is None:
+        reason = (
+            "no pgbouncer binary: ./dev.sh test puts Debian's into .venv/bin (or set "
+            "SFBRIDGE_TEST_PGBOUNCER to one)"
+        )
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    started: list[PgBouncer] = []
+
+    def start(
+        pool_mode: str, pool_size: int = 3, server: PostgresServer | None = None
+    ) -> PgBouncer:
+        # Not under pytest's tmp folder: that is private to root, and pgbouncer runs as postgres.
+        folder = Path(tempfile.mkdtemp(prefix="sfbridge-pgbouncer-"))
+        folder.chmod(0o755)
+        address = server_address((server or postgres).prefix)
+        bouncer = PgBouncer(binary, folder, address, pool_mode=pool_mode, pool_size=pool_size)
+        started.append(bouncer)
+        return bouncer
+
+    yield start
+    for bouncer in started:
+        bouncer.stop()
+        shutil.rmtree(bouncer.folder, ignore_errors=True)
 
 
 class SparkStandalone:

@@ -12,8 +12,10 @@ from typing import Any
 
 from bridge.commands.audit import print_recent_commands, recent_commands, render_audit
 from bridge.commands.configuration import load
+from bridge.config.durations import format_duration
 from bridge.config.model import BridgeConfig
 from bridge.connections import Connections
+from bridge.daemon.push import pickup
 from bridge.dialects import Dialect, dialect_for
 from bridge.drivers import Connection
 from bridge.exceptions import AuthenticationFailed, DatabaseError, ExitCode, TableNotFound
@@ -285,6 +287,7 @@ def _forwarder_status(
         "database": forwarder.database,
         "queue": tables.queue_canonical,
         "error_queue": dialect.grammar.render(tables.error_queue),
+        "pickup": pickup(config, forwarder.database),
     }
     proxy = proxy_destination(config, forwarder)
     if proxy is not None:
@@ -514,6 +517,12 @@ def _render_forwarders(statuses: list[dict[str, Any]]) -> list[str]:
         if "proxy_for" in status:
             proxy = status["proxy_for"]
             lines.append(f"  proxy for          {proxy['queue']} in database '{proxy['database']}'")
+        pickup = status["pickup"]
+        if not pickup["push"]:
+            lines.append(
+                f"  pickup             polled every {format_duration(pickup['poll_seconds'])}: "
+                f"push off ({pickup['why']})"
+            )
         for failing in status["failing"]:
             lines.append(
                 f"  FAILING            since {failing['since']}: {failing['failed_batches']} "

@@ -37,6 +37,7 @@ __all__ = [
     "check_catalogs",
     "check_connection_strings",
     "check_forwarders",
+    "check_poolers",
     "check_proxies",
     "check_references",
     "check_retries",
@@ -55,6 +56,7 @@ def check_across_keys(document: Document, log: ProblemLog) -> None:
     """
     check_references(document, log)
     check_connection_strings(document, log)
+    check_poolers(document, log)
     check_catalogs(document, log)
     check_forwarders(document, log)
     check_proxies(document, log)
@@ -87,6 +89,22 @@ def check_references(document: Document, log: ProblemLog) -> None:
             if isinstance(fixed, FixedDestination):
                 path = join_path(entry.path, "destination")
                 _check_reference(document, log, fixed.database, path)
+
+
+def check_poolers(document: Document, log: ProblemLog) -> None:
+    """Behind a transaction pooler only psycopg will do: psqlODBC keeps prepared statements
+    and session settings that the pooler's next transaction, on another server connection,
+    would not find."""
+    for name, entry in document.databases.items():
+        if entry.values.get("pooler") != "transaction" or entry.values.get("driver") != "odbc":
+            continue
+        log.error(
+            join_path(entry.path, "driver"),
+            f"database {name!r} is behind a transaction pooler (pooler: transaction), where "
+            "psqlODBC's prepared statements and session settings are lost between "
+            "transactions: use 'driver: psycopg' (the default), or have the pooler lend "
+            "connections per session ('pool_mode = session', then 'pooler: session')",
+        )
 
 
 def _check_reference(document: Document, log: ProblemLog, name: str, path: str) -> None:

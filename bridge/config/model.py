@@ -23,6 +23,12 @@ NoSubscribersPolicy = Literal["drop", "error"]
 # ledger: a crash between the two commits can deliver a message twice).
 TransactionMode = Literal["ledger", "two-phase", "at-least-once"]
 TRANSACTION_MODES: tuple[TransactionMode, ...] = ("ledger", "two-phase", "at-least-once")
+# What stands between the bridge and a database's server (`databases.<name>.pooler`): nothing,
+# or a connection pooler (PgBouncer) lending a server connection per client session, or per
+# transaction (then nothing of a session survives its transaction: no prepared statements, no
+# SET, no LISTEN).
+Pooler = Literal["none", "session", "transaction"]
+POOLERS: tuple[Pooler, ...] = ("none", "session", "transaction")
 
 
 @dataclass(frozen=True)
@@ -53,6 +59,7 @@ class DatabaseConfig:
     # The most connections the daemon holds to this database at once (see
     # `bridge.daemon.budget`).
     max_connections: int = 10
+    pooler: Pooler | None = None  # None: as `none`, the server itself (or no choice: sqlite)
     unresolved: Unresolved | None = None
 
     def require_environment(self, doing: str = "cannot connect") -> None:

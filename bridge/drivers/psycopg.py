@@ -38,6 +38,9 @@ MAX_CACHED_STATEMENTS = 256
 SERVER_ANSWER_GRACE = 2.0
 # What `listen` accepts as a channel name (put into LISTEN as it is).
 _CHANNEL = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+# libpq's transaction status of a connection outside any transaction
+# (`psycopg.pq.TransactionStatus.IDLE`, which is not imported here: see the module docstring).
+_IDLE = 0
 # `::type[]` right after a placeholder.
 _ARRAY_CAST = re.compile(r"::\s*[A-Za-z_][A-Za-z0-9_ ]*\[\]")
 
@@ -104,6 +107,7 @@ class PsycopgConnection:
         deadline: float | None = None,
         session_setup: Sequence[str] = (),
         application_name: str | None = None,
+        transaction_pooled: bool = False,
     ) -> None:
         """Connect (see `libpq_parameters`) and run `session_setup` once. Raises
         ConnectionFailed with a message free of secrets (AuthenticationFailed when the server
@@ -115,6 +119,13 @@ class PsycopgConnection:
         `deadline` (seconds): no call waits longer than this (plus `SERVER_ANSWER_GRACE` for
         the server's own timeout error) for the server; then the connection is closed and
         the call raises QueryTimeout. None waits as long as it takes.
+
+        `transaction_pooled`: the connection reaches a pooler that lends a server connection
+        per transaction (PgBouncer's `pool_mode = transaction`), so nothing of the session
+        outlives a transaction. No statement is prepared on the server (a named statement
+        stays on the server connection it was prepared on: the next transaction, on another,
+        would not find it, or find another client's of the same name), and `session_setup`
+        (`SET LOCAL` statements then) runs at the start of every transaction instead of once.
         """
         import psycopg  # lazy: see the module docstring
         from psycopg.conninfo import make_conninfo
@@ -123,6 +134,8 @@ class PsycopgConnection:
         self._psycopg_error = psycopg.Error
         self._statements: OrderedDict[str, str] = OrderedDict()
         self._deadline = deadline
+        # Run before the first statement of every transaction (see `transaction_pooled`).
+        self._transaction_setup = "; ".join(session_setup) if transaction_pooled else ""
         parameters = libpq_parameters(connection_string)
         if "client_encoding" not in connection_string.lower():
             # Text as UTF-8 whatever the database's encoding: the server converts from a real
@@ -142,8 +155,9 @@ class PsycopgConnection:
             self._connection = _connection_class(psycopg).connect(
                 conninfo,
                 autocommit=False,
-                # Statements are prepared on the server from their second execution on.
-                prepare_threshold=1,
+                # Statements are prepared on the server from their second execution on, but
+                # for a session that ends with every transaction.
+                prepare_threshold=None if transaction_pooled else 1,
             )
             if deadline is not None:
                 self._connection.deadline = deadline + SERVER_ANSWER_GRACE
@@ -156,7 +170,7 @@ class PsycopgConnection:
             ) from None
         try:
             with self._connection.cursor() as cursor:
-                for statement in session_setup:
+                for statement in () if transaction_pooled else session_setup:
                     cursor.execute(statement)
             self._connection.commit()
         except psycopg.Error as error:
@@ -186,6 +200,7 @@ class PsycopgConnection:
         if not batch:
             return
         try:
+            self._start_transaction()
             self._cursor.executemany(self._statement(sql), batch)
         except self._psycopg_error as error:
             raise self._translate(error) from None
@@ -205,6 +220,7 @@ class PsycopgConnection:
 
     def copy_rows(self, sql: str, types: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
         try:
+            self._start_transaction()
             with self._cursor.copy(sql) as copy:
                 copy.set_types(list(types))
                 for row in rows:
@@ -226,6 +242,7 @@ class PsycopgConnection:
 
     def column_types(self, sql: str) -> list[str]:
         try:
+            self._start_transaction()
             self._cursor.execute(sql)
             types = self._connection.adapters.types
             return [
@@ -325,7 +342,20 @@ class PsycopgConnection:
             rows.append(tuple(values))
         return rows
 
+    def _start_transaction(self) -> None:
+        """Before a statement: where no transaction is open, it opens one, and the session
+        setup of a transaction-pooled connection comes first (one round trip: no parameters,
+        so the statements go together in the simple protocol)."""
+        connection = self._connection
+        if (
+            self._transaction_setup
+            and not connection.autocommit
+            and connection.info.transaction_status == _IDLE
+        ):
+            self._cursor.execute(self._transaction_setup)
+
     def _run(self, sql: str, params: Sequence[Any], *, binary: bool = False) -> None:
+        self._start_transaction()
         if params:
             self._cursor.execute(self._statement(sql), tuple(params), binary=binary)
         else:

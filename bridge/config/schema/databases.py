@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from bridge.config.keys import Key, Section
 from bridge.config.model import (
+    POOLERS,
     DatabaseConfig,
 )
 from bridge.config.schema.common import (
@@ -18,6 +19,7 @@ from bridge.config.schema.common import (
     FILE_DIALECTS,
     IMPLEMENTED_DIALECTS,
     NAME_PATTERN,
+    POOLER_DIALECTS,
     SCHEMA_DIALECTS,
     SERVER_DIALECTS,
     _names,
@@ -142,6 +144,24 @@ DATABASES = Section(
             choices=DRIVERS,
             dialects=DRIVER_DIALECTS,
             dialect_hint=f"only {_names(DRIVER_DIALECTS)} databases have a choice of driver",
+        ),
+        Key(
+            "pooler",
+            "choice",
+            "What `connection` reaches: the server itself (`none`, the default), or a "
+            "connection pooler "
+            "such as PgBouncer in `session` or `transaction` pooling mode (its `pool_mode`; "
+            "the bridge cannot ask a pooler which mode it is in, so it is said here). Behind "
+            "`transaction` pooling nothing of a session outlives its transaction: the bridge "
+            "prepares no statement on the server, sets its timeouts in every transaction "
+            "(`SET LOCAL`), and does not LISTEN (a pooler drops notifications): new messages "
+            'are polled for every `peek_interval`. Needs `driver: psycopg`. See "Behind a '
+            'connection pooler" in docs/operating.md.',
+            example="transaction",
+            default=None,
+            choices=POOLERS,
+            dialects=POOLER_DIALECTS,
+            dialect_hint=f"only {_names(POOLER_DIALECTS)} databases sit behind a pooler",
         ),
     ),
 )

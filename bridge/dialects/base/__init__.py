@@ -59,6 +59,9 @@ class ConfiguredDatabase(Protocol):
     @property
     def driver(self) -> str | None: ...
 
+    @property
+    def pooler(self) -> str | None: ...
+
 
 # Every dialect defines exactly these statements (a unit test holds them to it).
 # Optional forms of multi-row statements that bind one array per column instead of one
@@ -374,7 +377,8 @@ class Dialect:
     `connection_catalog` is set where addresses name catalogs (SQL Server): it reads the
     database (catalog) a connection string opens, None when the string names none.
     `load_driver` imports the driver a database is opened with (`connect` would, in its
-    first call); it raises ImportError.
+    first call); it raises ImportError. `poolers` names the connection poolers' modes a
+    database of this dialect may sit behind (the `pooler` config key, beside `none`).
     """
 
     name: str
@@ -395,6 +399,7 @@ class Dialect:
     queue_shapes: QueueShapes | None = None
     inspect_queue_table: QueueTableInspector | None = None
     drivers: tuple[str, ...] = ()
+    poolers: tuple[str, ...] = ()
     max_parameters: int = 2000
     # Why a transaction cannot be prepared here (`transaction: two-phase`); None where it can:
     # then the dialect has `prepare_transaction`, `commit_prepared`, `rollback_prepared` and

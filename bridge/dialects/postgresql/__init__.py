@@ -62,14 +62,19 @@ APPLICATION_NAME = "sfbridge"
 DRIVERS = ("psycopg", "odbc")
 
 
-def session_setup(query_timeout: float) -> list[str]:
+def session_setup(query_timeout: float, *, per_transaction: bool = False) -> list[str]:
     """Server-side halves of the connection's deadline: a statement waiting for a lock gives
     up after `query_timeout` (SQLSTATE 55P03, the table is busy), any statement a second later
-    (57014); the client waits a little longer still for their answer (`bridge.drivers`)."""
+    (57014); the client waits a little longer still for their answer (`bridge.drivers`).
+
+    `per_transaction`: the same as `SET LOCAL`, for a connection whose session does not
+    outlive a transaction (behind a transaction pooler, the next transaction may run on
+    another server connection, whose settings are someone else's)."""
     lock_ms = max(1, round(query_timeout * 1000))
+    scope = "SET LOCAL" if per_transaction else "SET"
     return [
-        f"SET lock_timeout = '{lock_ms}ms'",
-        f"SET statement_timeout = '{lock_ms + 1000}ms'",
+        f"{scope} lock_timeout = '{lock_ms}ms'",
+        f"{scope} statement_timeout = '{lock_ms + 1000}ms'",
     ]
 
 
@@ -78,7 +83,9 @@ def connect(database: ConfiguredDatabase, *, create: bool = False) -> Connection
     `POSTGRESQL_REQUIRED_OPTIONS` set and the `POSTGRESQL_DEFAULT_OPTIONS` the string does not
     set, both bounded by `database.query_timeout` (`session_setup`; psycopg also on the
     client, and with TCP keepalives; psqlODBC passes the keepalives to libpq through
-    `pqopt`). `create` has no effect: a server database is never created by the bridge.
+    `pqopt`). Behind a transaction pooler (`pooler: transaction`, psycopg only: the config
+    refuses ODBC there) the timeouts are set in every transaction and nothing is prepared on
+    the server. `create` has no effect: a server database is never created by the bridge.
     Raises ConnectionFailed."""
     assert database.connection is not None
     driver = database.driver or DRIVERS[0]
@@ -88,15 +95,16 @@ def connect(database: ConfiguredDatabase, *, create: bool = False) -> Connection
         raise ConnectionFailed(
             database.name, "connection: " + "; ".join(f"{p.key} {p.message}" for p in refused)
         )
-    setup = session_setup(database.query_timeout)
     if driver == "psycopg":
+        transaction_pooled = database.pooler == "transaction"
         return PsycopgConnection(
             database.name,
             database.connection,
             timeout=database.connect_timeout,
             deadline=database.query_timeout,
-            session_setup=setup,
+            session_setup=session_setup(database.query_timeout, per_transaction=transaction_pooled),
             application_name=APPLICATION_NAME,
+            transaction_pooled=transaction_pooled,
         )
     text = with_default_options(database.connection, POSTGRESQL_DEFAULT_OPTIONS)
     # psqlODBC passes `pqopt` to libpq as it is, and ignores the libpq keys it does not read
@@ -109,7 +117,7 @@ def connect(database: ConfiguredDatabase, *, create: bool = False) -> Connection
         database.name,
         with_required_options(text, POSTGRESQL_REQUIRED_OPTIONS),
         timeout=database.connect_timeout,
-        session_setup=setup,
+        session_setup=session_setup(database.query_timeout),
     )
 
 
@@ -178,6 +186,7 @@ DIALECT = Dialect(
     encode_timestamp=require_naive_utc,
     decode_timestamp=_decode_timestamp,
     drivers=DRIVERS,
+    poolers=("session", "transaction"),
     load_driver=load_driver,
     max_parameters=65535,
     cannot_prepare=None,
