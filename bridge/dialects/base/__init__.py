@@ -121,7 +121,11 @@ CONNECTION_LIMIT_STATEMENT_NAMES = frozenset({"connection_limit"})
 # the rights it holds on the table `?` (its rendered name), one a row, from INSERT, SELECT,
 # UPDATE, DELETE and the dialect's others that matter (TRUNCATE...).
 LOGIN_RIGHTS_STATEMENT_NAMES = frozenset({"login_powers", "owned_objects", "table_rights"})
+# Optional: the transactions of other sessions writing `{queue}` or `{retry}` now, one row each
+# (an id of the database's), for `sfbridge pause` to wait for the batches in flight.
+IN_FLIGHT_STATEMENT_NAMES = frozenset({"in_flight_writers"})
 OPTIONAL_STATEMENT_GROUPS = (
+    IN_FLIGHT_STATEMENT_NAMES,
     LOGIN_RIGHTS_STATEMENT_NAMES,
     ARRAY_STATEMENT_NAMES,
     PUSH_STATEMENT_NAMES,
@@ -220,6 +224,9 @@ STATEMENT_NAMES = frozenset(
         "daemon_save",
         "daemons_read",
         "daemons_forget",
+        "daemons_add_identity",
+        "daemons_read_without_identity",
+        "daemon_delete",
         "create_pauses_table",
         "pause_set",
         "pause_clear",
