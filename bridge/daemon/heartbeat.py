@@ -18,7 +18,12 @@ from bridge.config.fingerprint import config_fingerprint
 from bridge.config.model import BridgeConfig
 from bridge.connections import Connections
 from bridge.dialects import dialect_for
-from bridge.exceptions import DatabaseError, DatabaseUnavailable, TableNotFound
+from bridge.exceptions import (
+    BridgeTableMissing,
+    DatabaseError,
+    DatabaseUnavailable,
+    TableNotFound,
+)
 from bridge.messages import utcnow
 from bridge.outages import OutageTracker
 from bridge.storage.daemons import (
@@ -108,6 +113,10 @@ class Heartbeat:
                         # out another connect timeout.
                         "it is written again once the database answers"
                         if isinstance(error, DatabaseUnavailable)
+                        # The daemons table lacks what this sfbridge records, and the
+                        # columns may not be added: the advice says who adds them.
+                        else error.advice
+                        if isinstance(error, BridgeTableMissing) and error.advice
                         else self._advice(connections, database),
                     )
                 else:
@@ -176,9 +185,10 @@ class Heartbeat:
                 connection.commit()
                 self._introduced.add(database)
                 return
-            except TableNotFound:
+            except TableNotFound as missing:
                 connection.rollback()
-                if attempt == 2 or not self.config.install.at_runtime:
+                unhealable = isinstance(missing, BridgeTableMissing) and not missing.healable
+                if attempt == 2 or not self.config.install.at_runtime or unhealable:
                     raise
                 # Only the daemons table (and its schema): the forwarder's other tables are
                 # its workers' to create (`healing`).
