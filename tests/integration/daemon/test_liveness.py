@@ -117,7 +117,7 @@ def test_a_killed_daemon_reads_missing_within_three_heartbeats_and_can_be_forgot
     def entry() -> dict[str, Any]:
         # In-process: a status run in a subprocess takes too long to time the change by.
         [found] = [e for e in collect_status(config)["daemons"] if e["daemon"] == name]
-        return found  # type: ignore[no-any-return]
+        return found
 
     daemon.kill()
     first_missing: list[dict[str, Any]] = []
