@@ -27,6 +27,7 @@ from bridge.commands import (
     status,
 )
 from bridge.commands import run as daemon
+from bridge.commands.daemons import forget as daemons_forget
 from bridge.commands.errors import listing as errors_list
 from bridge.commands.errors import purge as errors_purge
 from bridge.commands.errors import replay as errors_replay
@@ -64,6 +65,7 @@ class Verb:
 
 # The verbs that take a second word, with their help line.
 GROUPS = {
+    "daemons": "forget the entries of daemons that no longer run",
     "errors": "list, show, replay or purge the messages in the error queues",
     "retries": "list the messages waiting in retry storage, make them due now, or fail them to "
     "the error queue",
@@ -106,6 +108,11 @@ VERBS = (
         retries_fail,
         "give up on messages: move them to their forwarder's error queue "
         "(reason failed-by-operator)",
+    ),
+    Verb(
+        "daemons forget",
+        daemons_forget,
+        "remove daemons that stopped or went missing from what 'status' shows (audited)",
     ),
     Verb(
         "route",

@@ -16,6 +16,7 @@ from bridge.drivers import Connection
 from bridge.exceptions import BridgeTableMissing
 from bridge.forwarding.transactions import BatchTransactions
 from bridge.messages import ClaimedMessage, DeliveryResult, Source, Unit
+from bridge.storage.pauses import Pause
 
 
 @dataclass
@@ -39,6 +40,9 @@ class Batch:
     transactions: BatchTransactions  # the source side of two-phase and at-least-once
     claimed: list[ClaimedMessage] = field(default_factory=list)
     claimed_at: float = 0.0  # time.monotonic() when the claim returned
+    # The destination databases paused as read in this transaction after the claim: what
+    # deliver holds back (`bridge.storage.pauses`).
+    paused: dict[str, Pause] = field(default_factory=dict)
     units: list[Unit] = field(default_factory=list)
     results: list[DeliveryResult | None] = field(default_factory=list)
     report: BatchReport = field(default_factory=BatchReport)

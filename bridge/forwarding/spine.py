@@ -51,7 +51,12 @@ from bridge.forwarding.transactions import BatchTransactions, SourceFailed
 from bridge.forwarding.writes import QueueWriter
 from bridge.messages import ClaimedMessage, Decision, Poison, Publish, Source, Unit, utcnow
 from bridge.outages import OutageTracker
-from bridge.storage.pauses import PauseBoard, PauseState, read_pauses
+from bridge.storage.pauses import (
+    PauseBoard,
+    PauseState,
+    read_pauses,
+    read_pauses_in_transaction,
+)
 from bridge.storage.tables import (
     forwarder_tables,
 )
@@ -201,11 +206,28 @@ class BatchForwarder:
             limit=limit,
         )
         batch.claimed_at = time.monotonic()
+        if batch.claimed:
+            self._check_pauses(batch, drain=seq_range is not None)
         sizes = [message.claimed_size for message in batch.claimed]
         if batch.claimed:
             self._claim_limits[batch.source] = claim_limit(self.forwarder, sizes)
         full = len(batch.claimed) >= limit or sum(sizes) >= self.forwarder.batch_bytes
         batch.report = BatchReport(claimed=len(batch.claimed), full=full)
+
+    def _check_pauses(self, batch: Batch, *, drain: bool) -> None:
+        """The pauses as of the claim, read in its transaction after it (so a pause committed
+        before a claimed row was sent is seen: `bridge.storage.pauses`). A paused forwarder
+        puts every row back, unless this is a bulk drain's batch (an operator's explicit
+        action, which honours destination pauses only)."""
+        state = read_pauses_in_transaction(
+            batch.connection, self.dialect, self.tables, self.forwarder.name
+        )
+        self._pauses.update(state)
+        batch.paused = state.destinations
+        if state.forwarder is not None and not drain:
+            batch.connection.rollback()
+            batch.connection.begin()
+            batch.claimed = []
 
     def _classify(self, batch: Batch) -> None:
         batch.units = [
@@ -219,7 +241,7 @@ class BatchForwarder:
             return
         try:
             report = self._destinations.deliver(
-                batch.units, batch.connection, self._pauses.state.destinations, batch.transactions
+                batch.units, batch.connection, batch.paused, batch.transactions
             )
         except SourceFailed as failed:
             raise failed.error from None

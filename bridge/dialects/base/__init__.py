@@ -128,8 +128,12 @@ LOGIN_RIGHTS_STATEMENT_NAMES = frozenset({"login_powers", "owned_objects", "tabl
 # Optional: where a connection landed (`bridge.connections.reached_server`, `check`, `install`):
 # one row of (the server as host:port or its name, why it does not accept writes or '').
 SERVER_ROLE_STATEMENT_NAMES = frozenset({"server_role"})
+# Optional: the transactions of other sessions writing `{queue}` or `{retry}` now, one row each
+# (an id of the database's), for `sfbridge pause` to wait for the batches in flight.
+IN_FLIGHT_STATEMENT_NAMES = frozenset({"in_flight_writers"})
 OPTIONAL_STATEMENT_GROUPS = (
     SERVER_ROLE_STATEMENT_NAMES,
+    IN_FLIGHT_STATEMENT_NAMES,
     LOGIN_RIGHTS_STATEMENT_NAMES,
     ARRAY_STATEMENT_NAMES,
     PUSH_STATEMENT_NAMES,
@@ -228,6 +232,9 @@ STATEMENT_NAMES = frozenset(
         "daemon_save",
         "daemons_read",
         "daemons_forget",
+        "daemons_add_identity",
+        "daemons_read_without_identity",
+        "daemon_delete",
         "create_pauses_table",
         "pause_set",
         "pause_clear",

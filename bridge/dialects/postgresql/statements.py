@@ -241,15 +241,31 @@ STATEMENTS: dict[str, str] = {
             heartbeat_at timestamp NOT NULL,
             heartbeat_seconds double precision NOT NULL,
             state varchar(20) NOT NULL,
-            stopped_at timestamp
+            stopped_at timestamp,
+            config_fingerprint varchar(64),
+            forwarders text
         )""",
+    # A daemons table made by an sfbridge before the daemons said what they serve.
+    "daemons_add_identity": """
+        ALTER TABLE {daemons} ADD COLUMN IF NOT EXISTS config_fingerprint varchar(64),
+                              ADD COLUMN IF NOT EXISTS forwarders text""",
     "daemon_save": """
         INSERT INTO {daemons} AS d (daemon, host, pid, started_at, heartbeat_at,
-                                    heartbeat_seconds, state, stopped_at)
-        VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (daemon) DO UPDATE SET
+                                    heartbeat_seconds, state, stopped_at, config_fingerprint,
+                                    forwarders)
+        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (daemon) DO UPDATE SET
             host = EXCLUDED.host, pid = EXCLUDED.pid, started_at = EXCLUDED.started_at,
             heartbeat_at = EXCLUDED.heartbeat_at, heartbeat_seconds = EXCLUDED.heartbeat_seconds,
-            state = EXCLUDED.state, stopped_at = EXCLUDED.stopped_at""",
+            state = EXCLUDED.state, stopped_at = EXCLUDED.stopped_at,
+            config_fingerprint = EXCLUDED.config_fingerprint, forwarders = EXCLUDED.forwarders""",
+    # The batches in flight on a queue: a claim's DELETE holds RowExclusiveLock on the table
+    # from before its snapshot to its commit (senders' short INSERTs show too). to_regclass:
+    # NULL, not an error, for a table not made yet.
+    "in_flight_writers": """
+        SELECT DISTINCT virtualtransaction FROM pg_locks
+        WHERE locktype = 'relation' AND mode = 'RowExclusiveLock' AND granted
+          AND pid <> pg_backend_pid()
+          AND relation IN (to_regclass({queue_literal}), to_regclass({retry_literal}))""",
     # Pauses: destination_database '' pauses the whole forwarder. Pausing again keeps the time
     # the pause began and takes the new reason.
     "create_pauses_table": """

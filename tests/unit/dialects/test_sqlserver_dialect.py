@@ -524,9 +524,13 @@ PARAMETERS: dict[str, int] = {
     "destination_states_read": 0,
     "forwarder_state_save": 7,
     "forwarder_states_read": 0,
-    # daemon, host, pid, started, heartbeat at, heartbeat interval, state, stopped at
-    "daemon_save": 8,
+    # daemon, host, pid, started, heartbeat at, heartbeat interval, state, stopped at,
+    # configuration fingerprint, forwarders
+    "daemon_save": 10,
     "daemons_read": 0,
+    "daemons_read_without_identity": 0,
+    "daemons_add_identity": 0,
+    "daemon_delete": 2,  # daemon, heartbeat at
     "daemons_forget": 4,  # forgotten before, host, this daemon, missing before
     "schema_exists": 1,  # schema name
     "can_create_schemas": 0,
