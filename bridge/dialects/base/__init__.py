@@ -207,6 +207,7 @@ STATEMENT_NAMES = frozenset(
         "can_create_schemas",
         "schema_exists",
         "current_login",
+        "read_only_reason",
         "can_insert",
         "retry_add_destination_database",
         "retry_waiting",
