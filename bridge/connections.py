@@ -1,5 +1,6 @@
-"""Opening connections: `connect` for one configured database, and `Connections`, the
-per-worker cache (one open connection per database, reopened after failures)."""
+"""Opening connections: `connect` for one configured database, `Connections`, the per-worker
+cache (one open connection per database, reopened after failures), and what a connection finds
+of its database (`require_writes`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from dataclasses import dataclass
 
 from bridge.config.model import DatabaseConfig
 from bridge.dialects import Dialect, dialect_for
-from bridge.drivers import AuthenticationFailed, Connection
+from bridge.drivers import AuthenticationFailed, Connection, DatabaseReadOnly
 from bridge.exceptions import DatabaseNotWritable
 from bridge.outages import OutageTracker
 
@@ -141,6 +142,21 @@ class Connections:
     def close(self) -> None:
         for database, role in list(self._open):
             self.discard(database, role)
+
+
+def require_writes(connection: Connection, dialect: Dialect, database: str) -> None:
+    """Raises DatabaseReadOnly when `database` answers `connection` but takes no writes now (a
+    hot standby, a read-only or restoring database), as the dialect's `read_only_reason` says.
+    `connection` must have no transaction open; none is left open. Raises the DatabaseError
+    family as the query does."""
+    try:
+        connection.begin_read()
+        rows = connection.query(dialect.sql("read_only_reason"))
+    finally:
+        connection.rollback()
+    reason = rows[0][0] if rows else None
+    if reason:
+        raise DatabaseReadOnly(database, f"does not accept writes: {reason}")
 
 
 @contextmanager

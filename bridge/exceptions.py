@@ -203,6 +203,15 @@ class ConnectionLost(DatabaseUnavailable):
     """An open connection broke mid-session. Worth one immediate retry on a new connection."""
 
 
+class DatabaseReadOnly(DatabaseUnavailable):
+    """The database answers but does not take writes: a hot standby (what a failover leaves a
+    client connected to the old primary), `default_transaction_read_only` on, or a SQL Server
+    database that is read-only, restoring, or an availability group's secondary. An outage of
+    that database like any other, not a failure of each message; the session that said so is
+    closed, as one opened while it lasted stays read-only after it (PostgreSQL fixes
+    `transaction_read_only` when a session starts)."""
+
+
 class TransientDatabaseError(DatabaseError):
     """Deadlock, serialization failure, lock timeout: retrying the transaction will likely work."""
 

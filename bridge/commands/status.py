@@ -426,7 +426,9 @@ def _render_destination(entry: dict[str, Any]) -> list[str]:
     if state == "up":
         was = "was up" if entry["stale"] else "up"
         return [f"  {name:<12} {was} since {since}; {waiting} ({seen})"]
-    label = {"unreachable": "DOWN", "auth-failed": "AUTH FAILED"}.get(state, "NOT READY")
+    label = {"unreachable": "DOWN", "read-only": "READ-ONLY", "auth-failed": "AUTH FAILED"}.get(
+        state, "NOT READY"
+    )
     probe = "next login attempt" if state == "auth-failed" else "next probe"
     lines = [
         f"  {name:<12} {label} since {since}; {waiting}; {probe} {entry['next_probe_at']} ({seen})",

@@ -534,9 +534,11 @@ def _check_wait_within_ledger_retention(
     if retries.values.get("during_outage") != "wait" or max_wait is None or retention is None:
         return
     if max_wait > retention:
+        # Both are defaults of 7d; a shorter retention alone now meets the default wait.
+        default = "" if "max_wait" in retries.given else " (the default)"
         log.warning(
             join_path(retries.path, "max_wait"),
-            f"{format_duration(max_wait)} is longer than ledger.retention "
+            f"{format_duration(max_wait)}{default} is longer than ledger.retention "
             f"{format_duration(retention)}: a message whose delivery was committed but not "
             "confirmed, and that then waits longer than the ledger remembers, could arrive "
             "twice; make ledger.retention at least as long",

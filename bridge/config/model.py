@@ -144,7 +144,7 @@ class RetryConfig:
     immediate_attempts: int = 3
     missing_queue: MissingQueuePolicy = "retry"
     # `wait`: a whole-database outage spends no attempts; its messages wait up to `max_wait`.
-    during_outage: OutagePolicy = "count"
+    during_outage: OutagePolicy = "wait"
     max_wait: float = 7 * 24 * 3600.0
 
 

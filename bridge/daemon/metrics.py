@@ -376,7 +376,8 @@ class BridgeMetrics:
             )
         up = GaugeMetricFamily(
             "sfbridge_database_up",
-            "1 unless the bridge last saw the database unreachable or not ready for delivery.",
+            "1 unless the bridge last saw the database unreachable, read-only or not ready for "
+            "delivery.",
             labels=["database"],
         )
         for database in sorted(config.databases):
@@ -393,6 +394,17 @@ class BridgeMetrics:
             state = outages.state(database) if outages is not None else None
             refused.add_metric([database], 1 if state and state.state == "auth-failed" else 0)
         yield refused
+        read_only = GaugeMetricFamily(
+            "sfbridge_database_read_only",
+            "1 while the database answers but takes no writes (a hot standby after a failover, "
+            "default_transaction_read_only, a read-only or restoring SQL Server database): its "
+            "messages wait in retry storage (sfbridge_database_up is 0 meanwhile).",
+            labels=["database"],
+        )
+        for database in sorted(config.databases):
+            state = outages.state(database) if outages is not None else None
+            read_only.add_metric([database], 1 if state and state.state == "read-only" else 0)
+        yield read_only
         failing = GaugeMetricFamily(
             "sfbridge_forwarder_failing",
             "1 while the forwarder's batches fail (its queue cannot be read, or a batch fails "

@@ -164,6 +164,7 @@ class Daemon:
             troubled = [state for state in self._outages.states() if state.in_trouble]
             for kind, word in (
                 ("unreachable", "DOWN"),
+                ("read-only", "READ-ONLY"),
                 ("not-ready", "NOT READY"),
                 ("auth-failed", "AUTH FAILED"),
             ):

@@ -367,6 +367,9 @@ STATEMENTS: dict[str, str] = {
     "can_create_schemas": "SELECT 1",
     "schema_exists": "SELECT coalesce(?1, '') = coalesce(?1, '')",
     "current_login": "SELECT '', 'main'",
+    # A file the bridge opens is writable, or opening it fails; `PRAGMA query_only` aside.
+    "read_only_reason": """
+        SELECT CASE WHEN query_only THEN 'PRAGMA query_only is on' END FROM pragma_query_only""",
     # No grants: whoever may write the file may write every table (?1, the table, is unused).
     "can_insert": "SELECT coalesce(?1, '') = coalesce(?1, ''), NULL",
     "queue_oldest_headers": "SELECT Headers FROM {queue} ORDER BY RowVersion LIMIT 1",

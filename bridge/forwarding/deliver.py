@@ -39,6 +39,7 @@ from bridge.exceptions import (
     BridgeTableMissing,
     ConnectionLost,
     DatabaseError,
+    DatabaseReadOnly,
     DatabaseUnavailable,
     LedgerDenied,
     LockTimeout,
@@ -479,6 +480,11 @@ class RemoteDelivery:
         refused = isinstance(error, AuthenticationFailed)
         if isinstance(error, AuthenticationFailed):
             self._outages.record_trouble(self._target.name, "auth-failed", str(error), error.login)
+        elif isinstance(error, DatabaseReadOnly):
+            # A session that saw the database read-only stays so after it is writable again
+            # (`_transaction` discarded it already, unless healing the ledger was what failed).
+            self._connections.discard(self._target.name)
+            self._outages.record_trouble(self._target.name, "read-only", str(error))
         elif outage:
             self._outages.record_trouble(self._target.name, "unreachable", str(error))
         return [Failed(str(error), outage=outage, login_refused=refused)] * len(items)

@@ -397,6 +397,16 @@ STATEMENTS: dict[str, str] = {
     "can_create_schemas": "SELECT has_database_privilege(current_database(), 'CREATE')",
     "schema_exists": "SELECT count(*) FROM pg_namespace WHERE nspname = ?",
     "current_login": "SELECT current_user, current_database()",
+    # Why the database takes no writes now, or NULL: the probe of a destination in trouble
+    # asks, as a read-only database answers every connection. A session's
+    # transaction_read_only is fixed when it starts, so only a new session's answer is current.
+    "read_only_reason": """
+        SELECT CASE
+            WHEN pg_is_in_recovery()
+                THEN 'it is a standby in recovery (read-only; has a failover moved the primary?)'
+            WHEN current_setting('transaction_read_only') = 'on'
+                THEN 'its sessions start read-only (default_transaction_read_only is on)'
+        END""",
     # Whether this login may write rows into a queue: INSERT on the table, and the sequences of
     # its serial columns (the transport's Seq; an identity column needs no right of its own)
     # that it may not use, one a line.

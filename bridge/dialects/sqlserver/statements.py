@@ -421,6 +421,14 @@ STATEMENTS: dict[str, str] = {
     "can_create_schemas": "SELECT HAS_PERMS_BY_NAME(DB_NAME(), 'DATABASE', 'CREATE SCHEMA')",
     "schema_exists": "SELECT COUNT(*) FROM sys.schemas WHERE name = ?",
     "current_login": "SELECT USER_NAME(), DB_NAME()",
+    # Why the database takes no writes now, or NULL (a readable availability-group secondary
+    # is READ_ONLY too; one that is not readable refuses the connection instead).
+    "read_only_reason": """
+        SELECT CASE
+            WHEN CAST(DATABASEPROPERTYEX(DB_NAME(), 'Updateability') AS nvarchar(20))
+                 <> N'READ_WRITE'
+                THEN N'it is read-only (DATABASEPROPERTYEX Updateability is not READ_WRITE)'
+        END""",
     # Whether this login may write rows into a queue (an IDENTITY column needs no right of
     # its own).
     "can_insert": "SELECT HAS_PERMS_BY_NAME(?, 'OBJECT', 'INSERT'), CAST(NULL AS nvarchar(1))",
