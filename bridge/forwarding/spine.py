@@ -226,9 +226,10 @@ class BatchForwarder:
         if not batch.units:
             return
         pauses = self._pauses.state.destinations
-        limited = self._limited and limited_counts(
-            batch.units, self._limited, {*pauses, *self._outages.waiting_databases()}
-        )
+        limited: dict[str, int] = {}
+        if self._limited:  # else (unless configured) nothing waits, nothing is looked at
+            skipped = {*pauses, *self._outages.waiting_databases()}  # nothing is written there
+            limited = limited_counts(batch.units, self._limited, skipped)
         try:
             if limited:
                 with self._catch_up.hold(limited) as batch.held:
