@@ -160,10 +160,13 @@ class DatabaseError(SfbridgeError):
 
     `native_error` is the server's own error number where the driver reports one that means
     something (SQL Server's, e.g. 207 invalid column name), else None. `advice`, when set,
-    says what a person should do; it is part of the text too.
+    says what a person should do; it is part of the text too. `outcome_unknown` is set by a
+    driver's `commit` when the COMMIT was sent and no answer came back: the transaction may
+    have committed or not (any other failure of a commit means it did not).
     """
 
     native_error: int | None = None
+    outcome_unknown: bool = False
     exit_code = ExitCode.UNAVAILABLE
 
     def __init__(self, database: str, message: str, *, advice: str | None = None) -> None:

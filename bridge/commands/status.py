@@ -30,6 +30,7 @@ from bridge.daemon.push import pickup
 from bridge.dialects import Dialect, dialect_for
 from bridge.drivers import Connection
 from bridge.exceptions import AuthenticationFailed, DatabaseError, TableNotFound
+from bridge.forwarding.catch_up import HELD_MESSAGES, HELD_MILLISECONDS
 from bridge.forwarding.in_doubt import old_prepared_transactions
 from bridge.forwarding.proxies import proxy_destination
 from bridge.messages import utcnow
@@ -505,6 +506,14 @@ def _render_forwarders(statuses: list[dict[str, Any]]) -> list[str]:
         if status["counters"]:
             counted = ", ".join(f"{k} {v}" for k, v in sorted(status["counters"].items()))
             lines.append(f"  since install      {counted}")
+        held = status["counters"].get(HELD_MESSAGES, 0) if status["counters"] else 0
+        if held:
+            seconds = status["counters"].get(HELD_MILLISECONDS, 0) / 1000
+            lines.append(
+                f"  catch-up limits    held back {held} message(s), {human(seconds)} of "
+                "waiting in all (max_messages_per_second, max_batches_in_flight; rising "
+                "in sfbridge_catch_up_held_seconds while they hold)"
+            )
         for event in status.get("event_types", []):
             lines.append(f"  event {event['event_type']} (subscribers as of {event['last_seen']}):")
             for subscriber in event["subscribers"] or [{"address": None}]:

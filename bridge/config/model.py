@@ -60,6 +60,10 @@ class DatabaseConfig:
     # `bridge.daemon.budget`).
     max_connections: int = 10
     pooler: Pooler | None = None  # None: as `none`, the server itself (or no choice: sqlite)
+    # Catch-up limits on what forwarders of other databases write here (`bridge.daemon.catch_up`):
+    # messages per second, and batches at once, in all the daemon's processes; None: none.
+    max_messages_per_second: int | None = None
+    max_batches_in_flight: int | None = None
     unresolved: Unresolved | None = None
 
     def require_environment(self, doing: str = "cannot connect") -> None:

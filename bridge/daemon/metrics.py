@@ -141,6 +141,20 @@ class BridgeMetrics:
             buckets=_LATENCY_BUCKETS,
             registry=registry,
         )
+        self.catch_up_held_seconds = Counter(
+            "sfbridge_catch_up_held_seconds",
+            "Seconds batches for this database waited for its catch-up limits "
+            "(max_messages_per_second, max_batches_in_flight), summed over the batches: "
+            "rising while the limits hold traffic back.",
+            ["database"],
+            registry=registry,
+        )
+        self.catch_up_held_messages = Counter(
+            "sfbridge_catch_up_held_messages",
+            "Messages for this database that waited for its catch-up limits.",
+            ["database"],
+            registry=registry,
+        )
         self.suspected_duplicates = Counter(
             "sfbridge_suspected_duplicates",
             "Messages of at-least-once routes that may have arrived twice: their batch ended "
@@ -263,6 +277,10 @@ class BridgeMetrics:
     def delivered(self, database: str, count: int, seconds_since_claim: float) -> None:
         self.deliveries.labels(database).inc(count)
         self.delivery_latency.labels(database).observe(seconds_since_claim)
+
+    def held(self, database: str, messages: int, seconds: float) -> None:
+        self.catch_up_held_seconds.labels(database).inc(seconds)
+        self.catch_up_held_messages.labels(database).inc(messages)
 
     def database_seen(self, database: str, up: bool) -> None:
         with self._lock:

@@ -22,6 +22,7 @@ from bridge.daemon.board import Entry, WorkBoard
 from bridge.daemon.forwarder_health import ForwarderHealth
 from bridge.daemon.observability import report_exception
 from bridge.exceptions import DatabaseError, DatabaseUnavailable, TableNotFound
+from bridge.forwarding.catch_up import CatchUpLimits
 from bridge.forwarding.observers import ForwardingObserver, safe_observer
 from bridge.forwarding.spine import BatchForwarder
 from bridge.forwarding.writes import QueueWriter
@@ -51,6 +52,8 @@ class PoolWorker(threading.Thread):
         writer: QueueWriter,
         health: ForwarderHealth,
         observer: ForwardingObserver | None = None,
+        *,
+        catch_up: CatchUpLimits | None = None,
     ) -> None:
         super().__init__(name=f"{database}-{index}", daemon=True)
         self.config = config
@@ -63,6 +66,7 @@ class PoolWorker(threading.Thread):
         self._outages = outages
         self._writer = writer
         self._health = health
+        self._catch_up = catch_up
         # Every call through SafeObserver: a failing observer must not end the worker thread.
         self._observer = safe_observer(observer)
         self._lock = threading.Lock()
@@ -88,6 +92,7 @@ class PoolWorker(threading.Thread):
                         outages=self._outages,
                         writer=self._writer,
                         observer=self._observer,
+                        catch_up=self._catch_up,
                     )
                     forwarders[entry.forwarder] = batches
                 self._turn(entry, batches, connections)

@@ -27,7 +27,13 @@ from urllib.parse import unquote
 from bridge.drivers.base import Row, Unreadable
 from bridge.drivers.libpq import libpq_parameters
 from bridge.drivers.sqlstates import classify, connect_failure
-from bridge.exceptions import ConnectionFailed, ConnectionLost, DatabaseError, QueryTimeout
+from bridge.exceptions import (
+    ConnectionFailed,
+    ConnectionLost,
+    DatabaseError,
+    DatabaseUnavailable,
+    QueryTimeout,
+)
 from bridge.secrets import mask_secrets
 
 __all__ = ["PsycopgConnection", "libpq_parameters", "load_driver", "pyformat_placeholders"]
@@ -276,10 +282,20 @@ class PsycopgConnection:
         return found
 
     def commit(self) -> None:
+        """Raises the DatabaseError family; `outcome_unknown` set where the COMMIT went out
+        and the connection ended with no answer from the server. A server that ends a
+        session (`pg_terminate_backend`, a fast shutdown) answers with an error, SQLSTATE
+        57P01, before it would commit (the commit itself holds off the interrupt), so that
+        failure, or a connection already known broken, is a commit that did not happen."""
+        sent = not (self._connection.closed or self._connection.broken)
         try:
             self._connection.commit()
         except self._psycopg_error as error:
-            raise self._translate(error) from None
+            failure = self._translate(error)
+            answered = bool(getattr(error, "sqlstate", None))
+            if sent and not answered and isinstance(failure, DatabaseUnavailable):
+                failure.outcome_unknown = True
+            raise failure from None
 
     def rollback(self) -> None:
         try:

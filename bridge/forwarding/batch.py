@@ -14,6 +14,7 @@ from datetime import datetime
 
 from bridge.drivers import Connection
 from bridge.exceptions import BridgeTableMissing
+from bridge.forwarding.catch_up import Held
 from bridge.forwarding.transactions import BatchTransactions
 from bridge.messages import ClaimedMessage, DeliveryResult, Source, Unit
 from bridge.storage.pauses import Pause
@@ -45,6 +46,7 @@ class Batch:
     paused: dict[str, Pause] = field(default_factory=dict)
     units: list[Unit] = field(default_factory=list)
     results: list[DeliveryResult | None] = field(default_factory=list)
+    held: Held = field(default_factory=Held)  # what catch-up limits held back (deliver)
     report: BatchReport = field(default_factory=BatchReport)
     # Delivered into the forwarding database's own queues: committed with the source.
     delivered_locally: int = 0

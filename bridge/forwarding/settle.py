@@ -19,6 +19,7 @@ from bridge.config.durations import format_duration
 from bridge.config.model import ForwarderConfig, NoSubscribersPolicy, RetryConfig
 from bridge.dialects import Dialect
 from bridge.drivers import Connection
+from bridge.forwarding.catch_up import HELD_MESSAGES, HELD_MILLISECONDS, Held
 from bridge.forwarding.writes import QueueWriter
 from bridge.headers import Headers, serialize_headers, with_failure_headers
 from bridge.messages import (
@@ -53,6 +54,8 @@ NO_SUBSCRIBERS = "published-without-subscribers"
 # from the database that CLAIMED + FAN_OUT_COPIES equals the sum of OUTCOMES.
 CLAIMED = "claimed"
 FAN_OUT_COPIES = "fan-out-copies"
+# Counted in the table, not outcomes of the batch's messages.
+_BOOKKEEPING = frozenset({CLAIMED, FAN_OUT_COPIES, HELD_MESSAGES, HELD_MILLISECONDS})
 OUTCOMES = (DELIVERED, DUPLICATES, EXPIRED, RETRIES, ERRORS, NO_SUBSCRIBERS)
 
 
@@ -249,9 +252,14 @@ class Settlement:
         results: Sequence[DeliveryResult | None],
         policy: RetryConfig,
         no_subscribers: NoSubscribersPolicy,
+        held: Held | None = None,
     ) -> Counter[str]:
-        """Write every unit's fate, add to the counters, log what failed (grouped)."""
+        """Write every unit's fate, add to the counters (with what catch-up limits `held`
+        back), log what failed (grouped)."""
         claimed = len({id(unit.message) for unit in units})
+        if held is not None and held.messages:
+            self.counts[HELD_MESSAGES] += sum(held.messages.values())
+            self.counts[HELD_MILLISECONDS] += round(sum(held.seconds.values()) * 1000)
         self.counts[CLAIMED] += claimed
         self.counts[FAN_OUT_COPIES] += len(units) - claimed
         delivered = 0
@@ -360,7 +368,7 @@ class Settlement:
                 destination,
                 error,
             )
-        return Counter({k: v for k, v in self.counts.items() if k not in (CLAIMED, FAN_OUT_COPIES)})
+        return Counter({k: v for k, v in self.counts.items() if k not in _BOOKKEEPING})
 
     def _dead_letter(self, unit: Unit, headers_text: str) -> None:
         error_queue = self._tables.error_queue

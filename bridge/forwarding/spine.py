@@ -37,6 +37,7 @@ from bridge.exceptions import (
     DatabaseError,
 )
 from bridge.forwarding.batch import Batch, BatchReport
+from bridge.forwarding.catch_up import CatchUpLimits, NoLimits, limited_counts, limited_databases
 from bridge.forwarding.claim import claim_batch, claim_limit
 from bridge.forwarding.classify import classify
 from bridge.forwarding.deliver import Destinations
@@ -83,6 +84,7 @@ class BatchForwarder:
         outages: OutageTracker | None = None,
         writer: QueueWriter | None = None,
         observer: ForwardingObserver | None = None,
+        catch_up: CatchUpLimits | None = None,
     ) -> None:
         self.config = config
         self.forwarder = forwarder
@@ -111,6 +113,9 @@ class BatchForwarder:
             config, forwarder, connections, self._outages, self._writer, slot=slot
         )
         self._store: str | None = None  # the forwarding database's id in two-phase gids
+        self._catch_up = catch_up or NoLimits()
+        # Other databases with catch-up limits: those a batch may have to wait for.
+        self._limited = limited_databases(config) - {forwarder.database}
 
     def forward_batch(
         self,
@@ -167,12 +172,15 @@ class BatchForwarder:
             return batch
         except BridgeTableMissing:
             batch.connection.rollback()
+            batch.transactions.forget_not_committed()
             raise
         except DatabaseError:
             self.connections.discard(self.forwarder.database)
+            batch.transactions.forget_not_committed()
             raise
         except BaseException:
             batch.connection.rollback()
+            batch.transactions.forget_not_committed()
             raise
 
     def _open(self, source: Source) -> Batch:
@@ -239,12 +247,25 @@ class BatchForwarder:
     def _deliver(self, batch: Batch) -> None:
         if not batch.units:
             return
+        limited: dict[str, int] = {}
+        if self._limited:  # else (unless configured) nothing waits, nothing is looked at
+            # Nothing is written to these in this batch: they take no place and wait for none.
+            skipped = {*batch.paused, *self._outages.waiting_databases()}
+            limited = limited_counts(batch.units, self._limited, skipped)
         try:
-            report = self._destinations.deliver(
-                batch.units, batch.connection, batch.paused, batch.transactions
-            )
+            if limited:
+                with self._catch_up.hold(limited) as batch.held:
+                    report = self._destinations.deliver(
+                        batch.units, batch.connection, batch.paused, batch.transactions
+                    )
+            else:
+                report = self._destinations.deliver(
+                    batch.units, batch.connection, batch.paused, batch.transactions
+                )
         except SourceFailed as failed:
             raise failed.error from None
+        for database, seconds in batch.held.seconds.items():
+            self._observer.held(database, batch.held.messages[database], seconds)
         batch.results = report.results
         since_claim = time.monotonic() - batch.claimed_at
         for database, count in report.delivered.items():
@@ -266,7 +287,11 @@ class BatchForwarder:
             writer=self._writer,
         )
         batch.report.counts = settlement.settle(
-            batch.units, batch.results, self.config.retries, self.config.publish.no_subscribers
+            batch.units,
+            batch.results,
+            self.config.retries,
+            self.config.publish.no_subscribers,
+            batch.held,
         )
 
     def _commit(self, batch: Batch) -> None:

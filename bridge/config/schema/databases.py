@@ -128,6 +128,32 @@ DATABASES = Section(
             maximum=10000,
         ),
         Key(
+            "max_messages_per_second",
+            "integer",
+            "Catch-up limit: the most messages per second the daemon writes into this database "
+            "from forwarders in other databases, in all its worker processes together (unset: "
+            "no limit, and nothing spent on one). So that a destination back from a long "
+            "outage is not hit by the whole backlog at once; a batch waits for its turn, its "
+            "rows still in place. Time and messages held back show in `sfbridge status` and "
+            "in the metrics (`sfbridge_catch_up_held_seconds_total`).",
+            example=2000,
+            default=None,
+            minimum=1,
+            maximum=10_000_000,
+        ),
+        Key(
+            "max_batches_in_flight",
+            "integer",
+            "Catch-up limit: the most batches the daemon writes into this database at once "
+            "from forwarders in other databases, in all its worker processes together (unset: "
+            "as many as its workers). A batch waits for a free place before it opens its "
+            "destination transaction.",
+            example=2,
+            default=None,
+            minimum=1,
+            maximum=10000,
+        ),
+        Key(
             "driver",
             "choice",
             "Driver to open the database with (default: the first). `psycopg` is psycopg 3 "
