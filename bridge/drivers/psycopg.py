@@ -27,7 +27,7 @@ from urllib.parse import unquote
 from bridge.drivers.base import Row, Unreadable
 from bridge.drivers.odbc import parse_connection_string
 from bridge.drivers.sqlstates import classify, connect_failure
-from bridge.exceptions import ConnectionFailed, ConnectionLost, DatabaseError, QueryTimeout
+from bridge.exceptions import ConnectionFailed, ConnectionLost, DatabaseError, NoAnswer
 from bridge.secrets import mask_secrets
 
 __all__ = ["PsycopgConnection", "libpq_parameters", "load_driver", "pyformat_placeholders"]
@@ -154,7 +154,7 @@ class PsycopgConnection:
 
         `deadline` (seconds): no call waits longer than this (plus `SERVER_ANSWER_GRACE` for
         the server's own timeout error) for the server; then the connection is closed and
-        the call raises QueryTimeout. None waits as long as it takes.
+        the call raises NoAnswer (a QueryTimeout). None waits as long as it takes.
         """
         import psycopg  # lazy: see the module docstring
         from psycopg.conninfo import make_conninfo
@@ -386,7 +386,7 @@ class PsycopgConnection:
 
     def _translate(self, error: Exception) -> DatabaseError:
         if _is_wait_timeout(error):
-            return QueryTimeout(
+            return NoAnswer(
                 self.database,
                 f"no answer within {self._deadline:g} s (query_timeout); the connection is closed",
             )
