@@ -225,6 +225,11 @@ class QueryTimeout(DatabaseUnavailable):
     was doing is unknown, as after a lost connection, but it is not worth an immediate retry."""
 
 
+class NoAnswer(QueryTimeout):
+    """Not even the server's own timeout error came back within the deadline (psycopg's wait
+    gave up): the server or the network is silent, not merely slow with one statement."""
+
+
 class LockTimeout(DatabaseError):
     """A statement waited longer than the connection's deadline for a lock someone else holds
     on a table (an `ALTER TABLE`, a `VACUUM FULL`, a migration): the table is busy, not the

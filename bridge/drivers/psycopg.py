@@ -32,7 +32,7 @@ from bridge.exceptions import (
     ConnectionLost,
     DatabaseError,
     DatabaseUnavailable,
-    QueryTimeout,
+    NoAnswer,
 )
 from bridge.secrets import mask_secrets
 
@@ -124,7 +124,7 @@ class PsycopgConnection:
 
         `deadline` (seconds): no call waits longer than this (plus `SERVER_ANSWER_GRACE` for
         the server's own timeout error) for the server; then the connection is closed and
-        the call raises QueryTimeout. None waits as long as it takes.
+        the call raises NoAnswer (a QueryTimeout). None waits as long as it takes.
 
         `transaction_pooled`: the connection reaches a pooler that lends a server connection
         per transaction (PgBouncer's `pool_mode = transaction`), so nothing of the session
@@ -392,7 +392,7 @@ class PsycopgConnection:
 
     def _translate(self, error: Exception) -> DatabaseError:
         if _is_wait_timeout(error):
-            return QueryTimeout(
+            return NoAnswer(
                 self.database,
                 f"no answer within {self._deadline:g} s (query_timeout); the connection is closed",
             )
