@@ -388,10 +388,11 @@ def streaming_postgres() -> Iterator[StreamingPair]:
     try:
         for folder in folders:
             folder.chmod(0o755)
-        servers.append(PrivatePostgres(folders[0], _free_port(), "-c max_connections=30"))
-        servers.append(
-            PrivatePostgres(folders[1], _free_port(), "-c max_connections=30", servers[0])
-        )
+        # Prepared transactions allowed (a standby needs at least its primary's number), so
+        # that a two-phase destination can fail over too.
+        options = "-c max_connections=30 -c max_prepared_transactions=16"
+        servers.append(PrivatePostgres(folders[0], _free_port(), options))
+        servers.append(PrivatePostgres(folders[1], _free_port(), options, servers[0]))
         with pyodbc.connect(servers[0].connection_string(), autocommit=True) as admin:
             admin.execute("ALTER SYSTEM SET synchronous_standby_names = '*'")
             admin.execute("SELECT pg_reload_conf()")

@@ -28,6 +28,7 @@ from support import (
     pg_count,
     pg_create_queue,
     pg_nsb_send,
+    pg_rows,
     sfbridge,
     wait_until,
     write_config,
@@ -89,14 +90,18 @@ def test_check_and_install_say_which_server_they_reached_and_refuse_a_standby(
         assert reached in checked.stdout, (driver, form, checked.stdout)
 
 
+@pytest.mark.parametrize("transaction", ["ledger", "two-phase"])
 def test_a_promoted_standby_of_the_destination_gets_every_message_once(
-    tmp_path: Path, new_pg_database: Any, streaming_postgres: Any
+    tmp_path: Path, new_pg_database: Any, streaming_postgres: Any, transaction: str
 ) -> None:
+    """Two-phase: a transaction the old primary had prepared is on the standby too (synchronous
+    replication); the promoted one must have it committed or rolled back, none left over."""
     pair = streaming_postgres
     pair.create_database("receiver")
     sender = new_pg_database()
+    route = {"transaction": transaction} if transaction != "ledger" else {}
     bridge_pair = make_pg_pair(
-        tmp_path, sender, pair.failover_string("receiver"), create_queue=False
+        tmp_path, sender, pair.failover_string("receiver"), create_queue=False, route=route
     )
     pg_create_queue(pair.primary.connection_string("receiver"), SAMPLES_RECEIVER)
     old, new = (
@@ -119,6 +124,8 @@ def test_a_promoted_standby_of_the_destination_gets_every_message_once(
         assert pg_count(sender, RETRY_TABLE) == 0
         assert pg_count(sender, ERROR_QUEUE) == 0
         assert pg_count(sender, SENDER_FORWARD) == 0
+        wait_until(lambda: not pg_rows(new, "SELECT gid FROM pg_prepared_xacts"), 30,
+                   "no prepared transaction left on the promoted standby")  # fmt: skip
         assert daemon.stop() == 0, daemon.output()
 
     received = message_ids(new, SAMPLES_RECEIVER)
