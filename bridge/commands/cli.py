@@ -25,12 +25,14 @@ from bridge.commands import (
     route,
     send,
     status,
+    where,
 )
 from bridge.commands import run as daemon
 from bridge.commands.errors import listing as errors_list
 from bridge.commands.errors import purge as errors_purge
 from bridge.commands.errors import replay as errors_replay
 from bridge.commands.errors import show as errors_show
+from bridge.commands.errors import summary as errors_summary
 from bridge.commands.retries import fail as retries_fail
 from bridge.commands.retries import listing as retries_list
 from bridge.commands.retries import now as retries_now
@@ -64,7 +66,7 @@ class Verb:
 
 # The verbs that take a second word, with their help line.
 GROUPS = {
-    "errors": "list, show, replay or purge the messages in the error queues",
+    "errors": "list, summarize, show, replay, archive or purge the messages in the error queues",
     "retries": "list the messages waiting in retry storage, make them due now, or fail them to "
     "the error queue",
     "spark": "bulk work on Apache Spark: drain, reconcile, report (needs PySpark)",
@@ -86,7 +88,19 @@ VERBS = (
         "stop a forwarder claiming, or hold its messages for one destination database",
     ),
     Verb("resume", resume, "undo 'pause'"),
+    Verb(
+        "where",
+        where,
+        "where one message is now (queued, retry storage, delivered, error queue, archived) "
+        "and what happened to it",
+    ),
     Verb("errors list", errors_list, "one line per failed message"),
+    Verb(
+        "errors summary",
+        errors_summary,
+        "failed messages in groups (by reason, destination, exception or message type), "
+        "with counts and first and last failure",
+    ),
     Verb("errors show", errors_show, "one message's headers and a preview of its body"),
     Verb(
         "errors replay",

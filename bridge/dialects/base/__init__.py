@@ -156,6 +156,20 @@ def row_counts(total: int, largest: int) -> list[int]:
 
 STATEMENT_NAMES = frozenset(
     {
+        # `sfbridge where` and the error archive (`bridge.storage.whereabouts`, `.archive`):
+        # `retry_find` takes (row Id or NULL, MessageId, its header as JSON writes it).
+        "create_retry_lookup_index",
+        "retry_find",
+        "ledger_find",
+        "queue_find_id",
+        "queue_find_headers",
+        "create_archive_table",
+        "archive_store",
+        "archive_page",
+        "archive_take_many",
+        "archive_take_row",
+        "archive_expire",
+        "archive_find",
         "create_queue",
         "create_retry_table",
         "create_ledger_table",
@@ -246,7 +260,7 @@ STATEMENT_NAMES = frozenset(
     }
 )
 
-INDEX_SUFFIXES = ("expires", "due", "forwarded")
+INDEX_SUFFIXES = ("expires", "due", "forwarded", "by_id", "by_message_id", "archived")
 
 # The bridge's own tables live in each database's default schema under these names.
 RETRY_TABLE = "sfbridge_retry"
@@ -258,6 +272,8 @@ FORWARDER_STATES_TABLE = "sfbridge_forwarder_states"
 PAUSES_TABLE = "sfbridge_pauses"
 DAEMONS_TABLE = "sfbridge_daemons"
 AUDIT_TABLE = "sfbridge_audit"
+# Failed messages an operator put out of the way (`sfbridge errors archive`).
+ARCHIVE_TABLE = "sfbridge_error_archive"
 # What the bridge's global transaction ids are made of (never quoted by a driver: see
 # `Dialect.with_gid`).
 GID_PATTERN = re.compile(r"[A-Za-z0-9:-]{1,200}")
