@@ -28,9 +28,11 @@ from bridge.commands import (
     where,
 )
 from bridge.commands import run as daemon
+from bridge.commands.errors import archive as errors_archive
 from bridge.commands.errors import listing as errors_list
 from bridge.commands.errors import purge as errors_purge
 from bridge.commands.errors import replay as errors_replay
+from bridge.commands.errors import restore as errors_restore
 from bridge.commands.errors import show as errors_show
 from bridge.commands.errors import summary as errors_summary
 from bridge.commands.retries import fail as retries_fail
@@ -107,6 +109,15 @@ VERBS = (
         errors_replay,
         "move failed messages back into their forwarding queue (NServiceBus.FailedQ), "
         "without the failure headers, so they are routed again",
+    ),
+    Verb(
+        "errors archive",
+        errors_archive,
+        "move failed messages into the error archive, restorable for error_archive.retention "
+        "(asks first)",
+    ),
+    Verb(
+        "errors restore", errors_restore, "put archived failed messages back into their error queue"
     ),
     Verb("errors purge", errors_purge, "delete failed messages (asks first)"),
     Verb("retries list", retries_list, "one line per message waiting in retry storage"),

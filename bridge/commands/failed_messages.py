@@ -19,6 +19,7 @@ from datetime import datetime
 
 from bridge.exceptions import PoisonHeaders
 from bridge.headers import (
+    ADDRESS_DATABASE_HEADER,
     ATTEMPTS_HEADER,
     DESTINATION_HEADER,
     EVENT_TYPE_HEADER,
@@ -198,6 +199,19 @@ def replay_headers(headers: Mapping[str, str | None]) -> Headers:
         for key, value in headers.items()
         if key not in added and not key.startswith(EXCEPTION_HEADER_PREFIX)
     }
+
+
+def redirected_headers(headers: Mapping[str, str | None], address: str) -> Headers:
+    """`headers` sent to `address` (in the forwarding database's grammar) instead: the routing
+    header replaced, an event's type and a subscriber's address database taken off, so the
+    message is routed as one sent to `address`."""
+    result = {
+        key: value
+        for key, value in headers.items()
+        if key not in (EVENT_TYPE_HEADER, ADDRESS_DATABASE_HEADER)
+    }
+    result[DESTINATION_HEADER] = address
+    return result
 
 
 # -- showing ---------------------------------------------------------------------------------
