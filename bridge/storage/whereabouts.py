@@ -20,7 +20,6 @@ from bridge.addressing import TableAddress
 from bridge.dialects import Dialect
 from bridge.drivers import Connection
 from bridge.exceptions import TableNotFound
-from bridge.headers import MESSAGE_ID_HEADER
 from bridge.storage.archive import ArchivedMessage, archived_from_row
 from bridge.storage.retries import WaitingMessage, waiting_from_row
 
@@ -33,10 +32,10 @@ def as_uuid(text: str) -> uuid.UUID | None:
 
 
 def message_id_needle(message_id: str) -> str:
-    """The `NServiceBus.MessageId` header as compact JSON writes it (the bridge and
-    NServiceBus both do): what a scan of a Headers column looks for, before the row's headers
-    are read to be sure."""
-    return json.dumps(MESSAGE_ID_HEADER) + ":" + json.dumps(message_id)
+    """What a scan of a Headers column looks for: the MessageId as a JSON string (quoted,
+    escaped), whatever spacing the writer put around the `:` before it. The rows it finds
+    have their headers read to be sure it is their `NServiceBus.MessageId`."""
+    return json.dumps(message_id)
 
 
 def _encoded_id(dialect: Dialect, text: str) -> object:

@@ -85,10 +85,10 @@ def _claim(name: str, *, raw: bool = False) -> str:
                   {_SIZE_OF.format(alias=alias)} AS claimed_size"""
 
 
-# The `NServiceBus.MessageId` in a Headers text, as the bridge and NServiceBus write them
-# (compact JSON), or NULL: never an error, so an index on it cannot fail an insert whatever a
-# row holds (a cast to jsonb would). `sfbridge where` finds retry storage's rows by it.
-_MESSAGE_ID = r"""substring(headers from '"NServiceBus\.MessageId":"([^"\\]*)"')"""
+# The `NServiceBus.MessageId` in a Headers text (a JSON string without escapes), or NULL:
+# never an error, so an index on it cannot fail an insert whatever a row holds (a cast to
+# jsonb would). `sfbridge where` finds retry storage's rows by it.
+_MESSAGE_ID = r"""substring(headers from '"NServiceBus\.MessageId"\s*:\s*"([^"\\]*)"')"""
 
 STATEMENTS: dict[str, str] = {
     **BASE_STATEMENTS,
