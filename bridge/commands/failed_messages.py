@@ -163,7 +163,7 @@ def describe(
             ),
         )
     forwarder, why_not = owners.owner_of(headers.get(FAILED_QUEUE_HEADER))
-    if forwarder is not None and not _is_uuid(shown_id):
+    if forwarder is not None and not isinstance(row_id, uuid.UUID) and not _is_uuid(shown_id):
         forwarder, why_not = None, f"its Id {shown_id!r} is not a UUID, as queue rows' Ids are"
     return FailedMessage(shown_id, seq, headers, forwarder=forwarder, not_replayable=why_not)
 

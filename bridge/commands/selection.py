@@ -304,6 +304,8 @@ def parse_since(text: str, now: datetime) -> datetime:
 def missing_ids(ids: Sequence[str], messages: Sequence[FailedMessage]) -> list[str]:
     """The `ids` (row Ids or `NServiceBus.MessageId`s) that name no message in `messages`, in
     the order given."""
+    if not ids:
+        return []
     found = {known for message in messages for known in message.known_as}
     return [row_id for row_id in dict.fromkeys(ids) if row_id not in found]
 
