@@ -219,7 +219,7 @@ def _run(args: argparse.Namespace, sender: str, receiver: str) -> int:
             found = read_error_queues(config, Selection(), connections, problems)
             groups = summarize(
                 "exception",
-                ((m, each.place.destination_of(m)) for each in found for m in each.messages),
+                ((m, each.place.destination_of) for each in found for m in each.messages),
             )
             assert not problems and sum(g.count for g in groups) == args.failed
 

@@ -166,7 +166,8 @@ def parse_wire_date(text: str) -> datetime | None:
     match = _WIRE_DATE.fullmatch(text) if isinstance(text, str) else None
     if match is not None:
         try:
-            return datetime(*map(int, match.groups()), tzinfo=UTC)
+            year, month, day, hour, minute, second, micro = map(int, match.groups())
+            return datetime(year, month, day, hour, minute, second, micro, tzinfo=UTC)
         except ValueError:
             return None
     try:

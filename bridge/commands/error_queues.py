@@ -53,7 +53,7 @@ from bridge.storage.tables import forwarder_tables, owned_table
 # Rows per replay or purge transaction (and per multi-row statement).
 BATCH_SIZE = 100
 # Rows per read of an error queue's headers.
-PAGE_SIZE = 500
+PAGE_SIZE = 2000
 
 
 @dataclass(frozen=True)

@@ -9,13 +9,17 @@ messages, so what a summary shows can be replayed, archived or purged as one.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from bridge.commands.failed_messages import EXCEPTION_TYPE_HEADER, FailedMessage
 from bridge.exceptions import RequestError
-from bridge.headers import ENCLOSED_TYPES_HEADER
+from bridge.headers import ENCLOSED_TYPES_HEADER, TIME_OF_FAILURE_HEADER, parse_wire_date
+
+# The length of a wire date as NServiceBus and the bridge write it (`2026-11-27 09:30:12:123456
+# Z`): such texts sort as their times do, so a group compares them as text and parses two.
+_WIRE_DATE_LENGTH = 28
 
 GROUP_BY = ("reason", "destination", "exception", "type")
 NONE = "(none)"
@@ -73,8 +77,9 @@ class Group:
     value: str
     count: int = 0
     replayable: int = 0
-    first_failure: datetime | None = None
-    last_failure: datetime | None = None
+    # Times of failure seen: wire-date texts (which sort as times), and others parsed.
+    _texts: list[str] = field(default_factory=list, repr=False)
+    _times: list[datetime] = field(default_factory=list, repr=False)
 
     @property
     def name(self) -> str:
@@ -83,18 +88,39 @@ class Group:
     def add(self, message: FailedMessage) -> None:
         self.count += 1
         self.replayable += message.replayable
-        failed_at = message.failed_at
-        if failed_at is not None:
-            if self.first_failure is None or failed_at < self.first_failure:
-                self.first_failure = failed_at
-            if self.last_failure is None or failed_at > self.last_failure:
-                self.last_failure = failed_at
+        text = message.header(TIME_OF_FAILURE_HEADER)
+        if text is None:
+            return
+        if len(text) == _WIRE_DATE_LENGTH and text.endswith(" Z") and len(self._texts) < 2:
+            self._texts.append(text)
+        elif len(text) == _WIRE_DATE_LENGTH and text.endswith(" Z"):
+            # Keep only the least and the greatest: two texts, whatever the group's size.
+            low, high = self._texts
+            self._texts = [min(low, text), max(high, text)]
+        elif (moment := parse_wire_date(text)) is not None:
+            self._times.append(moment)
+
+    def _moments(self) -> list[datetime]:
+        return [m for m in map(parse_wire_date, self._texts) if m is not None] + self._times
+
+    @property
+    def first_failure(self) -> datetime | None:
+        """The earliest readable `NServiceBus.TimeOfFailure`, None when none is readable."""
+        return min(self._moments(), default=None)
+
+    @property
+    def last_failure(self) -> datetime | None:
+        return max(self._moments(), default=None)
 
 
-def summarize(by: str, entries: Iterable[tuple[FailedMessage, str | None]]) -> list[Group]:
-    """The groups of (message, its destination) `entries`, largest first, then by name."""
+def summarize(
+    by: str, entries: Iterable[tuple[FailedMessage, Callable[[FailedMessage], str | None]]]
+) -> list[Group]:
+    """The groups of `entries`, largest first, then by name: each a message and what tells
+    its destination (`ErrorQueue.destination_of`, asked only when grouping by destination)."""
     groups: dict[str, Group] = {}
-    for message, destination in entries:
+    for message, destination_of in entries:
+        destination = destination_of(message) if by == "destination" else None
         value = group_value(by, message, destination)
         groups.setdefault(value, Group(by, value)).add(message)
     return sorted(groups.values(), key=lambda group: (-group.count, group.value))

@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
         connections.close()
     groups = summarize(
         args.by,
-        ((m, each.place.destination_of(m)) for each in found for m in each.messages),
+        ((m, each.place.destination_of) for each in found for m in each.messages),
     )
     shown = groups[: args.limit] if args.limit else groups
     if args.json:
