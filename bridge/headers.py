@@ -8,6 +8,7 @@ transport itself.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -153,8 +154,22 @@ def wire_date(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S:%f") + " Z"
 
 
+# A wire date as NServiceBus and the bridge write it, read without strptime (ten times
+# slower): `errors summary` reads one per failed message.
+_WIRE_DATE = re.compile(
+    r"([0-9]{4})-([0-9]{2})-([0-9]{2}) ([0-9]{2}):([0-9]{2}):([0-9]{2}):([0-9]{6}) Z"
+)
+
+
 def parse_wire_date(text: str) -> datetime | None:
     """Parse a wire date; None when the text is not one."""
+    match = _WIRE_DATE.fullmatch(text) if isinstance(text, str) else None
+    if match is not None:
+        try:
+            year, month, day, hour, minute, second, micro = map(int, match.groups())
+            return datetime(year, month, day, hour, minute, second, micro, tzinfo=UTC)
+        except ValueError:
+            return None
     try:
         return datetime.strptime(text, "%Y-%m-%d %H:%M:%S:%f Z").replace(tzinfo=UTC)
     except (TypeError, ValueError):

@@ -25,13 +25,17 @@ from bridge.commands import (
     route,
     send,
     status,
+    where,
 )
 from bridge.commands import run as daemon
 from bridge.commands.daemons import forget as daemons_forget
+from bridge.commands.errors import archive as errors_archive
 from bridge.commands.errors import listing as errors_list
 from bridge.commands.errors import purge as errors_purge
 from bridge.commands.errors import replay as errors_replay
+from bridge.commands.errors import restore as errors_restore
 from bridge.commands.errors import show as errors_show
+from bridge.commands.errors import summary as errors_summary
 from bridge.commands.retries import fail as retries_fail
 from bridge.commands.retries import listing as retries_list
 from bridge.commands.retries import now as retries_now
@@ -66,7 +70,7 @@ class Verb:
 # The verbs that take a second word, with their help line.
 GROUPS = {
     "daemons": "forget the entries of daemons that no longer run",
-    "errors": "list, show, replay or purge the messages in the error queues",
+    "errors": "list, summarize, show, replay, archive or purge the messages in the error queues",
     "retries": "list the messages waiting in retry storage, make them due now, or fail them to "
     "the error queue",
     "spark": "bulk work on Apache Spark: drain, reconcile, report (needs PySpark)",
@@ -88,13 +92,34 @@ VERBS = (
         "stop a forwarder claiming, or hold its messages for one destination database",
     ),
     Verb("resume", resume, "undo 'pause'"),
+    Verb(
+        "where",
+        where,
+        "where one message is now (queued, retry storage, delivered, error queue, archived) "
+        "and what happened to it",
+    ),
     Verb("errors list", errors_list, "one line per failed message"),
+    Verb(
+        "errors summary",
+        errors_summary,
+        "failed messages in groups (by reason, destination, exception or message type), "
+        "with counts and first and last failure",
+    ),
     Verb("errors show", errors_show, "one message's headers and a preview of its body"),
     Verb(
         "errors replay",
         errors_replay,
         "move failed messages back into their forwarding queue (NServiceBus.FailedQ), "
         "without the failure headers, so they are routed again",
+    ),
+    Verb(
+        "errors archive",
+        errors_archive,
+        "move failed messages into the error archive, restorable for error_archive.retention "
+        "(asks first)",
+    ),
+    Verb(
+        "errors restore", errors_restore, "put archived failed messages back into their error queue"
     ),
     Verb("errors purge", errors_purge, "delete failed messages (asks first)"),
     Verb("retries list", retries_list, "one line per message waiting in retry storage"),

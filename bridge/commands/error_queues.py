@@ -22,7 +22,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from bridge.addressing import TableAddress
-from bridge.commands.failed_messages import FailedMessage, QueueOwners, describe, replay_headers
+from bridge.commands.failed_messages import (
+    FailedMessage,
+    QueueOwners,
+    describe,
+    redirected_headers,
+    replay_headers,
+)
 from bridge.config.catalogs import database_catalog
 from bridge.config.model import BridgeConfig
 from bridge.dialects import Dialect, dialect_for
@@ -40,13 +46,14 @@ from bridge.headers import (
 )
 from bridge.messages import ClaimedMessage, utcnow
 from bridge.routing import Destination
+from bridge.storage.archive import ArchiveRow, store_archived
 from bridge.storage.retries import store_retry
 from bridge.storage.tables import forwarder_tables, owned_table
 
 # Rows per replay or purge transaction (and per multi-row statement).
 BATCH_SIZE = 100
 # Rows per read of an error queue's headers.
-PAGE_SIZE = 500
+PAGE_SIZE = 2000
 
 
 @dataclass(frozen=True)
@@ -206,12 +213,14 @@ def replay_messages(
     batch_size: int = BATCH_SIZE,
     on_batch: Callable[[list[FailedMessage], str], None] | None = None,
     in_batch: Callable[[Connection, int], None] | None = None,
+    redirect: str | None = None,
 ) -> MoveReport:
     """Move `messages` (replayable ones, read from `queue`) back into the forwarding queues
     their `NServiceBus.FailedQ` names, without the failure headers; one transaction per batch.
 
     `in_batch(connection, moved)` runs in each batch's transaction before its commit (the
-    audit record counts what it moved), `on_batch(moved, forwarder)` after it. Raises
+    audit record counts what it moved), `on_batch(moved, forwarder)` after it. `redirect`: an
+    address (checked against the routes by the caller) each message goes to instead. Raises
     BridgeTableMissing for a missing queue and the DatabaseError family; the batch in hand is
     then rolled back (the batches before it are committed).
     """
@@ -234,6 +243,7 @@ def replay_messages(
                 batch,
                 writer,
                 in_batch,
+                redirect,
             )
             report.moved += moved
             moved_seqs = {message.seq for message in moved}
@@ -251,6 +261,7 @@ def _replay_batch(
     batch: Sequence[FailedMessage],
     writer: QueueWriter,
     in_batch: Callable[[Connection, int], None] | None = None,
+    redirect: str | None = None,
 ) -> list[FailedMessage]:
     """`forwarder`: its name, its queue and its retry storage (None: none known)."""
     name, target, retry = forwarder
@@ -268,6 +279,8 @@ def _replay_batch(
             queued = 0
             for row in claimed:
                 headers = replay_headers(parse_headers(row.headers_text))
+                if redirect is not None:
+                    headers = redirected_headers(headers, redirect)
                 if retry is not None and headers.get(ADDRESS_DATABASE_HEADER):
                     _retry_now(connection, dialect, retry, name, row, headers)
                     continue
@@ -345,3 +358,48 @@ def purge_messages(
             connection.rollback()
             raise
     return deleted
+
+
+def archive_messages(
+    connection: Connection,
+    dialect: Dialect,
+    queue: ErrorQueue,
+    archive: TableAddress,
+    messages: Sequence[FailedMessage],
+    *,
+    batch_size: int = BATCH_SIZE,
+    in_batch: Callable[[Connection, int], None] | None = None,
+) -> int:
+    """Move `messages` from `queue` into the error archive `archive`, as they are (Id, Expires,
+    Headers, Body), one transaction per batch; returns how many moved (fewer when someone
+    took some meanwhile). `in_batch(connection, moved)` runs before each commit. Raises
+    BridgeTableMissing for a missing archive and the DatabaseError family."""
+    moved = 0
+    for start in range(0, len(messages), batch_size):
+        batch = messages[start : start + batch_size]
+        try:
+            connection.begin()
+            with owned_table("error queue", queue.name):
+                rows = connection.query_named(
+                    dialect.sql("error_queue_claim_many", rows=len(batch), queue=queue.address),
+                    [message.seq for message in batch],
+                )
+            claimed = sorted((decode_row(dialect, row) for row in rows), key=lambda m: m.order)
+            store_archived(
+                connection,
+                dialect,
+                archive,
+                queue.name,
+                [
+                    ArchiveRow(str(row.row_id), row.expires, row.headers_text or "", row.body)
+                    for row in claimed
+                ],
+            )
+            if in_batch is not None:
+                in_batch(connection, len(claimed))
+            connection.commit()
+            moved += len(claimed)
+        except BaseException:
+            connection.rollback()
+            raise
+    return moved

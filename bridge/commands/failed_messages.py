@@ -19,6 +19,7 @@ from datetime import datetime
 
 from bridge.exceptions import PoisonHeaders
 from bridge.headers import (
+    ADDRESS_DATABASE_HEADER,
     ATTEMPTS_HEADER,
     DESTINATION_HEADER,
     EVENT_TYPE_HEADER,
@@ -162,7 +163,7 @@ def describe(
             ),
         )
     forwarder, why_not = owners.owner_of(headers.get(FAILED_QUEUE_HEADER))
-    if forwarder is not None and not _is_uuid(shown_id):
+    if forwarder is not None and not isinstance(row_id, uuid.UUID) and not _is_uuid(shown_id):
         forwarder, why_not = None, f"its Id {shown_id!r} is not a UUID, as queue rows' Ids are"
     return FailedMessage(shown_id, seq, headers, forwarder=forwarder, not_replayable=why_not)
 
@@ -198,6 +199,19 @@ def replay_headers(headers: Mapping[str, str | None]) -> Headers:
         for key, value in headers.items()
         if key not in added and not key.startswith(EXCEPTION_HEADER_PREFIX)
     }
+
+
+def redirected_headers(headers: Mapping[str, str | None], address: str) -> Headers:
+    """`headers` sent to `address` (in the forwarding database's grammar) instead: the routing
+    header replaced, an event's type and a subscriber's address database taken off, so the
+    message is routed as one sent to `address`."""
+    result = {
+        key: value
+        for key, value in headers.items()
+        if key not in (EVENT_TYPE_HEADER, ADDRESS_DATABASE_HEADER)
+    }
+    result[DESTINATION_HEADER] = address
+    return result
 
 
 # -- showing ---------------------------------------------------------------------------------

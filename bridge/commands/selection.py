@@ -9,7 +9,9 @@ The options mean the same in every verb that takes them:
   --id ID             only this message, by its row Id or its NServiceBus.MessageId (repeat)
   --reason REASON     (failed messages) only this failure reason
   --since TIME        (failed messages) only those that failed since TIME
-  --json              (list) machine-readable output
+  --group BY:VALUE    (failed messages) only this group, as `errors summary` names it
+  --json              (list, show) machine-readable output
+  --limit N           (list, show) at most N messages (0: all), then "... N more"
 `--message-id`, the old spelling of `--id` in `retries`, is still taken (not shown in help).
 """
 
@@ -21,12 +23,13 @@ import fnmatch
 import json
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Generic, Protocol, TypeVar
 
 from bridge.addressing import AddressGrammar
 from bridge.commands.failed_messages import REASONS, FailedMessage, row_id_text
+from bridge.commands.failure_groups import group_value, parse_group
 from bridge.config.durations import parse_duration
 from bridge.config.model import BridgeConfig, ForwarderConfig
 from bridge.connections import Connections
@@ -78,6 +81,52 @@ def add_selection_arguments(parser: argparse.ArgumentParser, *, failed: bool) ->
             help="only messages that failed since TIME: a duration back from now (2h, 30m, "
             "1d12h) or an ISO time (2026-11-23T12:00:00Z; UTC unless it gives an offset)",
         )
+        parser.add_argument(
+            "--group",
+            metavar="BY:VALUE",
+            help="only the messages of this group, as 'sfbridge errors summary' names it, "
+            "e.g. reason:unroutable or exception:System.TimeoutException",
+        )
+
+
+# What `--limit` is when not given: a screenful.
+DEFAULT_LIMIT = 50
+
+
+def add_limit_argument(parser: argparse.ArgumentParser, what: str = "messages") -> None:
+    parser.add_argument(
+        "--limit",
+        type=_limit,
+        default=DEFAULT_LIMIT,
+        metavar="N",
+        help=f"show at most N {what} (default {DEFAULT_LIMIT}; 0 shows all), then how many more",
+    )
+
+
+def _limit(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a whole number of messages, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError("0 (all) or more")
+    return value
+
+
+def more_line(hidden: int, what: str = "message(s)") -> str:
+    """The line that says a listing was cut: `... 12 more message(s), use --limit`."""
+    return f"... {hidden} more {what}, use --limit N (0 for all) or narrow the selection"
+
+
+def report_hidden(hidden: int, *, as_json: bool, what: str = "message(s)") -> None:
+    """Say that `hidden` entries were left out by `--limit`: on stdout after a text listing,
+    on stderr beside JSON (which stays a plain list a program can read)."""
+    if hidden <= 0:
+        return
+    if as_json:
+        print(inert(f"sfbridge: {more_line(hidden, what)}"), file=sys.stderr)
+    else:
+        say(more_line(hidden, what))
 
 
 def add_json_argument(parser: argparse.ArgumentParser) -> None:
@@ -103,6 +152,15 @@ class Selection:
     since: datetime | None = None
     ids: frozenset[str] = frozenset()
     given: str = "(all)"
+    # `--group`: (grouping, value) as `bridge.commands.failure_groups` names them.
+    group: tuple[str, str] | None = None
+
+    def in_group(self, message: FailedMessage, destination: str | None) -> bool:
+        """Whether `message` (going to `destination`) is in the `--group`, if one is given."""
+        if self.group is None:
+            return True
+        by, value = self.group
+        return group_value(by, message, destination) == value
 
     def selects(
         self,
@@ -171,6 +229,7 @@ def selection_from(config: BridgeConfig, args: argparse.Namespace, now: datetime
         forwarder_named(config, args.forwarder)
     reason = getattr(args, "reason", None)
     since = getattr(args, "since", None)
+    group = getattr(args, "group", None)
     return Selection(
         forwarder=args.forwarder,
         reason=None if reason is None else check_reason(reason),
@@ -178,13 +237,14 @@ def selection_from(config: BridgeConfig, args: argparse.Namespace, now: datetime
         since=None if since is None else parse_since(since, now),
         ids=frozenset(row_id_text(each) for each in args.id),
         given=_as_typed(args),
+        group=None if group is None else parse_group(group),
     )
 
 
 def _as_typed(args: argparse.Namespace) -> str:
     parts = [
         f"--{name} {value}"
-        for name in ("forwarder", "reason", "destination", "since")
+        for name in ("forwarder", "reason", "destination", "since", "group")
         if (value := getattr(args, name, None)) is not None
     ]
     parts += [f"--id {each}" for each in args.id]
@@ -244,6 +304,8 @@ def parse_since(text: str, now: datetime) -> datetime:
 def missing_ids(ids: Sequence[str], messages: Sequence[FailedMessage]) -> list[str]:
     """The `ids` (row Ids or `NServiceBus.MessageId`s) that name no message in `messages`, in
     the order given."""
+    if not ids:
+        return []
     found = {known for message in messages for known in message.known_as}
     return [row_id for row_id in dict.fromkeys(ids) if row_id not in found]
 
@@ -273,6 +335,8 @@ class Found(Generic[PlaceT, MessageT]):
     messages: list[MessageT]
     total: int
     exists: bool
+    # How many were selected, when `messages` holds only the first of them (`limit_found`).
+    selected: int | None = None
 
 
 def read_each(
@@ -305,6 +369,24 @@ def read_each(
 # -- listing and reporting ----------------------------------------------------------------------
 
 
+def limit_found(
+    found: list[Found[PlaceT, MessageT]], limit: int
+) -> tuple[list[Found[PlaceT, MessageT]], int]:
+    """`found` with at most `limit` messages in all (0: no limit), the first places first;
+    and how many were left out. A place keeps its `total`, so its heading still counts them."""
+    if not limit:
+        return found, 0
+    kept: list[Found[PlaceT, MessageT]] = []
+    left = limit
+    hidden = 0
+    for each in found:
+        shown = each.messages[:left]
+        hidden += len(each.messages) - len(shown)
+        left -= len(shown)
+        kept.append(replace(each, messages=shown, selected=len(each.messages)))
+    return kept, hidden
+
+
 def listing_lines(
     found: Found[Any, Any], headings: tuple[str, ...], rows: list[tuple[str, ...]], *, absent: str
 ) -> list[str]:
@@ -312,8 +394,10 @@ def listing_lines(
     their `headings` in columns; `absent` says why a table that does not exist is fine."""
     if not found.exists:
         return [f"{found.where}: does not exist yet ({absent})"]
-    of = f" (of {found.total})" if found.total != len(found.messages) else ""
-    lines = [f"{found.where}: {len(found.messages)} message(s){of}"]
+    selected = len(found.messages) if found.selected is None else found.selected
+    of = f" (of {found.total})" if found.total != selected else ""
+    shown = f", the first {len(found.messages)} shown" if selected != len(found.messages) else ""
+    lines = [f"{found.where}: {selected} message(s){of}{shown}"]
     if rows:
         lines += ["  " + line for line in columns([headings, *rows])]
     return lines

@@ -177,6 +177,17 @@ class LedgerConfig:
 
 
 @dataclass(frozen=True)
+class ErrorArchiveConfig:
+    """The error archive (`sfbridge errors archive`): how long an archived message is kept,
+    restorable (default 30 days), how often older ones are deleted (default hourly) and
+    whether this bridge deletes them."""
+
+    retention: float = 30 * 24 * 3600.0
+    cleanup_interval: float = 3600.0
+    cleanup: bool = True
+
+
+@dataclass(frozen=True)
 class SubscriptionTableConfig:
     """An NServiceBus native `SubscriptionRouting` table to consult for subscribers.
 
@@ -254,6 +265,7 @@ class BridgeConfig:
     delivery: DeliveryConfig = field(default_factory=DeliveryConfig)
     install: InstallConfig = field(default_factory=InstallConfig)
     ledger: LedgerConfig = field(default_factory=LedgerConfig)
+    error_archive: ErrorArchiveConfig = field(default_factory=ErrorArchiveConfig)
     daemon: DaemonConfig = field(default_factory=DaemonConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     sentry: SentryConfig = field(default_factory=SentryConfig)

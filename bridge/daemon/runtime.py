@@ -57,6 +57,7 @@ from bridge.forwarding.in_doubt import SETTLE_INTERVAL_MAX, needs_resolving, res
 from bridge.forwarding.notices import Notices
 from bridge.forwarding.spine import probe_interval
 from bridge.outages import OutageTracker
+from bridge.storage.archive import expire_archives
 from bridge.storage.ledger import cleanup_ledgers
 
 __all__ = ["Daemon", "probe_databases", "worker_count"]
@@ -248,6 +249,13 @@ class Daemon:
                 lambda: cleanup_ledgers(self.config, outages),
                 self.config.ledger.cleanup_interval,
                 name="ledger cleanup",
+                at_once=True,
+            )
+        if self.config.error_archive.cleanup:
+            upkeep.add(
+                lambda: expire_archives(self.config, outages),
+                self.config.error_archive.cleanup_interval,
+                name="error archive expiry",
                 at_once=True,
             )
         if needs_resolving(self.config):

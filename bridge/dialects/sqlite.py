@@ -109,6 +109,34 @@ STATEMENTS: dict[str, str] = {
         );
         CREATE INDEX IF NOT EXISTS {queue_index_expires} ON {queue} (Expires)
             WHERE Expires IS NOT NULL""",
+    # `sfbridge where` (see the PostgreSQL dialect). SQLite has no regular expressions to
+    # index a MessageId in the headers by: retry storage is found by its Id with the index, by
+    # a MessageId with a scan (a SQLite bridge's tables are small).
+    "create_retry_lookup_index": """
+        CREATE INDEX IF NOT EXISTS {retry_index_by_id} ON {retry} (id)""",
+    "retry_find": """
+        SELECT seq, id, forwarder, destination, destination_database, attempts,
+               first_failure_at, next_attempt_at, last_error, headers
+        FROM {retry} WHERE id = ? OR (? IS NOT NULL AND instr(headers, ?) > 0) ORDER BY seq""",
+    "queue_find_id": """
+        SELECT Id AS id, Headers AS headers, RowVersion AS seq FROM {queue} WHERE Id = ?""",
+    "queue_find_headers": """
+        SELECT Id AS id, Headers AS headers, RowVersion AS seq FROM {queue}
+        WHERE Id = ? OR instr(Headers, ?) > 0 ORDER BY RowVersion""",
+    "create_archive_table": """
+        CREATE TABLE IF NOT EXISTS {archive} (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            id TEXT NOT NULL,
+            message_id TEXT,
+            error_queue TEXT NOT NULL,
+            archived_at TEXT NOT NULL,
+            expires TEXT,
+            headers TEXT NOT NULL,
+            body BLOB
+        );
+        CREATE INDEX IF NOT EXISTS {archive_index_by_id} ON {archive} (id);
+        CREATE INDEX IF NOT EXISTS {archive_index_by_message_id} ON {archive} (message_id);
+        CREATE INDEX IF NOT EXISTS {archive_index_archived} ON {archive} (archived_at)""",
     "create_retry_table": """
         CREATE TABLE IF NOT EXISTS {retry} (
             seq INTEGER PRIMARY KEY AUTOINCREMENT,

@@ -46,9 +46,17 @@ class QueueOwners:
         self._default_schema = default_schema
         self._queues = dict(queues)
         self._default_catalog = default_catalog
+        # Answers by FailedQ text: an error queue's messages name a few queues many times.
+        self._answers: dict[str | None, tuple[str | None, str | None]] = {}
 
     def owner_of(self, failed_queue: str | None) -> tuple[str | None, str | None]:
         """(forwarder, None) for a queue a forwarder drains, else (None, why not)."""
+        answer = self._answers.get(failed_queue)
+        if answer is None:
+            answer = self._answers[failed_queue] = self._owner_of(failed_queue)
+        return answer
+
+    def _owner_of(self, failed_queue: str | None) -> tuple[str | None, str | None]:
         if failed_queue is None or not failed_queue.strip():
             return None, (
                 f"it has no '{FAILED_QUEUE_HEADER}' header, so the queue it failed in is unknown"

@@ -155,6 +155,11 @@ def read_waiting(
         connection.rollback()
 
 
+def waiting_from_row(dialect: Dialect, row: dict[str, object]) -> WaitingMessage:
+    """One row of `retry_list_page` or `retry_find` as a WaitingMessage."""
+    return _waiting(dialect, row)
+
+
 def _waiting(dialect: Dialect, row: dict[str, object]) -> WaitingMessage:
     row_id = _id_text(row["id"])
     try:

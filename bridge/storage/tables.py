@@ -23,6 +23,7 @@ from bridge.config.catalogs import database_catalog
 from bridge.config.model import BridgeConfig, ForwarderConfig
 from bridge.dialects import Dialect, dialect_for
 from bridge.dialects.base import (
+    ARCHIVE_TABLE,
     AUDIT_TABLE,
     COUNTERS_TABLE,
     DAEMONS_TABLE,
@@ -68,6 +69,8 @@ class ForwarderTables:
     transactions: TableAddress
     # Operator commands recorded (`bridge.storage.audit`).
     audit: TableAddress
+    # Failed messages archived by an operator (`bridge.storage.archive`).
+    archive: TableAddress
 
 
 def forwarder_tables(config: BridgeConfig, forwarder: ForwarderConfig) -> ForwarderTables:
@@ -92,6 +95,7 @@ def forwarder_tables(config: BridgeConfig, forwarder: ForwarderConfig) -> Forwar
         ),
         transactions=dialect.bridge_table(TRANSACTIONS_TABLE, database.schema),
         audit=dialect.bridge_table(AUDIT_TABLE, database.schema),
+        archive=dialect.bridge_table(ARCHIVE_TABLE, database.schema),
     )
 
 
@@ -179,6 +183,9 @@ def forwarder_table_steps(config: BridgeConfig, forwarder: ForwarderConfig) -> l
     error_queue = dialect.grammar.render(tables.error_queue)
     step(f"error queue {error_queue}", tables.error_queue, "create_queue", "queue")
     step("retry storage", tables.retry, "create_retry_table", "retry")
+    # Its own step, so that `install` adds the indexes `sfbridge where` looks up by to retry
+    # storage made before them, as well as to a new one.
+    step("retry storage lookup indexes", tables.retry, "create_retry_lookup_index", "retry")
     step("counters", tables.counters, "create_counters_table", "counters")
     step("event types seen", tables.event_types, "create_event_types_table", "event_types")
     step(
@@ -196,6 +203,7 @@ def forwarder_table_steps(config: BridgeConfig, forwarder: ForwarderConfig) -> l
     step("daemons", tables.daemons, "create_daemons_table", "daemons")
     step("pauses", tables.pauses, "create_pauses_table", "pauses")
     step("audit log", tables.audit, "create_audit_table", "audit")
+    step("error archive", tables.archive, "create_archive_table", "archive")
     if dialect.records_transactions:
         step("transactions table", tables.transactions, "create_transactions_table", "transactions")
     if dialect.pushes:

@@ -30,7 +30,9 @@ def read_error_queues(
     RequestError when an `--id` names no message there: then nothing is changed."""
 
     def selects(queue: ErrorQueue, dialect: Dialect, message: FailedMessage) -> bool:
-        return selection.selects(message, dialect.grammar, queue.proxy_names(message))
+        if not selection.selects(message, dialect.grammar, queue.proxy_names(message)):
+            return False
+        return selection.group is None or selection.in_group(message, queue.destination_of(message))
 
     found = read_each(
         config,

@@ -12,10 +12,13 @@ from bridge.commands.errors import FoundFailed, read_error_queues
 from bridge.commands.failed_messages import FailedMessage, one_line
 from bridge.commands.selection import (
     add_json_argument,
+    add_limit_argument,
     add_selection_arguments,
     finish,
+    limit_found,
     listing_lines,
     print_json,
+    report_hidden,
     say,
     selection_from,
 )
@@ -39,6 +42,7 @@ _HEADINGS = (
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_selection_arguments(parser, failed=True)
+    add_limit_argument(parser)
     add_json_argument(parser)
 
 
@@ -51,11 +55,13 @@ def run(args: argparse.Namespace) -> int:
         found = read_error_queues(config, selection, connections, problems)
     finally:
         connections.close()
+    found, hidden = limit_found(found, args.limit)
     if args.json:
         print_json([_as_json(each, m) for each in found for m in each.messages])
     else:
         for each in found:
             _print_queue(each)
+    report_hidden(hidden, as_json=args.json)
     return finish("errors list", problems, ExitCode.OK)
 
 

@@ -66,7 +66,7 @@ def _purge(
                 f"error queue {name}: {foreign} of these {len(each.messages)} message(s) did not "
                 "fail in a queue a forwarder drains (an endpoint's failed messages, or poison)"
             )
-        if not yes and not _confirmed(
+        if not yes and not confirmed(
             f"delete {len(each.messages)} message(s) from error queue {name}? [y/N] "
         ):
             say(f"kept the messages in error queue {name}")
@@ -91,7 +91,8 @@ def _purge(
     return ExitCode.OK
 
 
-def _confirmed(question: str) -> bool:
+def confirmed(question: str) -> bool:
+    """Whether a person at the terminal answers yes to `question`."""
     try:
         answer = input(question)
     except EOFError:

@@ -16,7 +16,7 @@ from bridge.commands.failed_messages import FailedMessage
 from bridge.commands.selection import add_selection_arguments, finish, say, selection_from
 from bridge.config.model import BridgeConfig
 from bridge.connections import Connections
-from bridge.exceptions import DatabaseError, ExitCode
+from bridge.exceptions import DatabaseError, ExitCode, RequestError
 from bridge.forwarding.proxies import forwarder_router
 from bridge.headers import ADDRESS_DATABASE_HEADER, DESTINATION_HEADER
 from bridge.routing import Unroutable
@@ -27,6 +27,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--dry-run", action="store_true", help="print what would move; move nothing"
     )
+    parser.add_argument(
+        "--to",
+        metavar="ADDRESS",
+        help="send them to this destination queue instead (an address in the forwarding "
+        "database's grammar, as a routing header holds it); refused unless a route allows it",
+    )
+    parser.epilog = """\
+example:
+  sfbridge errors replay --group reason:unroutable --dry-run
+  sfbridge errors replay --id 5b2f0c3e-8d6a-4f7e-9a4b-0c1d2e3f4a5b --to Samples.Billing"""
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
 
 
 def run(args: argparse.Namespace) -> int:
@@ -36,7 +47,14 @@ def run(args: argparse.Namespace) -> int:
     problems: list[DatabaseError] = []
     try:
         found = read_error_queues(config, selection, connections, problems)
-        _replay(config, found, connections, problems, dry_run=args.dry_run, given=selection.given)
+        given = selection.given
+        if args.to is not None:
+            _check_redirect(config, found, args.to)
+            given += f" --to {args.to}"
+        _replay(
+            config, found, connections, problems, dry_run=args.dry_run, given=given,
+            redirect=args.to,
+        )  # fmt: skip
     finally:
         connections.close()
     return finish("errors replay", problems, ExitCode.OK)
@@ -50,6 +68,7 @@ def _replay(
     *,
     dry_run: bool,
     given: str,
+    redirect: str | None = None,
 ) -> None:
     moved = skipped = gone = 0
     for each in found:
@@ -60,8 +79,8 @@ def _replay(
         skipped += len(each.messages) - len(replayable)
         if not replayable:
             continue
-        still_unroutable = _still_unroutable(config, replayable)
-        describe_move = _move_line(each, still_unroutable)
+        still_unroutable = {} if redirect else _still_unroutable(config, replayable)
+        describe_move = _move_line(each, still_unroutable, redirect)
         for why, count in Counter(still_unroutable.values()).items():
             say(
                 f"note: {count} message(s) still have no route in this config ({why}); the "
@@ -91,7 +110,7 @@ def _replay(
             try:
                 result = replay_messages(
                     connection, each.dialect, each.place, replayable, on_batch=report,
-                    in_batch=audit.add,
+                    in_batch=audit.add, redirect=redirect,
                 )  # fmt: skip
             finally:
                 audit.close()
@@ -119,7 +138,7 @@ def _replay(
 
 
 def _move_line(
-    found: FoundFailed, still_unroutable: dict[int, str]
+    found: FoundFailed, still_unroutable: dict[int, str], redirect: str | None = None
 ) -> Callable[[str, FailedMessage], str]:
     def line(verb: str, message: FailedMessage) -> str:
         assert message.forwarder is not None
@@ -131,9 +150,28 @@ def _move_line(
         )
         if message.seq in still_unroutable:
             text += " (still no route in this config)"
+        if redirect is not None:
+            text += f", redirected to {redirect}"
         return text
 
     return line
+
+
+def _check_redirect(config: BridgeConfig, found: list[FoundFailed], address: str) -> None:
+    """Raise RequestError, before anything moves, when `address` is no destination the routes
+    of each selected message's forwarder allow (a proxy's messages too: with a routing
+    header, a proxy routes it as any forwarder does)."""
+    forwarders = {m.forwarder for each in found for m in each.messages if m.forwarder}
+    for name in sorted(forwarders):
+        forwarder = config.forwarder(name)
+        decision = forwarder_router(config, forwarder).route(address)
+        if isinstance(decision, Unroutable):
+            raise RequestError(
+                f"--to {address}: no route of forwarder '{name}' allows it ({decision.reason}); "
+                "nothing was changed",
+                advice="'sfbridge route ADDRESS' shows where an address goes; add a route "
+                "to the config first, or pick an address a route matches",
+            )
 
 
 def _still_unroutable(config: BridgeConfig, messages: Sequence[FailedMessage]) -> dict[int, str]:

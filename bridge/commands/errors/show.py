@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import base64
+from typing import Any
 
 from bridge.commands.configuration import load
 from bridge.commands.error_queues import (
@@ -12,7 +14,14 @@ from bridge.commands.error_queues import (
     read_full_message,
 )
 from bridge.commands.failed_messages import FailedMessage, body_preview, row_id_text
-from bridge.commands.selection import finish, say
+from bridge.commands.selection import (
+    add_json_argument,
+    add_limit_argument,
+    finish,
+    print_json,
+    report_hidden,
+    say,
+)
 from bridge.connections import Connections
 from bridge.dialects import dialect_for
 from bridge.exceptions import DatabaseError, ExitCode, RequestError
@@ -23,6 +32,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "id", help="the message's Id or its NServiceBus.MessageId, as 'errors list' shows them"
     )
+    add_limit_argument(parser, "messages (the copies of an event share a MessageId)")
+    add_json_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -35,6 +46,8 @@ def run(args: argparse.Namespace) -> int:
     problems: list[DatabaseError] = []
     searched = []
     shown = 0
+    records: list[dict[str, Any]] = []
+    hidden = 0
     try:
         for queue in error_queues(config):
             searched.append(queue.describe())
@@ -43,10 +56,17 @@ def run(args: argparse.Namespace) -> int:
                 connection = connections.get(queue.database)
                 messages = read_failed_messages(connection, dialect, queue) or []
                 for message in [m for m in messages if row_id in m.known_as]:
+                    if args.limit and shown >= args.limit:
+                        hidden += 1
+                        continue
                     full = read_full_message(connection, dialect, queue, message.seq)
-                    if full is not None:
+                    if full is None:
+                        continue
+                    shown += 1
+                    if args.json:
+                        records.append(_as_json(queue, full.message, full.headers_text, full.body))
+                    else:
                         _print_message(queue, full.message, full.headers_text, full.body)
-                        shown += 1
             except DatabaseError as error:
                 connections.discard(queue.database)
                 problems.append(error)
@@ -58,7 +78,37 @@ def run(args: argparse.Namespace) -> int:
             f"no message with id {args.id} in {', '.join(searched)}{unread} (by its Id or its "
             "NServiceBus.MessageId); 'sfbridge errors list' shows both"
         )
+    if args.json:
+        print_json(records)
+    report_hidden(hidden, as_json=args.json)
     return finish("errors show", problems, ExitCode.OK)
+
+
+def _as_json(
+    queue: ErrorQueue, message: FailedMessage, headers_text: str | None, body: bytes | None
+) -> dict[str, Any]:
+    failed_at = message.failed_at
+    kind, lines = body_preview(body)
+    return {
+        "id": message.row_id,
+        "message_id": message.message_id,
+        "database": queue.database,
+        "error_queue": queue.name,
+        "forwarder": message.forwarder,
+        "failed_queue": message.failed_queue,
+        "replayable": message.replayable,
+        "not_replayable_because": message.not_replayable,
+        "reason": message.reason,
+        "time_of_failure": failed_at.isoformat() if failed_at else None,
+        # Secrets masked, as in the text form; an unreadable Headers column as its text.
+        "headers": None
+        if message.headers is None
+        else {k: None if v is None else mask_secrets(v) for k, v in message.headers.items()},
+        "headers_text": mask_secrets(headers_text or "") if message.headers is None else None,
+        "body_kind": kind,
+        "body_text": "\n".join(lines) if kind.startswith("text") else None,
+        "body_base64": None if body is None else base64.b64encode(body).decode("ascii"),
+    }
 
 
 def _print_message(

@@ -30,6 +30,10 @@ FAIL_PASSES = 5
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_selection_arguments(parser, failed=False)
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print what would move; move nothing"
+    )
+    parser.add_argument("--yes", action="store_true", help="do not ask (needed without a terminal)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -39,10 +43,56 @@ def run(args: argparse.Namespace) -> int:
     problems: list[DatabaseError] = []
     try:
         found = read_retry_stores(config, selection, connections, problems)
-        _fail(config, found, selection.given, connections, problems)
+        if args.dry_run:
+            _dry_run(found)
+        elif _confirmed(found, yes=args.yes):
+            _fail(config, found, selection.given, connections, problems)
+        else:
+            return finish("retries fail", problems, ExitCode.USAGE)
     finally:
         connections.close()
     return finish("retries fail", problems, ExitCode.OK)
+
+
+def _dry_run(found: list[FoundWaiting]) -> None:
+    count = 0
+    for each in found:
+        for message in each.messages:
+            if message.forwarder in each.place.forwarders:
+                count += 1
+                print(
+                    f"would move {for_terminal(message.message_id)} ({message.forwarder}, "
+                    f"{for_terminal(message.destination)}, {message.attempts} attempt(s)) to "
+                    "its forwarder's error queue"
+                )
+    print(
+        f"dry run: would move {count} message(s) to their forwarders' error queues; "
+        "nothing was moved"
+    )
+
+
+def _confirmed(found: list[FoundWaiting], *, yes: bool) -> bool:
+    """Whether to go on: `--yes`, nothing to move, or a person at a terminal says so. Without
+    a terminal it refuses, as `errors purge` does: giving up on messages is not undone."""
+    count = sum(len(each.messages) for each in found)
+    if yes or count == 0:
+        return True
+    if not sys.stdin.isatty():
+        print(
+            f"sfbridge retries fail: refusing to move {count} message(s) to the error queue "
+            "without a confirmation: run it in a terminal to be asked, or add --yes "
+            "(--dry-run shows them)",
+            file=sys.stderr,
+        )
+        return False
+    try:
+        answer = input(f"move {count} message(s) from retry storage to the error queue? [y/N] ")
+    except EOFError:
+        answer = ""
+    if answer.strip().lower() in ("y", "yes"):
+        return True
+    print("kept the messages in retry storage")
+    return False
 
 
 def _fail(

@@ -11,10 +11,13 @@ from bridge.commands.failed_messages import one_line
 from bridge.commands.retries import FoundWaiting, read_retry_stores
 from bridge.commands.selection import (
     add_json_argument,
+    add_limit_argument,
     add_selection_arguments,
     finish,
+    limit_found,
     listing_lines,
     print_json,
+    report_hidden,
     say,
     selection_from,
 )
@@ -38,6 +41,7 @@ _HEADINGS = (
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_selection_arguments(parser, failed=False)
+    add_limit_argument(parser)
     add_json_argument(parser)
 
 
@@ -50,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
         found = read_retry_stores(config, selection, connections, problems)
     finally:
         connections.close()
+    found, hidden = limit_found(found, args.limit)
     if args.json:
         print_json([_as_json(each, m) for each in found for m in each.messages])
     else:
@@ -57,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
             rows = [_row(message) for message in each.messages]
             for line in listing_lines(each, _HEADINGS, rows, absent="nothing has waited there"):
                 say(line)
+    report_hidden(hidden, as_json=args.json)
     return finish("retries list", problems, ExitCode.OK)
 
 

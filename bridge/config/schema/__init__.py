@@ -27,7 +27,7 @@ from bridge.config.schema.common import (
     SERVER_DIALECTS,
 )
 from bridge.config.schema.databases import DATABASES
-from bridge.config.schema.delivery import DELIVERY, INSTALL, LEDGER, RETRIES
+from bridge.config.schema.delivery import DELIVERY, ERROR_ARCHIVE, INSTALL, LEDGER, RETRIES
 from bridge.config.schema.forwarding import (
     FORWARDERS,
     PUBLISH,
@@ -45,6 +45,7 @@ __all__ = [
     "DIALECTS",
     "DRIVERS",
     "DRIVER_DIALECTS",
+    "ERROR_ARCHIVE",
     "FILE_DIALECTS",
     "FORWARDERS",
     "IMPLEMENTED_DIALECTS",
@@ -77,6 +78,7 @@ SCHEMA: Final[tuple[Section, ...]] = (
     DELIVERY,
     INSTALL,
     LEDGER,
+    ERROR_ARCHIVE,
     DAEMON,
     LOGGING,
     SENTRY,

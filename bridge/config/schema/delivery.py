@@ -1,11 +1,12 @@
-"""The schema's sections about how messages are delivered: `retries`, `delivery`, `install` and
-`ledger`."""
+"""The schema's sections about how messages are delivered: `retries`, `delivery`, `install`,
+`ledger` and `error_archive`."""
 
 from __future__ import annotations
 
 from bridge.config.keys import Key, Section
 from bridge.config.model import (
     DeliveryConfig,
+    ErrorArchiveConfig,
     InstallConfig,
     LedgerConfig,
     RetryConfig,
@@ -174,6 +175,42 @@ LEDGER = Section(
             "cleanup",
             "boolean",
             "Whether this bridge deletes expired ledger entries at all.",
+            example=True,
+            default=True,
+        ),
+    ),
+)
+
+ERROR_ARCHIVE = Section(
+    name="error_archive",
+    shape="mapping",
+    model=ErrorArchiveConfig,
+    description=(
+        "Failed messages put out of the way with `sfbridge errors archive`, kept in "
+        "`sfbridge_error_archive` in each forwarding database and restorable with `sfbridge "
+        "errors restore` until they are older than the retention."
+    ),
+    keys=(
+        Key(
+            "retention",
+            "duration",
+            "How long an archived message is kept, restorable; the daemon deletes older ones.",
+            example="30d",
+            default=30 * 24 * 3600.0,
+            **_POSITIVE,
+        ),
+        Key(
+            "cleanup_interval",
+            "duration",
+            "How often the daemon deletes archived messages older than the retention.",
+            example="1h",
+            default=3600.0,
+            **_POSITIVE,
+        ),
+        Key(
+            "cleanup",
+            "boolean",
+            "Whether this bridge deletes archived messages older than the retention at all.",
             example=True,
             default=True,
         ),

@@ -100,7 +100,7 @@ def row_counts(total: int, largest: int) -> list[int]:
     return counts
 
 
-INDEX_SUFFIXES = ("expires", "due", "forwarded")
+INDEX_SUFFIXES = ("expires", "due", "forwarded", "by_id", "by_message_id", "archived")
 
 # The bridge's own tables live in each database's default schema under these names.
 RETRY_TABLE = "sfbridge_retry"
@@ -112,6 +112,8 @@ FORWARDER_STATES_TABLE = "sfbridge_forwarder_states"
 PAUSES_TABLE = "sfbridge_pauses"
 DAEMONS_TABLE = "sfbridge_daemons"
 AUDIT_TABLE = "sfbridge_audit"
+# Failed messages an operator put out of the way (`sfbridge errors archive`).
+ARCHIVE_TABLE = "sfbridge_error_archive"
 # What the bridge's global transaction ids are made of (never quoted by a driver: see
 # `Dialect.with_gid`).
 GID_PATTERN = re.compile(r"[A-Za-z0-9:-]{1,200}")

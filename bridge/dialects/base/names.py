@@ -87,6 +87,20 @@ OPTIONAL_STATEMENT_NAMES = frozenset().union(*OPTIONAL_STATEMENT_GROUPS)
 # Every dialect defines exactly these statements.
 STATEMENT_NAMES = frozenset(
     {
+        # `sfbridge where` and the error archive (`bridge.storage.whereabouts`, `.archive`):
+        # `retry_find` takes (row Id or NULL, MessageId, its header as JSON writes it).
+        "create_retry_lookup_index",
+        "retry_find",
+        "ledger_find",
+        "queue_find_id",
+        "queue_find_headers",
+        "create_archive_table",
+        "archive_store",
+        "archive_page",
+        "archive_take_many",
+        "archive_take_row",
+        "archive_expire",
+        "archive_find",
         "create_queue",
         "create_retry_table",
         "create_ledger_table",

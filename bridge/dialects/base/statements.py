@@ -34,6 +34,25 @@ BASE_STATEMENTS: dict[str, str] = {
         SELECT event_type, last_seen_at, subscribers FROM {event_types} WHERE forwarder = ?
         ORDER BY event_type""",
     "ledger_cleanup": "DELETE FROM {ledger} WHERE forwarded_at < ?",
+    # `sfbridge where`: a message's rows in a ledger, by the ledger's key's leading column.
+    "ledger_find": """
+        SELECT message_id, destination, forwarded_at FROM {ledger} WHERE message_id = ?
+        ORDER BY forwarded_at""",
+    # The error archive (`bridge.storage.archive`): one row per archived message.
+    "archive_store": """
+        INSERT INTO {archive} (id, message_id, error_queue, archived_at, expires, headers, body)
+        VALUES (?, ?, ?, ?, ?, ?, ?)""",
+    "archive_take_row": "?",
+    "archive_page": """
+        SELECT seq, id, message_id, error_queue, archived_at, headers FROM {archive}
+        WHERE seq > ? ORDER BY seq LIMIT ?""",
+    "archive_take_many": """
+        DELETE FROM {archive} WHERE seq IN ({rows})
+        RETURNING seq, id, error_queue, expires, headers, body""",
+    "archive_expire": "DELETE FROM {archive} WHERE archived_at < ?",
+    "archive_find": """
+        SELECT seq, id, message_id, error_queue, archived_at, headers FROM {archive}
+        WHERE id = ? OR message_id = ? ORDER BY seq""",
     "counters_add_row": "(?, ?, ?, ?)",
     "counters_read": """
         SELECT counter, sum(value) FROM {counters} WHERE forwarder = ?

@@ -85,8 +85,41 @@ def _claim(name: str, *, raw: bool = False) -> str:
                   {_SIZE_OF.format(alias=alias)} AS claimed_size"""
 
 
+# The `NServiceBus.MessageId` in a Headers text (a JSON string without escapes), or NULL:
+# never an error, so an index on it cannot fail an insert whatever a row holds (a cast to
+# jsonb would). `sfbridge where` finds retry storage's rows by it.
+_MESSAGE_ID = r"""substring(headers from '"NServiceBus\.MessageId"\s*:\s*"([^"\\]*)"')"""
+
 STATEMENTS: dict[str, str] = {
     **BASE_STATEMENTS,
+    # `sfbridge where` (`bridge.storage.whereabouts`): indexed lookups in the bridge's tables,
+    # and in a queue table by its key or, reading every row's headers, by MessageId.
+    "create_retry_lookup_index": f"""
+        CREATE INDEX IF NOT EXISTS {{retry_index_by_id}} ON {{retry}} (id);
+        CREATE INDEX IF NOT EXISTS {{retry_index_by_message_id}} ON {{retry}} (({_MESSAGE_ID}))""",
+    "retry_find": f"""
+        SELECT seq, id, forwarder, destination, destination_database, attempts,
+               first_failure_at, next_attempt_at, last_error, headers
+        FROM {{retry}} WHERE id = ? OR ({_MESSAGE_ID} = ? AND strpos(headers, ?) > 0)
+        ORDER BY seq""",
+    "queue_find_id": "SELECT id, headers, seq FROM {queue} WHERE id = ?",
+    "queue_find_headers": """
+        SELECT id, headers, seq FROM {queue} WHERE id = ? OR strpos(headers, ?) > 0
+        ORDER BY seq""",
+    "create_archive_table": """
+        CREATE TABLE IF NOT EXISTS {archive} (
+            seq bigserial PRIMARY KEY,
+            id varchar(200) NOT NULL,
+            message_id varchar(200),
+            error_queue varchar(1000) NOT NULL,
+            archived_at timestamp NOT NULL,
+            expires timestamp,
+            headers text NOT NULL,
+            body bytea
+        );
+        CREATE INDEX IF NOT EXISTS {archive_index_by_id} ON {archive} (id);
+        CREATE INDEX IF NOT EXISTS {archive_index_by_message_id} ON {archive} (message_id);
+        CREATE INDEX IF NOT EXISTS {archive_index_archived} ON {archive} (archived_at)""",
     "create_schema": "CREATE SCHEMA IF NOT EXISTS {schema}",
     "create_queue": """
         CREATE TABLE IF NOT EXISTS {queue} (

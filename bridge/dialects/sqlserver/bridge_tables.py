@@ -130,3 +130,58 @@ STATE_STATEMENTS: dict[str, str] = {
             VALUES (@daemon, @host, @pid, @started_at, @heartbeat_at, @heartbeat_seconds,
                     @state, @stopped_at, @config_fingerprint, @forwarders)""",
 }
+
+
+# The error archive (`sfbridge errors archive`) and `sfbridge where`'s lookups (see the
+# PostgreSQL dialect). A MessageId in the headers is found by a scan here: indexing it would
+# take a computed column in retry storage.
+_ARCHIVE_DDL = """
+    CREATE TABLE {archive} (
+        seq bigint IDENTITY(1,1) NOT NULL PRIMARY KEY,
+        id nvarchar(200) NOT NULL,
+        message_id nvarchar(200) NULL,
+        error_queue nvarchar(1000) NOT NULL,
+        archived_at datetime2 NOT NULL,
+        expires datetime2 NULL,
+        headers nvarchar(max) NOT NULL,
+        body varbinary(max) NULL
+    )
+    CREATE INDEX {archive_index_by_id} ON {archive} (id)
+    CREATE INDEX {archive_index_by_message_id} ON {archive} (message_id)
+    CREATE INDEX {archive_index_archived} ON {archive} (archived_at)"""
+
+LOOKUP_STATEMENTS = {
+    "create_retry_lookup_index": """
+        IF NOT EXISTS (
+            SELECT 1 FROM {retry_catalog}sys.index_columns AS ic
+            JOIN {retry_catalog}sys.columns AS c
+                ON c.object_id = ic.object_id AND c.column_id = ic.column_id
+            WHERE ic.object_id = OBJECT_ID(N{retry_literal}) AND ic.key_ordinal = 1
+              AND c.name = N'id')
+            CREATE INDEX {retry_index_by_id} ON {retry} (id)""",
+    "retry_find": """
+        SELECT seq, id, forwarder, destination, destination_database, attempts,
+               first_failure_at, next_attempt_at, last_error, headers
+        FROM {retry} WITH (READPAST)
+        WHERE id = TRY_CONVERT(uniqueidentifier, ?)
+           OR (? IS NOT NULL AND CHARINDEX(?, headers) > 0)
+        ORDER BY seq""",
+    "queue_find_id": """
+        SELECT Id AS id, Headers AS headers, RowVersion AS seq FROM {queue} WITH (READPAST)
+        WHERE Id = TRY_CONVERT(uniqueidentifier, ?)""",
+    "queue_find_headers": """
+        SELECT Id AS id, Headers AS headers, RowVersion AS seq FROM {queue} WITH (READPAST)
+        WHERE Id = TRY_CONVERT(uniqueidentifier, ?) OR CHARINDEX(?, Headers) > 0
+        ORDER BY RowVersion""",
+    "create_archive_table": create_if_missing("archive", _ARCHIVE_DDL),
+    "archive_page": """
+        DECLARE @after bigint = ?, @limit int = ?;
+        SELECT TOP (@limit) seq, id, message_id, error_queue, archived_at, headers
+        FROM {archive} WHERE seq > @after ORDER BY seq""",
+    "archive_take_many": """
+        WITH taken AS (
+            SELECT * FROM {archive} WITH (UPDLOCK, READPAST, ROWLOCK) WHERE seq IN ({rows}))
+        DELETE FROM taken
+        OUTPUT deleted.seq, deleted.id, deleted.error_queue, deleted.expires, deleted.headers,
+               deleted.body""",
+}

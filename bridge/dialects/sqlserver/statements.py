@@ -5,7 +5,11 @@ says the same."""
 from __future__ import annotations
 
 from bridge.dialects.base.statements import BASE_STATEMENTS
-from bridge.dialects.sqlserver.bridge_tables import STATE_STATEMENTS, create_if_missing
+from bridge.dialects.sqlserver.bridge_tables import (
+    LOOKUP_STATEMENTS,
+    STATE_STATEMENTS,
+    create_if_missing,
+)
 
 # --------------------------------------------------------------------------------------------
 # SQL
@@ -537,6 +541,7 @@ def _raw_claim(statement: str) -> str:
 
 
 STATEMENTS.update(STATE_STATEMENTS)
+STATEMENTS.update(LOOKUP_STATEMENTS)
 STATEMENTS.update(
     {
         f"{name}_raw": _raw_claim(STATEMENTS[name])

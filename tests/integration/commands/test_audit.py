@@ -63,12 +63,12 @@ def test_errors_and_retries_commands_record_how_many_they_moved(
         pair.send(3)
         wait_until(lambda: pg_count_rows(pair, RETRY_TABLE) == 3, 30, "3 in retry storage")
         assert "'retries now'" in pair_cli(pair, "retries", "now").stderr
-        failed = pair_cli(pair, "retries", "fail", "--forwarder", "sender")
+        failed = pair_cli(pair, "retries", "fail", "--yes", "--forwarder", "sender")
         assert "ran 'retries fail' on --forwarder sender" in failed.stderr, failed.stderr
         replayed = pair_cli(pair, "errors", "replay", "--reason", "failed-by-operator")
         assert "ran 'errors replay'" in replayed.stderr and ": 3 affected" in replayed.stderr
         wait_until(lambda: pg_count_rows(pair, RETRY_TABLE) == 3, 30, "back in retry storage")
-        pair_cli(pair, "retries", "fail")
+        pair_cli(pair, "retries", "fail", "--yes")
         purged = pair_cli(pair, "errors", "purge", "--yes")
         assert "ran 'errors purge'" in purged.stderr and ": 3 affected" in purged.stderr
         assert daemon.process.poll() is None

@@ -98,10 +98,10 @@ def test_fail_moves_every_waiting_message_to_the_error_queue_with_failure_header
         ids = _park(pair, daemon, 6)
         one = sorted(ids)[0]
         # By NServiceBus.MessageId: exactly one.
-        only = pair.cli("retries", "fail", "--id", one)
+        only = pair.cli("retries", "fail", "--yes", "--id", one)
         assert only.returncode == 0, only.stderr
         assert "moved 1 message(s)" in only.stdout, only.stdout
-        result = pair.cli("retries", "fail", "--forwarder", "sender")
+        result = pair.cli("retries", "fail", "--yes", "--forwarder", "sender")
         assert result.returncode == 0, result.stderr
         assert "moved 5 message(s)" in result.stdout, result.stdout
         assert pg_count(pair.sender, RETRY_TABLE) == 0
@@ -130,7 +130,7 @@ def test_a_fail_killed_after_its_first_chunk_loses_and_duplicates_nothing(
     with pair.daemon(tmp_path / "daemon.log") as daemon:
         ids = _park(pair, daemon, count)
         process = subprocess.Popen(
-            [sys.executable, "-m", "bridge", "-c", str(pair.config), "retries", "fail"],
+            [sys.executable, "-m", "bridge", "-c", str(pair.config), "retries", "fail", "--yes"],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -159,7 +159,7 @@ def test_a_fail_killed_after_its_first_chunk_loses_and_duplicates_nothing(
         audit = "SELECT affected FROM public.sfbridge_audit WHERE command = 'retries fail'"
         assert pg_rows(pair.sender, audit) == [(sum(failed.values()),)]
 
-        again = pair.cli("retries", "fail", timeout=120)
+        again = pair.cli("retries", "fail", "--yes", timeout=120)
         assert again.returncode == 0, again.stderr
         waiting, failed = places()
         assert not waiting and failed == Counter({message_id: 1 for message_id in ids})
@@ -178,7 +178,7 @@ def test_fail_beside_a_daemon_retrying_the_same_rows_gives_each_message_one_owne
         # (on a loaded machine a batch can hold all of them through several passes).
         deadline = time.monotonic() + 90
         while True:
-            result = pair.cli("retries", "fail")
+            result = pair.cli("retries", "fail", "--yes")
             assert result.returncode == 0, result.stderr
             if pg_count(pair.sender, RETRY_TABLE) == 0 or time.monotonic() > deadline:
                 break
@@ -207,7 +207,7 @@ def test_a_proxys_failed_messages_show_its_destination_and_count_as_sent_to_erro
         pair.send(2, destination=None)
         wait_until(lambda: pg_count(pair.sender, RETRY_TABLE) == 2, 60, "2 in retry storage")
         before = pair.status()["forwarders"][0]["counters"]
-        result = pair.cli("retries", "fail")
+        result = pair.cli("retries", "fail", "--yes")
         assert result.returncode == 0 and "moved 2 message(s)" in result.stdout, result.stderr
         after = pair.status()["forwarders"][0]["counters"]
         assert after.get(ERRORS, 0) - before.get(ERRORS, 0) == 2, (before, after)

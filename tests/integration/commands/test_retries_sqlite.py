@@ -83,7 +83,7 @@ def test_retries_and_error_counts_on_sqlite(tmp_path: Path) -> None:
         m["headers"]["NServiceBus.MessageId"] for m in receiver.receive_all("Samples.Receiver")
     ] == [one]
 
-    failed = _cli(config, "retries", "fail", "--destination", "receiver")
+    failed = _cli(config, "retries", "fail", "--yes", "--destination", "receiver")
     assert "moved 3 message(s) to their forwarders' error queues" in failed.stdout
     with sqlite3.connect(sender.path) as connection:
         assert connection.execute("SELECT count(*) FROM sfbridge_retry").fetchone()[0] == 0

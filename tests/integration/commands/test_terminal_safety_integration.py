@@ -50,7 +50,7 @@ def test_hostile_header_text_prints_inert_everywhere(
         assert "\\x1b]0;pwned\\x07" in status.stdout, status.stdout
         _assert_inert(status, "status")
 
-        failed = pair.cli("retries", "fail")
+        failed = pair.cli("retries", "fail", "--yes")
         assert failed.returncode == 0, failed.stderr
         _assert_inert(failed, "retries fail")
         assert pg_count(pair.sender, ERROR_QUEUE) == 2

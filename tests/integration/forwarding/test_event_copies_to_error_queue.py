@@ -88,7 +88,7 @@ def test_copies_given_up_on_later_join_a_copy_rejected_earlier_in_the_error_queu
 
     counts = forward_one_batch(pair.config)
     assert counts == Counter({"sent-to-error-queue": 1, "retries-scheduled": 2})
-    failed = pair.cli("retries", "fail")
+    failed = pair.cli("retries", "fail", "--yes")
     assert failed.returncode == 0, failed.stdout + failed.stderr
 
     errors = pg_nsb_receive_all(pair.sender, '"public"."error"')

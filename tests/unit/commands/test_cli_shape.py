@@ -53,7 +53,7 @@ def test_every_command_a_person_can_type_is_a_verb_module_of_the_table() -> None
 
 def _required(verb: str) -> list[str]:
     """The positional arguments a verb cannot be parsed without."""
-    required = {"errors show": ["some-id"], "pause": ["f"], "resume": ["f"]}
+    required = {"errors show": ["some-id"], "where": ["some-id"], "pause": ["f"], "resume": ["f"]}
     return {**required, "daemons forget": ["--stale"]}.get(verb, [])
 
 

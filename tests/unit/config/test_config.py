@@ -284,6 +284,7 @@ def test_schema_sections_are_the_top_level_keys_of_the_contract() -> None:
         "delivery",
         "install",
         "ledger",
+        "error_archive",
         "daemon",
         "logging",
         "sentry",
@@ -429,8 +430,8 @@ def test_unknown_top_level_key_is_reported_with_nearest_match() -> None:
 def test_unknown_key_without_a_near_match_lists_the_expected_keys() -> None:
     assert the_error(with_(minimal(), "zzz", 1)) == (
         "zzz: unknown key (expected one of: databases, forwarders, routes, subscriptions, "
-        "subscription_tables, publish, retries, delivery, install, ledger, daemon, logging, "
-        "sentry, metrics)"
+        "subscription_tables, publish, retries, delivery, install, ledger, error_archive, daemon, "
+        "logging, sentry, metrics)"
     )
 
 

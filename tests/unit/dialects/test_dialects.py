@@ -41,6 +41,7 @@ TABLE_PLACEHOLDERS = {
     "daemons",
     "pauses",
     "audit",
+    "archive",
     "transactions",
     "table",
     "function",  # push triggers' function (PUSH_STATEMENT_NAMES)

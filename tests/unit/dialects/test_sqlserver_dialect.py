@@ -23,6 +23,7 @@ from bridge.addressing import TableAddress
 from bridge.config.model import DatabaseConfig, RouteConfig
 from bridge.dialects import STATEMENT_NAMES, dialect_for
 from bridge.dialects.base import (
+    INDEX_SUFFIXES,
     LOGIN_RIGHTS_STATEMENT_NAMES,
     RAW_CLAIM_STATEMENT_NAMES,
     SERVER_ROLE_STATEMENT_NAMES,
@@ -55,6 +56,7 @@ TABLE_PLACEHOLDERS = {
     "daemons",
     "pauses",
     "audit",
+    "archive",
     "table",
 }
 PLACEHOLDER_SUFFIXES = ("", "_literal", "_catalog")
@@ -232,7 +234,7 @@ def test_placeholders_are_only_tables_their_literals_catalogs_and_index_names() 
             else:
                 base, _, suffix = field.partition("_index_")
                 assert any(base == t + s for t in TABLE_PLACEHOLDERS for s in PLACEHOLDER_SUFFIXES)
-                assert not suffix or suffix in ("expires", "due", "forwarded"), (name, field)
+                assert not suffix or suffix in INDEX_SUFFIXES, (name, field)
 
 
 @pytest.mark.parametrize("address", [QUEUE, IN_CATALOG], ids=["two-part", "three-part"])
@@ -641,6 +643,8 @@ QUEUE_TABLE_HINTS = {
     ("error_queue_page", "queue"): ["READPAST"],
     ("error_queue_row", "queue"): ["READPAST"],
     ("error_queue_failed_queues", "queue"): ["READPAST"],
+    ("queue_find_id", "queue"): ["READPAST"],
+    ("queue_find_headers", "queue"): ["READPAST"],
 }
 _REFERENCE = re.compile(
     r"\b(?:FROM|JOIN|DELETE)\s+\[dbo\]\.\[(queue|retry)\]"

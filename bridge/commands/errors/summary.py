@@ -1,0 +1,108 @@
+"""`sfbridge errors summary`: the failed messages in groups, largest first, as ServicePulse's
+first screen shows them: by failure reason, destination, exception type or message type, each
+with its count and its first and last failure. A group's name (`reason:unroutable`) is what
+`--group` takes in `errors list`, `replay`, `archive` and `purge`."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import UTC, datetime
+from typing import Any
+
+from bridge.commands.configuration import load
+from bridge.commands.errors import read_error_queues
+from bridge.commands.failure_groups import GROUP_BY, Group, summarize
+from bridge.commands.selection import (
+    add_json_argument,
+    add_limit_argument,
+    add_selection_arguments,
+    columns,
+    finish,
+    print_json,
+    report_hidden,
+    say,
+    selection_from,
+)
+from bridge.connections import Connections
+from bridge.exceptions import DatabaseError, ExitCode
+
+DESCRIPTION = """\
+Count the failed messages of every error queue in groups, largest first, with the first and
+the last failure of each. A group's name (BY:VALUE) selects it in 'errors list', 'replay',
+'archive' and 'purge' with --group."""
+EXAMPLE = """\
+example:
+  sfbridge errors summary --by exception
+  sfbridge errors replay --group exception:System.TimeoutException --dry-run"""
+_HEADINGS = ("GROUP", "COUNT", "REPLAYABLE", "FIRST FAILURE (UTC)", "LAST FAILURE (UTC)")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = DESCRIPTION
+    parser.epilog = EXAMPLE
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.add_argument(
+        "--by",
+        choices=GROUP_BY,
+        default="reason",
+        help="group by the bridge's failure reason (default), the destination, the exception "
+        "type (NServiceBus.ExceptionInfo.ExceptionType) or the message type "
+        "(NServiceBus.EnclosedMessageTypes)",
+    )
+    add_selection_arguments(parser, failed=True)
+    add_limit_argument(parser, "groups")
+    add_json_argument(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    config = load(args)
+    selection = selection_from(config, args, datetime.now(UTC))
+    connections = Connections(config.databases)
+    problems: list[DatabaseError] = []
+    try:
+        found = read_error_queues(config, selection, connections, problems)
+    finally:
+        connections.close()
+    groups = summarize(
+        args.by,
+        ((m, each.place.destination_of) for each in found for m in each.messages),
+    )
+    shown = groups[: args.limit] if args.limit else groups
+    if args.json:
+        print_json([_as_json(group) for group in shown])
+    else:
+        total = sum(group.count for group in groups)
+        places = ", ".join(each.where for each in found) or "no error queue"
+        say(f"{total} failed message(s) in {len(groups)} group(s) by {args.by}: {places}")
+        if shown:
+            rows = [_HEADINGS, *(_row(group) for group in shown)]
+            for line in columns(rows):
+                say("  " + line)
+    report_hidden(len(groups) - len(shown), as_json=args.json, what="group(s)")
+    return finish("errors summary", problems, ExitCode.OK)
+
+
+def _time(moment: datetime | None) -> str:
+    return moment.strftime("%Y-%m-%d %H:%M:%S") if moment else "-"
+
+
+def _row(group: Group) -> tuple[str, ...]:
+    return (
+        group.name,
+        str(group.count),
+        str(group.replayable),
+        _time(group.first_failure),
+        _time(group.last_failure),
+    )
+
+
+def _as_json(group: Group) -> dict[str, Any]:
+    return {
+        "group": group.name,
+        "by": group.by,
+        "value": group.value,
+        "count": group.count,
+        "replayable": group.replayable,
+        "first_failure": group.first_failure.isoformat() if group.first_failure else None,
+        "last_failure": group.last_failure.isoformat() if group.last_failure else None,
+    }
