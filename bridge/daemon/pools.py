@@ -141,7 +141,16 @@ def start_pools(
         first = share.first_worker.get(database, 0)
         pools.workers += [
             PoolWorker(
-                config, database, first + index, board, stop, outages, writer, health, observer
+                config,
+                database,
+                first + index,
+                board,
+                stop,
+                outages,
+                writer,
+                health,
+                observer,
+                repeats=notices.repeats if notices is not None else None,
             )
             for index in range(size)
         ]

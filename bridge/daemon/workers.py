@@ -23,6 +23,7 @@ from bridge.daemon.forwarder_health import ForwarderHealth
 from bridge.daemon.observability import report_exception
 from bridge.exceptions import DatabaseError, DatabaseUnavailable, TableNotFound
 from bridge.forwarding.observers import ForwardingObserver, safe_observer
+from bridge.forwarding.repeats import RepeatedLines
 from bridge.forwarding.spine import BatchForwarder
 from bridge.forwarding.writes import QueueWriter
 from bridge.outages import OutageTracker
@@ -51,7 +52,9 @@ class PoolWorker(threading.Thread):
         writer: QueueWriter,
         health: ForwarderHealth,
         observer: ForwardingObserver | None = None,
+        repeats: RepeatedLines | None = None,
     ) -> None:
+        """`repeats`: the daemon's failures that repeat (`Notices.repeats`), told once a window."""
         super().__init__(name=f"{database}-{index}", daemon=True)
         self.config = config
         self.database = database
@@ -67,6 +70,7 @@ class PoolWorker(threading.Thread):
         self._observer = safe_observer(observer)
         self._lock = threading.Lock()
         self._source_down = False
+        self._repeats = repeats
 
     def run(self) -> None:
         connections = Connections(self.config.databases, self._outages)
@@ -74,6 +78,10 @@ class PoolWorker(threading.Thread):
         try:
             while not self.stop.is_set():
                 self.last_progress = time.monotonic()
+                # A failure held for its repeats is told when its window ends, not only when
+                # the next one comes (a lock and a few keys: nothing beside a batch).
+                if self._repeats is not None:
+                    self._repeats.flush()
                 entry = self.board.take(TURN_WAIT)
                 if entry is None:
                     continue
@@ -88,6 +96,7 @@ class PoolWorker(threading.Thread):
                         outages=self._outages,
                         writer=self._writer,
                         observer=self._observer,
+                        repeats=self._repeats,
                     )
                     forwarders[entry.forwarder] = batches
                 self._turn(entry, batches, connections)

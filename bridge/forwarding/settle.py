@@ -19,8 +19,9 @@ from bridge.config.durations import format_duration
 from bridge.config.model import ForwarderConfig, NoSubscribersPolicy, RetryConfig
 from bridge.dialects import Dialect
 from bridge.drivers import Connection
+from bridge.forwarding.repeats import RepeatedLines
 from bridge.forwarding.writes import QueueWriter
-from bridge.headers import Headers, serialize_headers, with_failure_headers
+from bridge.headers import MESSAGE_ID_HEADER, Headers, serialize_headers, with_failure_headers
 from bridge.messages import (
     UNREADABLE_ROW,
     Delivered,
@@ -37,6 +38,7 @@ from bridge.messages import (
 )
 from bridge.processing_host import processing_host
 from bridge.retry_policy import gives_up_after, next_attempt_at, waited_too_long
+from bridge.secrets import inert
 from bridge.storage.retries import store_retry
 from bridge.storage.tables import ForwarderTables, owned_table
 
@@ -54,6 +56,10 @@ NO_SUBSCRIBERS = "published-without-subscribers"
 CLAIMED = "claimed"
 FAN_OUT_COPIES = "fan-out-copies"
 OUTCOMES = (DELIVERED, DUPLICATES, EXPIRED, RETRIES, ERRORS, NO_SUBSCRIBERS)
+# Of ERRORS, the rows of the forwarder's own queue whose headers cannot be read: moved as they
+# are, so they name no NServiceBus.FailedQ and the error-queue count cannot charge them to the
+# forwarder (`bridge.storage.error_counts`); this counter does (a metric, and an alert on it).
+POISON = "poison-to-error-queue"
 
 
 # -- fates ---------------------------------------------------------------------------------
@@ -228,7 +234,11 @@ class Settlement:
         slot: int,
         now: datetime,
         writer: QueueWriter,
+        repeats: float = 60.0,
+        repeated_lines: RepeatedLines | None = None,
     ) -> None:
+        """`repeated_lines` holds a failure told once for `repeats` seconds
+        (`logging.repeats`); without it, each batch's failures are told in full."""
         self._connection = connection
         self._dialect = dialect
         self._forwarder = forwarder
@@ -240,8 +250,12 @@ class Settlement:
         # One log line per destination and error per batch, not one per message: an outage
         # with a backlog of thousands must not flood the journal.
         self._retried: Counter[tuple[str, str, str]] = Counter()
-        self._given_up: Counter[tuple[str, str]] = Counter()
         self._waiting: Counter[str] = Counter()
+        # Messages moved to the error queue, per (level, what happened to them): one line per
+        # batch and reason naming a few of them, and repeats held (`bridge.forwarding.repeats`).
+        self._dead_lettered: dict[tuple[int, str], list[str]] = {}
+        self._repeats = repeats if repeated_lines is not None else 0.0
+        self._repeated_lines = repeated_lines or RepeatedLines()
 
     def settle(
         self,
@@ -270,19 +284,32 @@ class Settlement:
             self._log_counted(unit, fate)
             self.counts[fate.counter] += 1
         elif isinstance(fate, DeadLetterAsIs):
-            log.error(
-                "message %s in %s cannot be processed (%s); moved to the error queue as is",
-                message.row_id,
-                self._tables.queue_canonical,
-                fate.reason,
+            subject = (
+                f"in {self._tables.queue_canonical} cannot be processed ({fate.reason}); moved "
+                "to the error queue as is"
+            )
+            # Headers that cannot be read name no MessageId: the row's Id is all there is.
+            self._dead_lettered.setdefault((logging.ERROR, subject), []).append(
+                f"row Id {message.row_id}"
             )
             self._dead_letter(unit, message.headers_text or "")
             self.counts[ERRORS] += 1
+            self.counts[POISON] += 1
         elif isinstance(fate, DeadLetter):
             if fate.attempts is None:
-                log.warning("message %s: %s; moved to the error queue", message.row_id, fate.reason)
+                level = logging.WARNING
+                subject = (
+                    f"from {self._tables.queue_canonical} moved to the error queue: {fate.reason}"
+                )
             else:
-                self._given_up[(fate.destination or "?", fate.reason)] += 1
+                level = logging.ERROR
+                subject = (
+                    f"to {fate.destination or '?'} moved to the error queue after their last "
+                    f"attempt: {fate.reason}"
+                )
+            self._dead_lettered.setdefault((level, subject), []).append(
+                _known_as(fate.headers, message.row_id)
+            )
             self._dead_letter_with_reason(unit, fate)
             self.counts[ERRORS] += 1
         else:
@@ -353,12 +380,16 @@ class Settlement:
                 error,
                 due,
             )
-        for (destination, error), count in self._given_up.items():
-            log.error(
-                "%d message(s) to %s moved to the error queue after their last attempt: %s",
-                count,
-                destination,
-                error,
+        for (level, subject), ids in self._dead_lettered.items():
+            self._repeated_lines.tell(
+                __name__,
+                level,
+                (self._forwarder.name, str(level), subject),
+                f"forwarder '{self._forwarder.name}': ",
+                subject,
+                len(ids),
+                ids,
+                self._repeats,
             )
         return Counter({k: v for k, v in self.counts.items() if k not in (CLAIMED, FAN_OUT_COPIES)})
 
@@ -386,3 +417,10 @@ class Settlement:
             attempts=fate.attempts,
         )
         self._dead_letter(unit, serialize_headers(failure_headers))
+
+
+def _known_as(headers: Headers, row_id: object) -> str:
+    """How a log line names a message: its `NServiceBus.MessageId` (what `send`, the endpoints
+    and ServicePulse know it by), else its row's Id. Inert: a sender wrote it."""
+    message_id = headers.get(MESSAGE_ID_HEADER)
+    return inert(message_id) if message_id else f"row Id {row_id}"

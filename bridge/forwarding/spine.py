@@ -45,6 +45,7 @@ from bridge.forwarding.healing import TableHealer
 from bridge.forwarding.observers import ForwardingObserver, safe_observer
 from bridge.forwarding.outgoing import Outgoing
 from bridge.forwarding.proxies import forwarder_router
+from bridge.forwarding.repeats import RepeatedLines
 from bridge.forwarding.settle import Settlement
 from bridge.forwarding.subscriptions import SubscriberDirectory
 from bridge.forwarding.transactions import BatchTransactions, SourceFailed
@@ -78,8 +79,12 @@ class BatchForwarder:
         outages: OutageTracker | None = None,
         writer: QueueWriter | None = None,
         observer: ForwardingObserver | None = None,
+        repeats: RepeatedLines | None = None,
     ) -> None:
+        """`repeats`: where failures that repeat are held and told (the daemon's, one for all
+        its workers); without it, each batch's are told in full."""
         self.config = config
+        self._repeats = repeats
         self.forwarder = forwarder
         self.connections = connections
         self.slot = slot
@@ -242,6 +247,8 @@ class BatchForwarder:
             slot=self.slot,
             now=batch.now,
             writer=self._writer,
+            repeats=self.config.logging.repeats,
+            repeated_lines=self._repeats,
         )
         batch.report.counts = settlement.settle(
             batch.units, batch.results, self.config.retries, self.config.publish.no_subscribers
