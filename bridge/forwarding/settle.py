@@ -353,10 +353,8 @@ class Settlement:
             self._retried[(fate.destination, fate.error, fate.due.strftime("%H:%M:%S"))] += 1
 
     def finish(self) -> Counter[str]:
-        """Add the counts to the counters table and log the batch's failures, grouped.
-
-        Returns the outcome counts (the claim bookkeeping goes to the table only).
-        """
+        """Add the counts to the counters table. Returns the outcome counts (the claim
+        bookkeeping goes to the table only); `tell` logs the failures once committed."""
         counted = [(name, value) for name, value in sorted(self.counts.items()) if value]
         if counted:
             statement = self._dialect.sql(
@@ -369,6 +367,11 @@ class Settlement:
             ]
             with owned_table("counters", self._dialect.grammar.render(self._tables.counters)):
                 self._connection.execute(statement, parameters)
+        return Counter({k: v for k, v in self.counts.items() if k not in (CLAIMED, FAN_OUT_COPIES)})
+
+    def tell(self) -> None:
+        """Log the batch's failures, grouped (one line per destination and error, or per
+        reason, a repeated reason held by `repeated_lines`); after the commit."""
         for database, count in self._waiting.items():
             # The outage itself is logged once, when it starts (bridge.outages).
             log.info("%d message(s) wait in retry storage for database '%s'", count, database)
@@ -391,7 +394,6 @@ class Settlement:
                 ids,
                 self._repeats,
             )
-        return Counter({k: v for k, v in self.counts.items() if k not in (CLAIMED, FAN_OUT_COPIES)})
 
     def _dead_letter(self, unit: Unit, headers_text: str) -> None:
         error_queue = self._tables.error_queue

@@ -253,9 +253,12 @@ class BatchForwarder:
         batch.report.counts = settlement.settle(
             batch.units, batch.results, self.config.retries, self.config.publish.no_subscribers
         )
+        batch.tell_failures = settlement.tell
 
     def _commit(self, batch: Batch) -> None:
         batch.connection.commit()
+        if batch.tell_failures is not None:
+            batch.tell_failures()
         self._store = batch.transactions.store
         if batch.transactions.prepared:
             batch.transactions.commit_prepared(self._destination_dialects())
