@@ -156,7 +156,7 @@ def _check_dotted_names(
             yield Finding(False, f"database '{database}'", f"queue names: {error.detail}")
             continue
         for trap in traps:
-            yield Finding(False, f"forwarder '{trap.forwarder}' {trap.key}", str(trap))
+            yield Finding(False, f"forwarder '{trap.forwarder}' {trap.key}", trap.detail)
 
 
 def _check_connection_limits(

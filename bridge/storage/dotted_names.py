@@ -32,9 +32,14 @@ class DottedName:
     meant: str  # the address of the whole name, which exists
 
     def __str__(self) -> str:
+        return f"forwarder '{self.forwarder}': {self.key} {self.detail}"
+
+    @property
+    def detail(self) -> str:
+        """What is wrong and the line to write, without whose key it is."""
         return (
-            f"forwarder '{self.forwarder}': {self.key} {self.written} is table {self.read_as} "
-            "(an unquoted dot separates schema and table), which does not exist, while "
+            f"{self.written} is table {self.read_as} (an unquoted dot separates schema and "
+            "table), which does not exist, while "
             f"{self.meant} does (the endpoints' queue?). Quote it in the YAML: "
             f"{self.key}: '{self.meant}' (or, if {self.read_as} is meant, quote that: "
             f"{self.key}: '{self.read_as}')"

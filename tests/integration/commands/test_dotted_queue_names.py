@@ -32,7 +32,7 @@ def test_an_unquoted_dotted_queue_is_caught_by_check_install_and_the_daemon(
     check = sfbridge("-c", str(trapped), "check")
     assert check.returncode != 0, check.stdout
     [line] = [line for line in check.stdout.splitlines() if "unquoted dot" in line]
-    assert line.startswith("PROBLEM  forwarder 'sender' queue: forwarder 'sender': queue")
+    assert line.startswith("PROBLEM  forwarder 'sender' queue: Samples.Sender.Forward is table")
     assert '"Samples"."Sender.Forward"' in line and FIX in line
 
     install = sfbridge("-c", str(trapped), "install")
