@@ -78,6 +78,21 @@ need_promtool() {
     rm -rf "$folder"
 }
 
+need_pgbouncer() {
+    # The tests start PgBouncer processes of their own in front of the test server. Only the
+    # binary is taken from Debian's pgbouncer package (with the libraries it links, which start
+    # nothing): installing the package would also start a pgbouncer service on port 6432.
+    if [ -x .venv/bin/pgbouncer ] || command -v pgbouncer >/dev/null; then return 0; fi
+    need_debian_packages libevent-2.1-7 libc-ares2
+    say "installing pgbouncer into .venv/bin (from Debian's pgbouncer package)"
+    if [ "$apt_updated" = 0 ]; then as_root apt-get update -qq; apt_updated=1; fi
+    local folder
+    folder="$(mktemp -d)"
+    (cd "$folder" && apt-get download -qq pgbouncer 2>/dev/null && dpkg-deb -x pgbouncer_*.deb root)
+    cp "$folder/root/usr/sbin/pgbouncer" .venv/bin/pgbouncer
+    rm -rf "$folder"
+}
+
 pg_reachable() {  # $1: host, $2: port
     PGCONNECT_TIMEOUT=3 psql -w -h "$1" -p "$2" -U postgres -d postgres -Atqc 'select 1' >/dev/null 2>&1
 }
@@ -147,6 +162,7 @@ case "$command" in
         if [ "$fast" = 1 ]; then exec .venv/bin/python -m pytest tests/unit -q "$@"; fi
         need_debian_packages postgresql postgresql-client systemd openjdk-17-jre-headless
         need_promtool
+        need_pgbouncer
         say "ruff"
         .venv/bin/ruff check bridge tests bench
         say "mypy"

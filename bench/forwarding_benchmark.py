@@ -52,6 +52,7 @@ from throughput.idle import (
 from throughput.report import print_header, print_latency, print_scenario, summarize_rows
 from throughput.scenarios import (
     Scenario,
+    catch_up_row,
     run_scenario,
     standard_rows,
     stderr,
@@ -116,6 +117,13 @@ def parse_args() -> argparse.Namespace:
         action="store_true",
         help="add rows for the defaults with transaction: two-phase (PG -> PG only; the "
         "server needs max_prepared_transactions > 0) and at-least-once on the route",
+    )
+    parser.add_argument(
+        "--catch-up-rate",
+        type=int,
+        default=2000,
+        help="PG -> PG: a row with this catch-up limit (max_messages_per_second) on the "
+        "destination, whose steady drain rate must be within 10%% of it (0: no such row)",
     )
     parser.add_argument(
         "--best",
@@ -322,6 +330,9 @@ def run_benchmark(args: argparse.Namespace, run: Run) -> dict[str, Any]:
                 specs = fan_out_rows(args.previous_code)
             elif args.transaction_modes:
                 specs[-2:-2] = transaction_mode_rows(source_kind == destination_kind == "PG")
+            wanted = args.row_keys is None or "catch-up" in args.row_keys
+            if key == "pg-pg" and args.catch_up_rate > 0 and wanted:
+                specs[-2:-2] = [catch_up_row(args.catch_up_rate)]
             rows = run_scenario(scenario, specs, messages, body, args.repeat)
             summary["scenarios"].append(
                 {

@@ -1,15 +1,18 @@
-"""Opening connections: `connect` for one configured database, and `Connections`, the
-per-worker cache (one open connection per database, reopened after failures)."""
+"""Opening connections: `connect` for one configured database, `Connections`, the per-worker
+cache (one open connection per database, reopened after failures), and what a connection finds
+of its database (`require_writes`)."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 from bridge.config.model import DatabaseConfig
 from bridge.dialects import Dialect, dialect_for
-from bridge.drivers import AuthenticationFailed, Connection
+from bridge.drivers import AuthenticationFailed, Connection, DatabaseReadOnly
+from bridge.exceptions import DatabaseNotWritable
 from bridge.outages import OutageTracker
 
 log = logging.getLogger(__name__)
@@ -25,6 +28,46 @@ def connect(database: DatabaseConfig, *, create: bool = False) -> Connection:
     """
     database.require_environment()
     return dialect_for(database.dialect).connect(database, create=create)
+
+
+@dataclass(frozen=True)
+class ReachedServer:
+    """Where a connection landed: `server` (PostgreSQL `host:port`, SQL Server its name and
+    port) and `read_only`, why it refuses writes there ("" when it accepts them)."""
+
+    server: str
+    read_only: str
+
+    @property
+    def accepts_writes(self) -> bool:
+        return not self.read_only
+
+
+def reached_server(connection: Connection, dialect: Dialect) -> ReachedServer | None:
+    """Ask the server where `connection` landed (the dialect's `server_role`); None where the
+    dialect cannot tell (a file). With several hosts in a connection string this is the one
+    that answered, which `check` reports. Raises DatabaseError."""
+    if "server_role" not in dialect.statements:
+        return None
+    connection.begin_read()
+    try:
+        [(server, read_only)] = connection.query(dialect.statements["server_role"])
+    finally:
+        connection.rollback()
+    return ReachedServer(str(server), str(read_only or ""))
+
+
+def require_writable(database: str, connection: Connection, dialect: Dialect) -> None:
+    """Raise DatabaseNotWritable, naming the server and what to do, when `connection` landed
+    where writes are refused (a standby): `install` would fail on its first CREATE."""
+    reached = reached_server(connection, dialect)
+    if reached is not None and not reached.accepts_writes:
+        raise DatabaseNotWritable(
+            database,
+            f"the connection reached {reached.server}, which does not accept writes: "
+            f"{reached.read_only}",
+            advice=dialect.read_only_advice or None,
+        )
 
 
 def load_drivers(databases: Mapping[str, DatabaseConfig], *, quiet: bool = False) -> None:
@@ -99,6 +142,21 @@ class Connections:
     def close(self) -> None:
         for database, role in list(self._open):
             self.discard(database, role)
+
+
+def require_writes(connection: Connection, dialect: Dialect, database: str) -> None:
+    """Raises DatabaseReadOnly when `database` answers `connection` but takes no writes now (a
+    hot standby, a read-only or restoring database), as the dialect's `read_only_reason` says.
+    `connection` must have no transaction open; none is left open. Raises the DatabaseError
+    family as the query does."""
+    try:
+        connection.begin_read()
+        rows = connection.query(dialect.sql("read_only_reason"))
+    finally:
+        connection.rollback()
+    reason = rows[0][0] if rows else None
+    if reason:
+        raise DatabaseReadOnly(database, f"does not accept writes: {reason}")
 
 
 @contextmanager

@@ -168,10 +168,13 @@ class DatabaseError(SfbridgeError):
 
     `native_error` is the server's own error number where the driver reports one that means
     something (SQL Server's, e.g. 207 invalid column name), else None. `advice`, when set,
-    says what a person should do; it is part of the text too.
+    says what a person should do; it is part of the text too. `outcome_unknown` is set by a
+    driver's `commit` when the COMMIT was sent and no answer came back: the transaction may
+    have committed or not (any other failure of a commit means it did not).
     """
 
     native_error: int | None = None
+    outcome_unknown: bool = False
     exit_code = ExitCode.UNAVAILABLE
 
     def __init__(self, database: str, message: str, *, advice: str | None = None) -> None:
@@ -211,6 +214,15 @@ class ConnectionLost(DatabaseUnavailable):
     """An open connection broke mid-session. Worth one immediate retry on a new connection."""
 
 
+class DatabaseReadOnly(DatabaseUnavailable):
+    """The database answers but does not take writes: a hot standby (what a failover leaves a
+    client connected to the old primary), `default_transaction_read_only` on, or a SQL Server
+    database that is read-only, restoring, or an availability group's secondary. An outage of
+    that database like any other, not a failure of each message; the session that said so is
+    closed, as one opened while it lasted stays read-only after it (PostgreSQL fixes
+    `transaction_read_only` when a session starts)."""
+
+
 class TransientDatabaseError(DatabaseError):
     """Deadlock, serialization failure, lock timeout: retrying the transaction will likely work."""
 
@@ -219,6 +231,11 @@ class QueryTimeout(DatabaseUnavailable):
     """The database did not answer within the connection's deadline (`query_timeout`): the
     server is silent (a partition, a frozen host) or too slow. The connection is closed; what it
     was doing is unknown, as after a lost connection, but it is not worth an immediate retry."""
+
+
+class NoAnswer(QueryTimeout):
+    """Not even the server's own timeout error came back within the deadline (psycopg's wait
+    gave up): the server or the network is silent, not merely slow with one statement."""
 
 
 class LockTimeout(DatabaseError):
@@ -257,6 +274,11 @@ class AlreadyExists(DatabaseError):
 
 class PermissionDenied(DatabaseError):
     """The login may not do this (e.g. create a table): a DBA's decision, not an outage."""
+
+
+class DatabaseNotWritable(DatabaseError):
+    """The connection landed where writes are refused (a standby, a read-only database) while
+    the command must write there (`install`); `advice` says how to reach the primary."""
 
 
 class BridgeTableMissing(TableNotFound):

@@ -1,9 +1,11 @@
 """Which destination databases are in trouble right now, and when to look at them again.
 
 An outage is a state of a database, not a failure of each message. When a destination cannot
-be reached (or lacks a bridge table that the bridge may not create), the first failure puts
-the database in trouble; from then on its messages fail at once with that error, without
-every worker and batch waiting out a connect timeout, until a probe finds it usable again.
+be reached, answers but takes no writes (`read-only`: a hot standby after a failover, a frozen
+or restoring database), or lacks a bridge table that the bridge may not create, the first
+failure puts the database in trouble; from then on its messages fail at once with that error,
+without every worker and batch waiting out a connect timeout, until a probe finds it usable
+(and writable) again.
 
 Who probes: in the daemon, one scheduled job (`external_probe`), once per probe interval, so
 no worker ever blocks on a dead database, and the daemon's worker processes learn what it finds
@@ -32,8 +34,15 @@ from bridge.secrets import mask_secrets
 
 log = logging.getLogger(__name__)
 
-State = Literal["up", "unreachable", "not-ready", "auth-failed"]
-TroubleKind = Literal["unreachable", "not-ready", "auth-failed"]
+State = Literal["up", "unreachable", "read-only", "not-ready", "auth-failed"]
+TroubleKind = Literal["unreachable", "read-only", "not-ready", "auth-failed"]
+
+# What the log says of each kind of outage (a refused login says more: `_say_refused`).
+_TROUBLE_WORDS = {
+    "unreachable": "cannot be reached",
+    "read-only": "does not accept writes (read-only)",
+    "not-ready": "is not ready for the bridge",
+}
 
 # A refused login is tried again at most this far apart (after doubling from the interval).
 AUTH_RETRY_MAX_SECONDS = 600.0
@@ -328,7 +337,7 @@ class OutageTracker:
     ) -> None:
         if self._quiet:
             return
-        what = "cannot be reached" if kind == "unreachable" else "is not ready for the bridge"
+        what = _TROUBLE_WORDS.get(kind, "is not ready for the bridge")
         still = f" (still, for {_duration(utcnow() - since)})" if since else ""
         log.error(
             "database '%s' %s%s: %s; its messages wait in retry storage and it is probed every %s",

@@ -12,12 +12,14 @@ import json
 import os
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 from support import SQLSERVER_VARIABLE, DaemonProcess, PgPair, SqlServerTestServer, make_pg_pair
 from support.pairs import pg_pair_config
+from support.pgbouncer import PgBouncer, pgbouncer_binary, server_address
 
 DEFAULT_PG = "Driver={PostgreSQL Unicode};Server=127.0.0.1;Port=5432;Uid=postgres;"
 PSQLODBC_CANDIDATES = [
@@ -227,7 +229,11 @@ def start_daemon(tmp_path: Path) -> Iterator[Callable[..., DaemonProcess]]:
 class PrivatePostgres:
     """A throwaway PostgreSQL cluster this test session owns, so it can be killed and restarted."""
 
-    def __init__(self, folder: Path, port: int, options: str = "") -> None:
+    def __init__(
+        self, folder: Path, port: int, options: str = "", standby_of: PrivatePostgres | None = None
+    ) -> None:
+        """Start a new cluster, or with `standby_of` a streaming standby of that one (a
+        `pg_basebackup -R` of it, which replays its WAL and follows it until promoted)."""
         import shutil
         import subprocess
 
@@ -246,6 +252,20 @@ class PrivatePostgres:
                 pytest.skip("running as root without runuser; cannot start a private cluster")
             self._as_postgres = [runuser, "-u", "postgres", "--"]
             shutil.chown(folder, "postgres", "postgres")
+        if standby_of is not None:
+            subprocess.run(
+                [
+                    *self._as_postgres,
+                    str(self.bin / "pg_basebackup"),
+                    *("-h", "127.0.0.1", "-p", str(standby_of.port), "-U", "postgres"),
+                    *("-D", str(self.data), "-R", "-X", "stream", "--no-sync"),
+                ],
+                check=True,
+                capture_output=True,
+                timeout=60,
+            )
+            self.start()
+            return
         subprocess.run(
             [
                 *self._as_postgres,
@@ -284,6 +304,10 @@ class PrivatePostgres:
         """Stop the server the hard way, like a crash or a pulled cable."""
         self._ctl("-m", "immediate", "-w", "stop")
 
+    def promote(self) -> None:
+        """Make a standby the primary (`pg_ctl promote`), waiting until it accepts writes."""
+        self._ctl("-w", "promote")
+
     def stop(self) -> None:
         try:
             self._ctl("-m", "fast", "-w", "stop")
@@ -319,6 +343,66 @@ def private_postgres() -> Iterator[PrivatePostgres]:
     shutil.rmtree(folder, ignore_errors=True)
 
 
+@dataclass
+class StreamingPair:
+    """A primary and its streaming standby on loopback, replicating synchronously: a commit
+    the primary acknowledged is on the standby too, so that a promotion loses none (with
+    asynchronous replication, what the standby had not received when the primary died is lost
+    by PostgreSQL itself). `failover_string` lists the standby first: only
+    `target_session_attrs=read-write` sends a connection on to the primary."""
+
+    primary: PrivatePostgres
+    standby: PrivatePostgres
+
+    def failover_string(self, database: str, form: str = "odbc") -> str:
+        """A connection string to `database` on both servers, in the ODBC-style `form` or
+        as a libpq URL (`url`)."""
+        ports = (self.standby.port, self.primary.port)
+        if form == "url":
+            hosts = ",".join(f"127.0.0.1:{port}" for port in ports)
+            return f"postgresql://postgres@{hosts}/{database}?target_session_attrs=read-write"
+        return (
+            "Driver={PostgreSQL Unicode};Server=127.0.0.1,127.0.0.1;"
+            f"Port={ports[0]},{ports[1]};Uid=postgres;Database={database};"
+            "target_session_attrs=read-write;"
+        )
+
+    def create_database(self, name: str) -> None:
+        """Create `name` on the primary (and so on the standby)."""
+        import pyodbc
+
+        with pyodbc.connect(self.primary.connection_string(), autocommit=True) as admin:
+            admin.execute(f'CREATE DATABASE "{name}"')
+
+
+@pytest.fixture
+def streaming_postgres() -> Iterator[StreamingPair]:
+    """A fresh `StreamingPair` (two private clusters, a few seconds to make), stopped after."""
+    import shutil
+    import tempfile
+
+    import pyodbc
+
+    folders = [Path(tempfile.mkdtemp(prefix="sfbridge-pg-")) for _ in range(2)]
+    servers: list[PrivatePostgres] = []
+    try:
+        for folder in folders:
+            folder.chmod(0o755)
+        servers.append(PrivatePostgres(folders[0], _free_port(), "-c max_connections=30"))
+        servers.append(
+            PrivatePostgres(folders[1], _free_port(), "-c max_connections=30", servers[0])
+        )
+        with pyodbc.connect(servers[0].connection_string(), autocommit=True) as admin:
+            admin.execute("ALTER SYSTEM SET synchronous_standby_names = '*'")
+            admin.execute("SELECT pg_reload_conf()")
+        yield StreamingPair(*servers)
+    finally:
+        for server in servers:
+            server.stop()
+        for folder in folders:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
 def _max_prepared_transactions(server: PostgresServer) -> int:
     with server.admin() as admin:
         return int(admin.execute("SHOW max_prepared_transactions").fetchone()[0])
@@ -347,6 +431,42 @@ def two_phase_postgres(postgres: PostgresServer) -> Iterator[PostgresServer]:
         server.drop_all()
         private.stop()
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def pgbouncer(postgres: PostgresServer) -> Iterator[Callable[..., PgBouncer]]:
+    """Starts PgBouncer on loopback in front of the test server (or `server`, a
+    PostgresServer): `start(pool_mode, pool_size=3)`; stopped after the test. Skips where
+    there is no pgbouncer binary, but fails under CI, whose `./dev.sh test` installs it."""
+    import shutil
+    import tempfile
+
+    binary = pgbouncer_binary()
+    if binary is None:
+        reason = (
+            "no pgbouncer binary: ./dev.sh test puts Debian's into .venv/bin (or set "
+            "SFBRIDGE_TEST_PGBOUNCER to one)"
+        )
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    started: list[PgBouncer] = []
+
+    def start(
+        pool_mode: str, pool_size: int = 3, server: PostgresServer | None = None
+    ) -> PgBouncer:
+        # Not under pytest's tmp folder: that is private to root, and pgbouncer runs as postgres.
+        folder = Path(tempfile.mkdtemp(prefix="sfbridge-pgbouncer-"))
+        folder.chmod(0o755)
+        address = server_address((server or postgres).prefix)
+        bouncer = PgBouncer(binary, folder, address, pool_mode=pool_mode, pool_size=pool_size)
+        started.append(bouncer)
+        return bouncer
+
+    yield start
+    for bouncer in started:
+        bouncer.stop()
+        shutil.rmtree(bouncer.folder, ignore_errors=True)
 
 
 class SparkStandalone:

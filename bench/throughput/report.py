@@ -41,6 +41,8 @@ def summarize_rows(rows: Sequence[RowRuns]) -> list[dict[str, Any]]:
             "first_arrival_ms": _median(row.first_ms),
             "steady_vs_ceiling": _median(_ratios(row.steady_rates, ceiling_runs)),
             "steady_vs_ceiling_runs": _ratios(row.steady_rates, ceiling_runs),
+            "steady_msg_per_s": _median(row.steady_rates),
+            "expected_msg_per_s": row.spec.expected_rate,
             "cpu_ms_per_msg": _median(row.cpu_ms),
             "peak_rss_mb": _median(row.rss_mb),
             "exactly_once": row.checks,
@@ -90,6 +92,12 @@ def print_scenario(scenario: dict[str, Any]) -> None:
             f"{_number(row.get('first_arrival_ms')):>10}{_number(row.get('steady_vs_ceiling')):>18}"
             f"{_spread(row.get('steady_vs_ceiling_runs') or []):>11}  {verdict}"
         )
+        if row.get("expected_msg_per_s") and row.get("steady_msg_per_s"):
+            steady, limit = row["steady_msg_per_s"], row["expected_msg_per_s"]
+            print(
+                f"      steady rate {steady:.0f} msg/s against the limit {limit:.0f} "
+                f"({steady / limit - 1:+.1%}; within 10 % passes)"
+            )
         for failure in sorted({check for check in checks if check != "ok"}):
             print(f"      {failure}")
 

@@ -46,6 +46,13 @@ class RowSpec:
     postgresql_keys: dict[str, Any] = field(default_factory=dict)  # every PG database
     code: str | None = None  # a checkout whose `bridge` runs this row (None: this one)
     route_keys: dict[str, Any] = field(default_factory=dict)  # the route's (`transaction`)
+    destination_keys: dict[str, Any] = field(default_factory=dict)  # the destination database's
+    # A rate (msg/s) the row's steady rate is checked against, within `RATE_TOLERANCE`.
+    expected_rate: float | None = None
+
+
+# How far a row's steady rate may be from its `expected_rate` (a catch-up limit) and pass.
+RATE_TOLERANCE = 0.10
 
 
 @dataclass
@@ -84,6 +91,18 @@ def transaction_mode_rows(both_postgresql: bool) -> list[RowSpec]:
         )
         for mode in modes
     ]
+
+
+def catch_up_row(rate: int) -> RowSpec:
+    """The defaults with a catch-up limit of `rate` msg/s on the destination: the drain's
+    steady rate must come within `RATE_TOLERANCE` of it (issue 34)."""
+    return RowSpec(
+        "catch-up",
+        f"defaults, destination max_messages_per_second: {rate}",
+        "daemon",
+        destination_keys={"max_messages_per_second": rate},
+        expected_rate=float(rate),
+    )
 
 
 def standard_rows(best: dict[str, Any], previous_code: str | None = None) -> list[RowSpec]:
@@ -162,12 +181,14 @@ class Scenario:
         forwarder_keys: dict[str, Any],
         postgresql_keys: dict[str, Any],
         route_keys: dict[str, Any] | None = None,
+        destination_keys: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """The YAML a user writes, plus exactly the keys the row asks for."""
         databases = {"source": self.source.config_entry(), "dest": self.destination.config_entry()}
         for entry in databases.values():
             if entry["dialect"] == "postgresql":
                 entry.update(postgresql_keys)
+        databases["dest"].update(destination_keys or {})
         forwarder = {"name": "bench", "database": "source", "queue": QUEUE, **forwarder_keys}
         return {
             "databases": databases,
@@ -239,7 +260,9 @@ class Scenario:
 
     def run_daemon_row(self, row: RowRuns, ids: set[str], messages: int) -> None:
         spec = row.spec
-        config = self.daemon_config(spec.forwarder_keys, spec.postgresql_keys, spec.route_keys)
+        config = self.daemon_config(
+            spec.forwarder_keys, spec.postgresql_keys, spec.route_keys, spec.destination_keys
+        )
         path = write_config(self.workdir / f"{spec.key}.yaml", config)
         poll = 0.02 if len(ids) > 1000 else 0.05
         try:
@@ -268,6 +291,13 @@ class Scenario:
                 (run.messages - run.first_count) / (run.seconds - run.first_seconds)
             )
         check = self.exactly_once(ids)
+        if spec.expected_rate is not None and row.steady_rates:
+            off = row.steady_rates[-1] / spec.expected_rate - 1
+            if abs(off) > RATE_TOLERANCE:
+                check = (
+                    f"FAILED: steady rate {row.steady_rates[-1]:.0f} msg/s is {off:+.0%} off "
+                    f"the limit {spec.expected_rate:.0f}; {check}"
+                )
         if run.exit_code != 0:
             check = f"FAILED: exit code {run.exit_code} after SIGTERM; {check}"
         row.checks.append(check)

@@ -19,7 +19,7 @@ from bridge.commands.check_tables import (
 )
 from bridge.commands.configuration import load
 from bridge.config.model import BridgeConfig, ForwarderConfig, SubscriptionTableConfig
-from bridge.connections import Connections
+from bridge.connections import Connections, reached_server
 from bridge.daemon.budget import most_connections
 from bridge.dialects import dialect_for
 from bridge.drivers import Connection
@@ -64,6 +64,7 @@ def run_checks(config: BridgeConfig) -> list[Finding]:
     try:
         findings.extend(_driver_logging(config))
         findings.extend(check_route_reach(config))
+        written = written_databases(config)
         for name in config.databases:
             try:
                 connection = connections.get(name)
@@ -71,7 +72,7 @@ def run_checks(config: BridgeConfig) -> list[Finding]:
                 connection.query("SELECT 1")
                 connection.commit()
                 reachable.add(name)
-                findings.append(Finding(True, f"database '{name}'", "reachable"))
+                findings.append(_reached(config, name, connection, name in written))
             except DatabaseError as error:
                 findings.append(Finding(False, f"database '{name}'", f"{error.detail}"))
         checked: set[tuple[str, TableAddress]] = set()
@@ -157,6 +158,45 @@ def _check_dotted_names(
             continue
         for trap in traps:
             yield Finding(False, f"forwarder '{trap.forwarder}' {trap.key}", trap.detail)
+
+
+def written_databases(config: BridgeConfig) -> set[str]:
+    """The databases the bridge writes to: forwarding databases (queues, retry storage, its
+    own tables) and destinations (routes, proxies, and so the ledgers)."""
+    written = {forwarder.database for forwarder in config.forwarders}
+    written |= {route.database for route in config.routes}
+    written |= {f.destination.database for f in config.forwarders if f.destination}
+    return written
+
+
+def _reached(config: BridgeConfig, name: str, connection: Connection, written: bool) -> Finding:
+    """Where the connection to database `name` landed (with several hosts in the connection
+    string, the one that answered) and whether it accepts writes: a problem where the bridge
+    writes (`written`), since every batch there would fail."""
+    subject = f"database '{name}'"
+    dialect = dialect_for(config.databases[name].dialect)
+    try:
+        reached = reached_server(connection, dialect)
+    except DatabaseError as error:
+        return Finding(True, subject, f"reachable; where is unknown: {error.detail}", True)
+    if reached is None:
+        return Finding(True, subject, "reachable")
+    if reached.accepts_writes:
+        return Finding(True, subject, f"reachable at {reached.server}, accepts writes")
+    detail = f"reachable at {reached.server}, which does not accept writes: {reached.read_only}"
+    if not written:
+        return Finding(True, subject, f"{detail} (the bridge only reads there)")
+    what = (
+        "forwards from and keeps its tables"
+        if name in {f.database for f in config.forwarders}
+        else "delivers"
+    )
+    return Finding(
+        False,
+        subject,
+        f"{detail}; the bridge {what} there, so nothing would flow: "
+        f"{dialect.read_only_advice or 'connect to the primary'}",
+    )
 
 
 def _check_connection_limits(

@@ -27,6 +27,7 @@ from bridge.commands import (
     status,
 )
 from bridge.commands import run as daemon
+from bridge.commands.daemons import forget as daemons_forget
 from bridge.commands.errors import listing as errors_list
 from bridge.commands.errors import purge as errors_purge
 from bridge.commands.errors import replay as errors_replay
@@ -70,6 +71,7 @@ class Verb:
 
 # The verbs that take a second word, with their help line.
 GROUPS = {
+    "daemons": "forget the entries of daemons that no longer run",
     "errors": "list, show, replay or purge the messages in the error queues",
     "retries": "list the messages waiting in retry storage, make them due now, or fail them to "
     "the error queue",
@@ -224,6 +226,18 @@ VERBS = (
         "Give up on waiting messages: move them to their forwarder's error queue with the "
         f"failure headers and the reason failed-by-operator. {_FILTERS}.",
         ("""sfbridge retries fail --destination '"public"."Samples.Receiver"'""",),
+    ),
+    Verb(
+        "daemons forget",
+        daemons_forget,
+        "remove daemons that stopped or went missing from what 'status' shows (audited)",
+        "Remove the entries of daemons that no longer run from the daemons table, so that "
+        "'status' stops showing them; never a running daemon's. Each change is in "
+        "the audit log.",
+        (
+            "sfbridge daemons forget --id db-host-1:4242    # as 'status' names it",
+            "sfbridge daemons forget --stale    # not heard from for over 24 h",
+        ),
     ),
     Verb(
         "route",

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from bridge.commands.configuration import load
 from bridge.commands.least_privilege import render_grants
 from bridge.config.model import BridgeConfig
-from bridge.connections import connect
+from bridge.connections import connect, require_writable
 from bridge.dialects import Dialect, dialect_for
 from bridge.drivers import Connection
 from bridge.exceptions import (
@@ -22,6 +22,7 @@ from bridge.exceptions import (
     PermissionDenied,
     TableNotFound,
 )
+from bridge.storage.daemons import upgrade_daemons_table
 from bridge.storage.dotted_names import dotted_names
 from bridge.storage.grants import lacking_right
 from bridge.storage.ledger import ledger_databases, ledger_steps
@@ -30,6 +31,7 @@ from bridge.storage.tables import (
     create_tables,
     forwarder_table_steps,
     forwarder_tables,
+    split_statements,
     upgrade_retry_table,
 )
 
@@ -132,11 +134,20 @@ def render_plan(config: BridgeConfig, steps: list[TableStep]) -> str:
         lines.append("-- Only for retry storage created by sfbridge before destination_database:")
         lines.extend(f"-- {statement}" for statement in upgrades)
         lines.append("")
+    upgrades = _daemons_upgrades(config)
+    if upgrades:
+        lines.append(
+            "-- Only for a daemons table created by sfbridge before config_fingerprint and "
+            "forwarders:"
+        )
+        lines.extend(f"-- {statement}" for statement in upgrades)
+        lines.append("")
     return "\n".join(lines)
 
 
 def run_install(config: BridgeConfig) -> list[TableStep]:
-    """Create every table in the plan. Raises DatabaseError naming the database."""
+    """Create every table in the plan. Raises DatabaseError naming the database
+    (DatabaseNotWritable where the connection reached a standby)."""
     steps = install_plan(config)
     by_database: dict[str, list[TableStep]] = {}
     for step in steps:
@@ -145,15 +156,20 @@ def run_install(config: BridgeConfig) -> list[TableStep]:
         connection = connect(config.databases[database], create=True)
         try:
             dialect = dialect_for(config.databases[database].dialect)
+            require_writable(database, connection, dialect)
             try:
                 create_tables(connection, dialect, database_steps, only_missing=False)
             except PermissionDenied as error:
                 raise _with_grant(connection, dialect, database_steps, error) from None
             for forwarder in config.forwarders:
                 if forwarder.database == database:
-                    retry = forwarder_tables(config, forwarder).retry
+                    tables = forwarder_tables(config, forwarder)
                     try:
-                        upgrade_retry_table(connection, dialect, retry, allowed=True)
+                        upgrade_retry_table(connection, dialect, tables.retry, allowed=True)
+                    except TableNotFound:
+                        pass
+                    try:
+                        upgrade_daemons_table(connection, dialect, tables.daemons, allowed=True)
                     except TableNotFound:
                         pass
         finally:
@@ -182,6 +198,18 @@ def _retry_upgrades(config: BridgeConfig) -> list[str]:
         statement = " ".join(dialect.sql("retry_add_destination_database", retry=retry).split())
         if statement + ";" not in statements:
             statements.append(statement + ";")
+    return statements
+
+
+def _daemons_upgrades(config: BridgeConfig) -> list[str]:
+    statements: list[str] = []
+    for forwarder in config.forwarders:
+        dialect = dialect_for(config.databases[forwarder.database].dialect)
+        daemons = forwarder_tables(config, forwarder).daemons
+        for part in split_statements(dialect.sql("daemons_add_identity", daemons=daemons)):
+            statement = " ".join(part.split()) + ";"
+            if statement not in statements:
+                statements.append(statement)
     return statements
 
 

@@ -1,27 +1,41 @@
-"""`sfbridge status`: first, which daemons run (`bridge.storage.daemons`); per forwarder, what
-is queued, waiting for retry, in error, and counters; per destination database, whether the
-daemon sees it up, since when, and what waits for it. States written by a daemon that no
-longer runs are shown as such: they describe the past."""
+"""`sfbridge status`: first, which daemons run (`bridge.commands.status_daemons`); per
+forwarder, whether a running daemon serves it, what is queued, waiting for retry, in error, and
+counters; per destination database, whether the daemon sees it up, since when, and what waits
+for it. States written by a daemon that no longer runs are shown as such: they describe the
+past."""
 
 from __future__ import annotations
 
 import argparse
 import json
-from datetime import UTC, datetime
 from typing import Any
 
 from bridge.commands.audit import print_recent_commands, recent_commands, render_audit
 from bridge.commands.configuration import load
+from bridge.commands.status_daemons import (
+    daemon_entries,
+    exit_code,
+    human,
+    iso,
+    read_all_daemons,
+    render_daemons,
+    render_served,
+    served_by,
+)
+from bridge.config.durations import format_duration
+from bridge.config.fingerprint import config_fingerprint
 from bridge.config.model import BridgeConfig
 from bridge.connections import Connections
+from bridge.daemon.push import pickup
 from bridge.dialects import Dialect, dialect_for
 from bridge.drivers import Connection
-from bridge.exceptions import AuthenticationFailed, DatabaseError, ExitCode, TableNotFound
+from bridge.exceptions import AuthenticationFailed, DatabaseError, TableNotFound
+from bridge.forwarding.catch_up import HELD_MESSAGES, HELD_MILLISECONDS
 from bridge.forwarding.in_doubt import old_prepared_transactions
 from bridge.forwarding.proxies import proxy_destination
 from bridge.messages import utcnow
 from bridge.secrets import inert
-from bridge.storage.daemons import DaemonRecord, liveness, read_daemons
+from bridge.storage.daemons import ServedForwarder
 from bridge.storage.destination_states import read_forwarder_states, read_states
 from bridge.storage.error_counts import read_error_counts
 from bridge.storage.queue_depths import read_pause_state, read_queue_depths
@@ -46,20 +60,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the status; ExitCode.UNAVAILABLE when a forwarding database cannot be read,
-    FAILED when a login is refused or no daemon runs."""
+    """Print the status; exit with `status_daemons.exit_code`: 3 when a forwarding database
+    cannot be read, 1 when a forwarder has no running daemon or a login is refused, else 0."""
     config = load(args)
     if args.audit:
         return print_recent_commands(config, as_json=args.json)
     status = collect_status(config)
     print(render_json(status) if args.json else render_text(status))
-    unavailable = any("error" in forwarder for forwarder in status["forwarders"])
-    if unavailable:
-        return ExitCode.UNAVAILABLE
-    if status["auth_failed"]:
-        return ExitCode.FAILED  # a refused login stays until a person fixes it
-    # Nothing is forwarded while no daemon runs: a script or a check must not read it as fine.
-    return ExitCode.OK if status["daemons_running"] else ExitCode.FAILED
+    return exit_code(status)
 
 
 def collect_status(config: BridgeConfig, audit_entries: int = RECENT_COMMANDS) -> dict[str, Any]:
@@ -68,7 +76,10 @@ def collect_status(config: BridgeConfig, audit_entries: int = RECENT_COMMANDS) -
     that messages wait for."""
     connections = Connections(config.databases)
     try:
-        daemons = _daemons(config, connections)
+        now = utcnow()
+        fingerprint = config_fingerprint(config)
+        read = read_all_daemons(config, connections)
+        daemons, stale = daemon_entries(read, now, fingerprint)
         running = {entry["daemon"] for entry in daemons if entry["state"] == "running"}
         states = {entry["daemon"]: entry["state"] for entry in daemons}
         error_queues = _error_queues(config, connections)
@@ -76,15 +87,26 @@ def collect_status(config: BridgeConfig, audit_entries: int = RECENT_COMMANDS) -
         for entry in error_queues:
             for name, messages in entry.get("forwarders", {}).items():
                 owned[name] = owned.get(name, 0) + messages
-        forwarders = [
-            _forwarder_status(config, name, connections, owned, states)
-            for name in (forwarder.name for forwarder in config.forwarders)
-        ]
+        forwarders = []
+        for forwarder in config.forwarders:
+            status = _forwarder_status(config, forwarder.name, connections, owned, states)
+            serving = served_by(
+                read, forwarder.database, ServedForwarder(forwarder.name, status["queue"]), now
+            )
+            status["served_by"] = serving
+            status["served"] = None if serving is None else bool(serving)
+            forwarders.append(status)
         old, _ = old_prepared_transactions(config, connections)
         destinations = _destinations(config, connections, states)
         return {
+            "config_fingerprint": fingerprint,
             "daemons": daemons,
             "daemons_running": len(running),
+            "daemons_unreadable": [
+                {"database": database, "error": error}
+                for database, error in read.unreadable.items()
+            ],
+            "stale_daemons": stale,
             "forwarders": forwarders,
             "error_queues": error_queues,
             "destinations": destinations,
@@ -104,59 +126,6 @@ def _auth_failed(forwarders: list[dict[str, Any]], destinations: list[dict[str, 
         d["database"] for d in destinations if d["state"] == "auth-failed" and not d["stale"]
     }
     return sorted(refused)
-
-
-def _daemons(config: BridgeConfig, connections: Connections) -> list[dict[str, Any]]:
-    """Every daemon any forwarding database knows, with its newest heartbeat among them."""
-    newest: dict[str, DaemonRecord] = {}
-    seen_in: dict[str, list[str]] = {}
-    done: set[str] = set()
-    for forwarder in config.forwarders:
-        if forwarder.database in done:
-            continue
-        done.add(forwarder.database)
-        dialect = dialect_for(config.databases[forwarder.database].dialect)
-        table = forwarder_tables(config, forwarder).daemons
-        try:
-            connection = connections.get(forwarder.database)
-            connection.begin()
-            try:
-                records = read_daemons(connection, dialect, table)
-            except TableNotFound:  # no daemon has run here yet (or an sfbridge before it)
-                records = []
-            finally:
-                connection.rollback()
-        except DatabaseError:
-            connections.discard(forwarder.database)
-            continue
-        for record in records:
-            seen_in.setdefault(record.daemon, []).append(forwarder.database)
-            known = newest.get(record.daemon)
-            if known is None or (record.state, record.heartbeat_at) > (
-                known.state,
-                known.heartbeat_at,
-            ):
-                newest[record.daemon] = record
-    now = utcnow()
-    entries = []
-    for record in sorted(newest.values(), key=lambda r: (r.started_at, r.daemon)):
-        entries.append(
-            {
-                "daemon": record.daemon,
-                "host": record.host,
-                "pid": record.pid,
-                "state": liveness(record, now),
-                "started": _iso(record.started_at),
-                "last_heartbeat": _iso(record.heartbeat_at),
-                "seconds_since_heartbeat": round(
-                    max((now - record.heartbeat_at).total_seconds(), 0.0), 1
-                ),
-                "heartbeat_seconds": record.heartbeat_seconds,
-                "stopped": _iso(record.stopped_at),
-                "forwarding_databases": seen_in[record.daemon],
-            }
-        )
-    return entries
 
 
 def _destinations(
@@ -211,16 +180,16 @@ def _destinations(
             reporter = _reporter(daemons, row["reported_by"])
             entry.update(
                 state=row["state"],
-                since=_iso(row["since"]),
+                since=iso(row["since"]),
                 last_error=row["last_error"],
-                next_probe_at=_iso(row["next_probe_at"]),
+                next_probe_at=iso(row["next_probe_at"]),
                 seen_seconds_ago=round(max(age, 0.0), 1),
                 stale=_stale(reporter, age),
                 reported_by=row["reported_by"],
                 reporter_state=reporter,
             )
         if name in next_attempt:
-            entry["next_attempt_at"] = _iso(next_attempt[name])
+            entry["next_attempt_at"] = iso(next_attempt[name])
         result.append(entry)
     return result
 
@@ -285,6 +254,7 @@ def _forwarder_status(
         "database": forwarder.database,
         "queue": tables.queue_canonical,
         "error_queue": dialect.grammar.render(tables.error_queue),
+        "pickup": pickup(config, forwarder.database),
     }
     proxy = proxy_destination(config, forwarder)
     if proxy is not None:
@@ -308,8 +278,8 @@ def _forwarder_status(
             {
                 "destination": row[0],
                 "messages": int(row[1]),
-                "failing_since": _iso(dialect.decode_timestamp(row[2])),
-                "next_attempt_at": _iso(dialect.decode_timestamp(row[3])),
+                "failing_since": iso(dialect.decode_timestamp(row[2])),
+                "next_attempt_at": iso(dialect.decode_timestamp(row[3])),
                 "max_attempts_made": int(row[4]),
                 "last_error": row[5],
             }
@@ -323,7 +293,7 @@ def _forwarder_status(
         status["event_types"] = [
             {
                 "event_type": row[0],
-                "last_seen": _iso(dialect.decode_timestamp(row[1])),
+                "last_seen": iso(dialect.decode_timestamp(row[1])),
                 **json.loads(row[2]),
             }
             for row in connection.query(
@@ -335,7 +305,7 @@ def _forwarder_status(
         status["paused"] = [
             {
                 "destination_database": pause.database,
-                "since": _iso(pause.paused_at),
+                "since": iso(pause.paused_at),
                 "reason": pause.reason,
             }
             for pause in read_pause_state(config, forwarder, connection).pauses
@@ -380,17 +350,13 @@ def _failing(
         failing.append(
             {
                 "reported_by": row["reported_by"],
-                "since": _iso(row["since"]),
+                "since": iso(row["since"]),
                 "failed_batches": row["failures"],
                 "last_error": row["last_error"],
                 "seen_seconds_ago": round(max(age, 0.0), 1),
             }
         )
     return failing
-
-
-def _iso(moment: datetime | None) -> str | None:
-    return moment.replace(tzinfo=UTC).isoformat(timespec="seconds") if moment else None
 
 
 def render_json(status: dict[str, Any]) -> str:
@@ -402,7 +368,7 @@ def render_text(status: dict[str, Any]) -> str:
     destination, for people. Each line's control characters are escaped
     (`bridge.secrets.inert`): destinations, errors and event types come from messages and
     databases."""
-    lines = _render_daemons(status["daemons"])
+    lines = render_daemons(status)
     lines.extend(_render_forwarders(status["forwarders"]))
     lines.extend(_render_error_queues(status.get("error_queues", [])))
     if status["destinations"]:
@@ -416,7 +382,7 @@ def render_text(status: dict[str, Any]) -> str:
     for entry in status.get("prepared_transactions", []):
         lines.append(
             f"PREPARED TRANSACTION left in database '{entry['database']}' for "
-            f"{_human(float(entry['age_seconds']))}: {entry['gid']} (a running daemon settles "
+            f"{human(float(entry['age_seconds']))}: {entry['gid']} (a running daemon settles "
             "it; see 'sfbridge check')"
         )
     return "\n".join(inert(line) for line in lines)
@@ -445,45 +411,13 @@ def _render_error_queues(entries: list[dict[str, Any]]) -> list[str]:
     return lines if len(lines) > 1 else []
 
 
-def _render_daemons(daemons: list[dict[str, Any]]) -> list[str]:
-    running = [entry for entry in daemons if entry["state"] == "running"]
-    if running:
-        lines = [f"daemons: {len(running)} running"]
-    elif daemons:
-        lines = [
-            "daemons: NONE RUNNING - nothing is forwarded; what follows is as last seen "
-            "(start it: systemctl start sfbridge, or sfbridge run)"
-        ]
-    else:
-        lines = [
-            "daemons: NONE RUNNING - no daemon has recorded itself in the forwarding "
-            "database(s) (start it: systemctl start sfbridge, or sfbridge run)"
-        ]
-    for entry in daemons:
-        name, ago = entry["daemon"], _human(entry["seconds_since_heartbeat"])
-        if entry["state"] == "running":
-            lines.append(f"  {name:<24} running since {entry['started']}, last heartbeat {ago} ago")
-        elif entry["state"] == "stopped":
-            lines.append(
-                f"  {name:<24} stopped at {entry['stopped']} (a clean stop; started "
-                f"{entry['started']})"
-            )
-        else:
-            lines.append(
-                f"  {name:<24} MISSING: no heartbeat for {ago} (every "
-                f"{entry['heartbeat_seconds']:g} s expected): killed, or its host or network "
-                "is down; started " + str(entry["started"])
-            )
-    return lines
-
-
 def _render_destination(entry: dict[str, Any]) -> list[str]:
     name, state = entry["database"], entry["state"]
     waiting = f"{entry['waiting']} waiting"
     if state == "unknown":
         return [f"  {name:<12} {waiting}; no daemon has reported on it"]
     since = entry["since"]
-    seen = f"seen {_human(entry['seen_seconds_ago'])} ago by {entry['reported_by']}"
+    seen = f"seen {human(entry['seen_seconds_ago'])} ago by {entry['reported_by']}"
     if entry.get("reporter_state") in ("stopped", "missing"):
         seen += f", which is {entry['reporter_state']}: not current"
     elif entry.get("reporter_state") == "gone":
@@ -493,7 +427,9 @@ def _render_destination(entry: dict[str, Any]) -> list[str]:
     if state == "up":
         was = "was up" if entry["stale"] else "up"
         return [f"  {name:<12} {was} since {since}; {waiting} ({seen})"]
-    label = {"unreachable": "DOWN", "auth-failed": "AUTH FAILED"}.get(state, "NOT READY")
+    label = {"unreachable": "DOWN", "read-only": "READ-ONLY", "auth-failed": "AUTH FAILED"}.get(
+        state, "NOT READY"
+    )
     probe = "next login attempt" if state == "auth-failed" else "next probe"
     lines = [
         f"  {name:<12} {label} since {since}; {waiting}; {probe} {entry['next_probe_at']} ({seen})",
@@ -511,13 +447,20 @@ def _render_forwarders(statuses: list[dict[str, Any]]) -> list[str]:
             f"forwarder {status['forwarder']}  ({status['queue']} in database "
             f"'{status['database']}')"
         )
+        lines.extend(render_served(status))
         if "proxy_for" in status:
             proxy = status["proxy_for"]
             lines.append(f"  proxy for          {proxy['queue']} in database '{proxy['database']}'")
+        pickup = status["pickup"]
+        if not pickup["push"]:
+            lines.append(
+                f"  pickup             polled every {format_duration(pickup['poll_seconds'])}: "
+                f"push off ({pickup['why']})"
+            )
         for failing in status["failing"]:
             lines.append(
                 f"  FAILING            since {failing['since']}: {failing['failed_batches']} "
-                f"batch(es) failed (seen {_human(failing['seen_seconds_ago'])} ago by "
+                f"batch(es) failed (seen {human(failing['seen_seconds_ago'])} ago by "
                 f"{failing['reported_by']}); it forwards nothing until they succeed"
             )
             lines.append(f"                     last error: {failing['last_error']}")
@@ -546,7 +489,7 @@ def _render_forwarders(statuses: list[dict[str, Any]]) -> list[str]:
         age = status["oldest_age_seconds"]
         lines.append(
             f"  queued             {status['queued']}"
-            + (f"  (oldest sent {_human(age)} ago)" if age is not None else "")
+            + (f"  (oldest sent {human(age)} ago)" if age is not None else "")
         )
         lines.append(f"  waiting for retry  {status['waiting_for_retry']}")
         lines.append(
@@ -563,6 +506,14 @@ def _render_forwarders(statuses: list[dict[str, Any]]) -> list[str]:
         if status["counters"]:
             counted = ", ".join(f"{k} {v}" for k, v in sorted(status["counters"].items()))
             lines.append(f"  since install      {counted}")
+        held = status["counters"].get(HELD_MESSAGES, 0) if status["counters"] else 0
+        if held:
+            seconds = status["counters"].get(HELD_MILLISECONDS, 0) / 1000
+            lines.append(
+                f"  catch-up limits    held back {held} message(s), {human(seconds)} of "
+                "waiting in all (max_messages_per_second, max_batches_in_flight; rising "
+                "in sfbridge_catch_up_held_seconds while they hold)"
+            )
         for event in status.get("event_types", []):
             lines.append(f"  event {event['event_type']} (subscribers as of {event['last_seen']}):")
             for subscriber in event["subscribers"] or [{"address": None}]:
@@ -574,11 +525,3 @@ def _render_forwarders(statuses: list[dict[str, Any]]) -> list[str]:
                     f"{subscriber['destination']}"
                 )
     return lines
-
-
-def _human(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"

@@ -21,6 +21,7 @@ from bridge.config.catalog_checks import (
     database_configs,
     where_routes_decide,
 )
+from bridge.config.connection_checks import check_connection_strings
 from bridge.config.durations import format_duration
 from bridge.config.messages import join_path, suggestion
 from bridge.config.model import FixedDestination, RouteConfig
@@ -34,7 +35,9 @@ from bridge.exceptions import AddressError
 __all__ = [
     "check_across_keys",
     "check_catalogs",
+    "check_connection_strings",
     "check_forwarders",
+    "check_poolers",
     "check_proxies",
     "check_references",
     "check_retries",
@@ -52,6 +55,8 @@ def check_across_keys(document: Document, log: ProblemLog) -> None:
     subscriber given twice for one topic is kept once.
     """
     check_references(document, log)
+    check_connection_strings(document, log)
+    check_poolers(document, log)
     check_catalogs(document, log)
     check_forwarders(document, log)
     check_proxies(document, log)
@@ -84,6 +89,22 @@ def check_references(document: Document, log: ProblemLog) -> None:
             if isinstance(fixed, FixedDestination):
                 path = join_path(entry.path, "destination")
                 _check_reference(document, log, fixed.database, path)
+
+
+def check_poolers(document: Document, log: ProblemLog) -> None:
+    """Behind a transaction pooler only psycopg will do: psqlODBC keeps prepared statements
+    and session settings that the pooler's next transaction, on another server connection,
+    would not find."""
+    for name, entry in document.databases.items():
+        if entry.values.get("pooler") != "transaction" or entry.values.get("driver") != "odbc":
+            continue
+        log.error(
+            join_path(entry.path, "driver"),
+            f"database {name!r} is behind a transaction pooler (pooler: transaction), where "
+            "psqlODBC's prepared statements and session settings are lost between "
+            "transactions: use 'driver: psycopg' (the default), or have the pooler lend "
+            "connections per session ('pool_mode = session', then 'pooler: session')",
+        )
 
 
 def _check_reference(document: Document, log: ProblemLog, name: str, path: str) -> None:
@@ -513,9 +534,11 @@ def _check_wait_within_ledger_retention(
     if retries.values.get("during_outage") != "wait" or max_wait is None or retention is None:
         return
     if max_wait > retention:
+        # Both are defaults of 7d; a shorter retention alone now meets the default wait.
+        default = "" if "max_wait" in retries.given else " (the default)"
         log.warning(
             join_path(retries.path, "max_wait"),
-            f"{format_duration(max_wait)} is longer than ledger.retention "
+            f"{format_duration(max_wait)}{default} is longer than ledger.retention "
             f"{format_duration(retention)}: a message whose delivery was committed but not "
             "confirmed, and that then waits longer than the ledger remembers, could arrive "
             "twice; make ledger.retention at least as long",

@@ -23,6 +23,12 @@ NoSubscribersPolicy = Literal["drop", "error"]
 # ledger: a crash between the two commits can deliver a message twice).
 TransactionMode = Literal["ledger", "two-phase", "at-least-once"]
 TRANSACTION_MODES: tuple[TransactionMode, ...] = ("ledger", "two-phase", "at-least-once")
+# What stands between the bridge and a database's server (`databases.<name>.pooler`): nothing,
+# or a connection pooler (PgBouncer) lending a server connection per client session, or per
+# transaction (then nothing of a session survives its transaction: no prepared statements, no
+# SET, no LISTEN).
+Pooler = Literal["none", "session", "transaction"]
+POOLERS: tuple[Pooler, ...] = ("none", "session", "transaction")
 
 
 @dataclass(frozen=True)
@@ -53,6 +59,11 @@ class DatabaseConfig:
     # The most connections the daemon holds to this database at once (see
     # `bridge.daemon.budget`).
     max_connections: int = 10
+    pooler: Pooler | None = None  # None: as `none`, the server itself (or no choice: sqlite)
+    # Catch-up limits on what forwarders of other databases write here (`bridge.daemon.catch_up`):
+    # messages per second, and batches at once, in all the daemon's processes; None: none.
+    max_messages_per_second: int | None = None
+    max_batches_in_flight: int | None = None
     unresolved: Unresolved | None = None
 
     def require_environment(self, doing: str = "cannot connect") -> None:
@@ -137,7 +148,7 @@ class RetryConfig:
     immediate_attempts: int = 3
     missing_queue: MissingQueuePolicy = "retry"
     # `wait`: a whole-database outage spends no attempts; its messages wait up to `max_wait`.
-    during_outage: OutagePolicy = "count"
+    during_outage: OutagePolicy = "wait"
     max_wait: float = 7 * 24 * 3600.0
 
 

@@ -111,6 +111,9 @@ class Share:
     # database -> number of its first worker here: worker numbers (counter slots, thread
     # names) are unique across the processes, so two batches never update the same counters row.
     first_worker: dict[str, int] = field(default_factory=dict)
+    # The folder of the catch-up limits' shared state (`bridge.daemon.catch_up`); None: no
+    # database has one.
+    catch_up_folder: str | None = None
 
 
 def shares(config: BridgeConfig, processes: int) -> list[Share]:

@@ -1,5 +1,6 @@
 """The daemon's side of `bridge.storage.daemons`: recording in every forwarding database that
-this daemon runs, every `daemon.heartbeat`, and that it stopped, when it stops cleanly.
+this daemon runs, which configuration (its fingerprint) and which of the database's forwarders
+it serves, every `daemon.heartbeat`, and that it stopped, when it stops cleanly.
 
 Each forwarding database gets a heartbeat job of its own, so one that does not answer (a
 write waits up to its connect and query timeouts) delays only its own row, never another
@@ -13,13 +14,26 @@ import os
 import socket
 import threading
 
+from bridge.config.fingerprint import config_fingerprint
 from bridge.config.model import BridgeConfig
 from bridge.connections import Connections
 from bridge.dialects import dialect_for
-from bridge.exceptions import DatabaseError, DatabaseUnavailable, TableNotFound
+from bridge.exceptions import (
+    BridgeTableMissing,
+    DatabaseError,
+    DatabaseUnavailable,
+    TableNotFound,
+)
 from bridge.messages import utcnow
 from bridge.outages import OutageTracker
-from bridge.storage.daemons import DaemonRecord, forget_daemons, save_daemon, this_daemon
+from bridge.storage.daemons import (
+    DaemonRecord,
+    forget_daemons,
+    save_daemon,
+    served_forwarders,
+    this_daemon,
+    upgrade_daemons_table,
+)
 from bridge.storage.grants import lacking_right
 from bridge.storage.tables import (
     create_tables,
@@ -36,6 +50,7 @@ class Heartbeat:
 
     def __init__(self, config: BridgeConfig) -> None:
         self.config = config
+        self._fingerprint = config_fingerprint(config)
         self._started_at = utcnow()
         # Per database: its connection and a lock that keeps a heartbeat in flight and the
         # `stopped` record from overlapping (a late `running` after `stopped` would undo it).
@@ -60,6 +75,7 @@ class Heartbeat:
         for database in set(self.forwarding_databases()) - {f.database for f in config.forwarders}:
             self._record(database, "stopped")
         self.config = config
+        self._fingerprint = config_fingerprint(config)
 
     def beat(self, database: str) -> None:
         """Record in `database` that this daemon runs (the scheduled job). Never raises."""
@@ -97,6 +113,10 @@ class Heartbeat:
                         # out another connect timeout.
                         "it is written again once the database answers"
                         if isinstance(error, DatabaseUnavailable)
+                        # The daemons table lacks what this sfbridge records, and the
+                        # columns may not be added: the advice says who adds them.
+                        else error.advice
+                        if isinstance(error, BridgeTableMissing) and error.advice
                         else self._advice(connections, database),
                     )
                 else:
@@ -146,12 +166,18 @@ class Heartbeat:
             heartbeat_seconds=self.config.daemon.heartbeat,
             state="stopped" if state == "stopped" else "running",
             stopped_at=now if state == "stopped" else None,
+            config_fingerprint=self._fingerprint,
+            forwarders=served_forwarders(self.config, database),
         )
         dialect = dialect_for(self.config.databases[database].dialect)
         table = forwarder_tables(self.config, forwarder).daemons
         connection = connections.get(database)
         for attempt in (1, 2):
             try:
+                if database not in self._introduced:
+                    upgrade_daemons_table(
+                        connection, dialect, table, allowed=self.config.install.at_runtime
+                    )
                 connection.begin()
                 if database not in self._introduced:
                     forget_daemons(connection, dialect, table, record)
@@ -159,9 +185,10 @@ class Heartbeat:
                 connection.commit()
                 self._introduced.add(database)
                 return
-            except TableNotFound:
+            except TableNotFound as missing:
                 connection.rollback()
-                if attempt == 2 or not self.config.install.at_runtime:
+                unhealable = isinstance(missing, BridgeTableMissing) and not missing.healable
+                if attempt == 2 or not self.config.install.at_runtime or unhealable:
                     raise
                 # Only the daemons table (and its schema): the forwarder's other tables are
                 # its workers' to create (`healing`).

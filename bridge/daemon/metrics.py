@@ -150,6 +150,20 @@ class BridgeMetrics:
             buckets=_LATENCY_BUCKETS,
             registry=registry,
         )
+        self.catch_up_held_seconds = Counter(
+            "sfbridge_catch_up_held_seconds",
+            "Seconds batches for this database waited for its catch-up limits "
+            "(max_messages_per_second, max_batches_in_flight), summed over the batches: "
+            "rising while the limits hold traffic back.",
+            ["database"],
+            registry=registry,
+        )
+        self.catch_up_held_messages = Counter(
+            "sfbridge_catch_up_held_messages",
+            "Messages for this database that waited for its catch-up limits.",
+            ["database"],
+            registry=registry,
+        )
         self.suspected_duplicates = Counter(
             "sfbridge_suspected_duplicates",
             "Messages of at-least-once routes that may have arrived twice: their batch ended "
@@ -276,6 +290,10 @@ class BridgeMetrics:
         self.deliveries.labels(database).inc(count)
         self.delivery_latency.labels(database).observe(seconds_since_claim)
 
+    def held(self, database: str, messages: int, seconds: float) -> None:
+        self.catch_up_held_seconds.labels(database).inc(seconds)
+        self.catch_up_held_messages.labels(database).inc(messages)
+
     def database_seen(self, database: str, up: bool) -> None:
         with self._lock:
             if up:
@@ -395,7 +413,8 @@ class BridgeMetrics:
             )
         up = GaugeMetricFamily(
             "sfbridge_database_up",
-            "1 unless the bridge last saw the database unreachable or not ready for delivery.",
+            "1 unless the bridge last saw the database unreachable, read-only or not ready for "
+            "delivery.",
             labels=["database"],
         )
         for database in sorted(config.databases):
@@ -412,6 +431,17 @@ class BridgeMetrics:
             state = outages.state(database) if outages is not None else None
             refused.add_metric([database], 1 if state and state.state == "auth-failed" else 0)
         yield refused
+        read_only = GaugeMetricFamily(
+            "sfbridge_database_read_only",
+            "1 while the database answers but takes no writes (a hot standby after a failover, "
+            "default_transaction_read_only, a read-only or restoring SQL Server database): its "
+            "messages wait in retry storage (sfbridge_database_up is 0 meanwhile).",
+            labels=["database"],
+        )
+        for database in sorted(config.databases):
+            state = outages.state(database) if outages is not None else None
+            read_only.add_metric([database], 1 if state and state.state == "read-only" else 0)
+        yield read_only
         failing = GaugeMetricFamily(
             "sfbridge_forwarder_failing",
             "1 while the forwarder's batches fail (its queue cannot be read, or a batch fails "

@@ -21,6 +21,7 @@ from functools import partial
 from bridge.config.model import BridgeConfig
 from bridge.daemon.board import Key, WorkBoard
 from bridge.daemon.budget import Share
+from bridge.daemon.catch_up import SharedCatchUp
 from bridge.daemon.forwarder_health import ForwarderHealth
 from bridge.daemon.watcher import WorkWatcher
 from bridge.daemon.workers import PoolWorker
@@ -113,6 +114,11 @@ def start_pools(
     pools = Pools()
     # Queue table shapes (SQL Server's optional Recoverable column) are learnt once.
     writer = QueueWriter(notices=notices)
+    catch_up = (
+        None
+        if share.catch_up_folder is None
+        else SharedCatchUp(config, share.catch_up_folder, stop)
+    )
     where = f" in process {share.index + 1} of {share.count}" if share.count > 1 else ""
     for database, size in share.pools.items():
         forwarders = [f for f in config.forwarders if f.name in share.caps]
@@ -150,6 +156,7 @@ def start_pools(
                 writer,
                 health,
                 observer,
+                catch_up=catch_up,
                 repeats=notices.repeats if notices is not None else None,
             )
             for index in range(size)

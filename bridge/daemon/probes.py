@@ -5,11 +5,13 @@ worker processes hear from it (`bridge.daemon.processes`)."""
 from __future__ import annotations
 
 from bridge.config.model import BridgeConfig
-from bridge.connections import Connections
+from bridge.connections import Connections, require_writes
+from bridge.dialects import dialect_for
 from bridge.exceptions import (
     AuthenticationFailed,
     BridgeTableMissing,
     DatabaseError,
+    DatabaseReadOnly,
     PermissionDenied,
 )
 from bridge.outages import OutageTracker
@@ -27,10 +29,11 @@ PROBE_TICK = 1.0
 def probe_databases(config: BridgeConfig, tracker: OutageTracker) -> None:
     """Look at each database in trouble whose probe is due; record what is found.
 
-    A probe connects and makes sure the ledger is there (creating it when allowed), which is
-    what delivery needs of a destination database; a database whose login was refused (which
-    may be a forwarding database) only logs in: delivery heals a missing ledger on its way.
-    Never raises.
+    A probe connects, asks whether the database takes writes (a read-only one answers every
+    connection: `read-only` until a new session finds it writable), and makes sure the ledger
+    is there (creating it when allowed), which is what delivery needs of a destination
+    database; a database whose login was refused (which may be a forwarding database) only
+    logs in: delivery heals a missing ledger on its way. Never raises.
     """
     due = tracker.due_for_probe()
     if not due:
@@ -44,8 +47,13 @@ def probe_databases(config: BridgeConfig, tracker: OutageTracker) -> None:
                 if refused:
                     tracker.record_up(database)
                     continue
+                dialect = dialect_for(config.databases[database].dialect)
+                require_writes(connection, dialect, database)
                 ensure_ledger(connection, config, database, create=config.install.at_runtime)
                 tracker.record_up(database)
+            except DatabaseReadOnly as error:
+                connections.discard(database)
+                tracker.record_trouble(database, "read-only", str(error))
             except BridgeTableMissing:
                 tracker.record_trouble(
                     database, "not-ready", ledger_problem(config, database, RUNTIME_DDL_OFF_ADVICE)

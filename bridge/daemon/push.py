@@ -11,16 +11,24 @@ What is pushed is read from the database, not assumed: a table without the trigg
 refused it, or dropped it, or the database was installed by an older sfbridge) is polled at the
 fast interval, as is every table while the listening connection is down. Nothing is missed:
 when listening starts (again), the watcher polls at once for what was sent meanwhile.
+
+A database behind a transaction pooler (`pooler: transaction`) is not listened to at all: the
+pooler hands the LISTEN to whichever server connection runs that transaction and drops what
+that connection is told afterwards, so a listener there would wait for pushes that never come
+while believing itself pushed. Its sources are polled every peek interval instead, and the log
+and `sfbridge status` say so (`push_off_reason`).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from bridge.addressing import TableAddress
+from bridge.config.model import BridgeConfig, DatabaseConfig
 from bridge.daemon.board import Key
-from bridge.dialects import Dialect
+from bridge.dialects import Dialect, dialect_for
 from bridge.dialects.base import notify_channel
 from bridge.drivers import Connection
 
@@ -29,6 +37,30 @@ log = logging.getLogger(__name__)
 # How often a database whose tables all push is polled all the same (a notification lost in
 # a way the bridge cannot see; retries coming due are timed, not polled for).
 PUSH_POLL_INTERVAL = 5.0
+
+
+def push_off_reason(database: DatabaseConfig, dialect: Dialect) -> str | None:
+    """Why the daemon does not listen for pushes from `database`, as a log line or `status`
+    says it; None where it listens."""
+    if not dialect.pushes:
+        return f"{dialect.title} has no push"
+    if dialect.opens_with_odbc(database):
+        return "its ODBC driver cannot listen for pushes"
+    if database.pooler == "transaction":
+        return "transaction pooler: LISTEN/NOTIFY does not pass it"
+    return None
+
+
+def pickup(config: BridgeConfig, database: str) -> dict[str, Any]:
+    """How the daemon's watcher finds new messages in `database`'s queues, as `sfbridge
+    status` shows it: told of them (`push`), or polling every `poll_seconds` and `why`."""
+    settings = config.databases[database]
+    dialect = dialect_for(settings.dialect)
+    why = push_off_reason(settings, dialect)
+    if why is None:
+        return {"push": True}
+    poll = min(f.peek_interval for f in config.forwarders if f.database == database)
+    return {"push": False, "poll_seconds": poll, "why": why}
 
 
 class PushChannels:

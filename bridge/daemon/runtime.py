@@ -20,11 +20,14 @@ SIGHUP reloads the configuration, keeping the old one if the new one is invalid.
 from __future__ import annotations
 
 import logging
+import shutil
 import signal
+import tempfile
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 from types import FrameType
 
@@ -37,6 +40,7 @@ from bridge.daemon.budget import (
     shares,
     worker_count,
 )
+from bridge.daemon.catch_up import needs_catch_up
 from bridge.daemon.cpus import Cpus, usable_cpus
 from bridge.daemon.forwarder_health import ForwarderHealth
 from bridge.daemon.heartbeat import Heartbeat
@@ -77,6 +81,7 @@ class Daemon:
         self._reload_requested = False
         self._pools = Pools()
         self._processes: WorkerProcesses | None = None
+        self._catch_up_folder: str | None = None  # `bridge.daemon.catch_up`'s shared state
         self._worker_stop = threading.Event()
         self._upkeep: Upkeep | None = None
         self._earlier_totals: Counter[str] = Counter()  # from workers replaced by a reload
@@ -164,6 +169,7 @@ class Daemon:
             troubled = [state for state in self._outages.states() if state.in_trouble]
             for kind, word in (
                 ("unreachable", "DOWN"),
+                ("read-only", "READ-ONLY"),
                 ("not-ready", "NOT READY"),
                 ("auth-failed", "AUTH FAILED"),
             ):
@@ -196,6 +202,10 @@ class Daemon:
         cpus = usable_cpus()
         count = process_count(self.config, cpus.usable)
         parts = shares(self.config, count)
+        if needs_catch_up(self.config):
+            # Their state, shared by the processes; a reload starts afresh.
+            self._catch_up_folder = tempfile.mkdtemp(prefix="sfbridge-catch-up-")
+            parts = [replace(part, catch_up_folder=self._catch_up_folder) for part in parts]
         notices = Notices()  # what every process learns of a table, said once
         if count > 1 or self.config.daemon.processes == "auto":
             log.info(
@@ -336,6 +346,9 @@ class Daemon:
         if self._sampling is not None:
             self._sampling.close()
             self._sampling = None
+        if self._catch_up_folder is not None:
+            shutil.rmtree(self._catch_up_folder, ignore_errors=True)
+            self._catch_up_folder = None
 
     def _workers_alive(self) -> bool:
         # A worker that has not looped for a long time is hung (a statement that never

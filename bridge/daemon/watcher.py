@@ -29,7 +29,7 @@ from bridge.config.model import BridgeConfig
 from bridge.connections import Connections
 from bridge.daemon.board import Key, WorkBoard
 from bridge.daemon.forwarder_health import ForwarderHealth
-from bridge.daemon.push import PUSH_POLL_INTERVAL, PushChannels
+from bridge.daemon.push import PUSH_POLL_INTERVAL, PushChannels, push_off_reason
 from bridge.dialects import dialect_for
 from bridge.exceptions import DatabaseError, DatabaseUnavailable, TableNotFound
 from bridge.forwarding.observers import ForwardingObserver, safe_observer
@@ -104,9 +104,11 @@ class WorkWatcher(threading.Thread):
         self.listening = False
         self.listens = 0  # times listening started, for tests
         self._push_tables = {part.key: part.table for part in self._parts}
+        # Why nobody listens here (None: the watcher listens), said once when it starts.
+        self.push_off = push_off_reason(config.databases[database], self._dialect)
         self._push: PushChannels | None = (
             PushChannels(database, self._dialect, self._push_tables.items())
-            if self._dialect.pushes
+            if self.push_off is None
             else None
         )
         self._missing: dict[Key, float] = {}  # left out of the query until (monotonic)
@@ -131,6 +133,15 @@ class WorkWatcher(threading.Thread):
         backoff = FIRST_BACKOFF
         next_poll = next_fast = 0.0
         next_listen = 0.0
+        if self.push_off is not None and self._dialect.pushes:
+            # A database that could push but is not listened to: said, so that nobody expects
+            # the pickup in milliseconds that push gives.
+            log.info(
+                "database '%s': push off (%s), polled every %g s",
+                self.database,
+                self.push_off,
+                self.poll_interval,
+            )
         try:
             while not self.stop.is_set():
                 self.last_progress = now = time.monotonic()

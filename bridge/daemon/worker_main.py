@@ -105,6 +105,9 @@ class RelayedObserver:
     def database_seen(self, database: str, up: bool) -> None:
         self._link.send("observer", "database_seen", (database, up))
 
+    def held(self, database: str, messages: int, seconds: float) -> None:
+        self._link.send("observer", "held", (database, messages, seconds))
+
 
 class RelayedHealth(ForwarderHealth):
     """This process's forwarder health, its changes passed on to the daemon's, which logs them

@@ -22,6 +22,7 @@ from bridge.daemon.board import Entry, WorkBoard
 from bridge.daemon.forwarder_health import ForwarderHealth
 from bridge.daemon.observability import report_exception
 from bridge.exceptions import DatabaseError, DatabaseUnavailable, TableNotFound
+from bridge.forwarding.catch_up import CatchUpLimits
 from bridge.forwarding.observers import ForwardingObserver, safe_observer
 from bridge.forwarding.repeats import RepeatedLines
 from bridge.forwarding.spine import BatchForwarder
@@ -52,6 +53,8 @@ class PoolWorker(threading.Thread):
         writer: QueueWriter,
         health: ForwarderHealth,
         observer: ForwardingObserver | None = None,
+        *,
+        catch_up: CatchUpLimits | None = None,
         repeats: RepeatedLines | None = None,
     ) -> None:
         """`repeats`: the daemon's failures that repeat (`Notices.repeats`), told once a window."""
@@ -66,6 +69,7 @@ class PoolWorker(threading.Thread):
         self._outages = outages
         self._writer = writer
         self._health = health
+        self._catch_up = catch_up
         # Every call through SafeObserver: a failing observer must not end the worker thread.
         self._observer = safe_observer(observer)
         self._lock = threading.Lock()
@@ -96,6 +100,7 @@ class PoolWorker(threading.Thread):
                         outages=self._outages,
                         writer=self._writer,
                         observer=self._observer,
+                        catch_up=self._catch_up,
                         repeats=self._repeats,
                     )
                     forwarders[entry.forwarder] = batches

@@ -269,15 +269,24 @@ STATEMENTS: dict[str, str] = {
             heartbeat_at TEXT NOT NULL,
             heartbeat_seconds REAL NOT NULL,
             state TEXT NOT NULL,
-            stopped_at TEXT
+            stopped_at TEXT,
+            config_fingerprint TEXT,
+            forwarders TEXT
         )""",
+    # A daemons table made by an sfbridge before the daemons said what they serve (SQLite adds
+    # one column per statement).
+    "daemons_add_identity": """
+        ALTER TABLE {daemons} ADD COLUMN config_fingerprint TEXT;
+        ALTER TABLE {daemons} ADD COLUMN forwarders TEXT""",
     "daemon_save": """
         INSERT INTO {daemons} (daemon, host, pid, started_at, heartbeat_at,
-                               heartbeat_seconds, state, stopped_at)
-        VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (daemon) DO UPDATE SET
+                               heartbeat_seconds, state, stopped_at, config_fingerprint,
+                               forwarders)
+        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (daemon) DO UPDATE SET
             host = excluded.host, pid = excluded.pid, started_at = excluded.started_at,
             heartbeat_at = excluded.heartbeat_at, heartbeat_seconds = excluded.heartbeat_seconds,
-            state = excluded.state, stopped_at = excluded.stopped_at""",
+            state = excluded.state, stopped_at = excluded.stopped_at,
+            config_fingerprint = excluded.config_fingerprint, forwarders = excluded.forwarders""",
     # Pauses: destination_database '' pauses the whole forwarder. Pausing again keeps the time
     # the pause began and takes the new reason.
     "create_pauses_table": """
@@ -359,6 +368,9 @@ STATEMENTS: dict[str, str] = {
     "can_create_schemas": "SELECT 1",
     "schema_exists": "SELECT coalesce(?1, '') = coalesce(?1, '')",
     "current_login": "SELECT '', 'main'",
+    # A file the bridge opens is writable, or opening it fails; `PRAGMA query_only` aside.
+    "read_only_reason": """
+        SELECT CASE WHEN query_only THEN 'PRAGMA query_only is on' END FROM pragma_query_only""",
     # No grants: whoever may write the file may write every table (?1, the table, is unused).
     "can_insert": "SELECT coalesce(?1, '') = coalesce(?1, ''), NULL",
     "queue_oldest_headers": "SELECT Headers FROM {queue} ORDER BY RowVersion LIMIT 1",

@@ -21,7 +21,12 @@ from typing import Any
 
 from bridge.drivers.base import Row
 from bridge.drivers.sqlstates import classify, connect_failure
-from bridge.exceptions import ConnectionFailed, DatabaseError, ValueNotConvertible
+from bridge.exceptions import (
+    ConnectionFailed,
+    DatabaseError,
+    DatabaseUnavailable,
+    ValueNotConvertible,
+)
 from bridge.secrets import mask_secrets
 
 # A server's native error numbers -> the bridge's exception types, for errors whose number
@@ -321,10 +326,15 @@ class OdbcConnection:
         raise DatabaseError(self.database, "column types are not read through ODBC")
 
     def commit(self) -> None:
+        """Raises the DatabaseError family. A link that fails during the commit is taken as
+        `outcome_unknown`: an ODBC driver does not say whether the COMMIT reached the server."""
         try:
             self._connection.commit()
         except self._pyodbc_error as error:
-            raise _translate(self.database, error, self._native_errors) from None
+            failure = _translate(self.database, error, self._native_errors)
+            if isinstance(failure, DatabaseUnavailable):
+                failure.outcome_unknown = True
+            raise failure from None
 
     def rollback(self) -> None:
         try:

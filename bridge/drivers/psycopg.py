@@ -9,8 +9,8 @@ much of the bridge's time binding parameters and copying large values.
 
 The dialects' statements use `?` placeholders (ODBC's); they are rewritten once per distinct
 text to psycopg's `%s`, outside quoted literals and identifiers, with every literal `%`
-doubled. The configured connection string may stay an ODBC one: `libpq_parameters` takes what
-libpq understands from it.
+doubled. The configured connection string may stay an ODBC one: `bridge.drivers.libpq` takes
+what libpq understands from it (every libpq parameter, failover's included).
 
 psycopg is imported lazily, like pyodbc, so that the SQLite-only demo needs neither.
 """
@@ -25,61 +25,30 @@ from typing import Any
 from urllib.parse import unquote
 
 from bridge.drivers.base import Row, Unreadable
-from bridge.drivers.odbc import parse_connection_string
+from bridge.drivers.libpq import libpq_parameters
 from bridge.drivers.sqlstates import classify, connect_failure
-from bridge.exceptions import ConnectionFailed, ConnectionLost, DatabaseError, QueryTimeout
+from bridge.exceptions import (
+    ConnectionFailed,
+    ConnectionLost,
+    DatabaseError,
+    DatabaseUnavailable,
+    NoAnswer,
+)
 from bridge.secrets import mask_secrets
 
 __all__ = ["PsycopgConnection", "libpq_parameters", "load_driver", "pyformat_placeholders"]
 
-# ODBC connection string keys (any case) -> libpq parameters. psqlODBC's own options
-# (Driver, Protocol, ByteaAsLongVarBinary, CommLog, ...) mean nothing to libpq and are left out.
-_LIBPQ_KEYS = {
-    "server": "host",
-    "servername": "host",
-    "host": "host",
-    "port": "port",
-    "uid": "user",
-    "username": "user",
-    "user": "user",
-    "pwd": "password",
-    "password": "password",
-    "database": "dbname",
-    "dbname": "dbname",
-    "sslmode": "sslmode",
-    "sslrootcert": "sslrootcert",
-    "sslcert": "sslcert",
-    "sslkey": "sslkey",
-    "application_name": "application_name",
-    "applicationname": "application_name",
-}
 MAX_CACHED_STATEMENTS = 256
 # How long the client waits beyond `deadline` for the server's own timeout error
 # (`statement_timeout`, `lock_timeout`, set by the dialect) before it gives up on the server.
 SERVER_ANSWER_GRACE = 2.0
 # What `listen` accepts as a channel name (put into LISTEN as it is).
 _CHANNEL = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+# libpq's transaction status of a connection outside any transaction
+# (`psycopg.pq.TransactionStatus.IDLE`, which is not imported here: see the module docstring).
+_IDLE = 0
 # `::type[]` right after a placeholder.
 _ARRAY_CAST = re.compile(r"::\s*[A-Za-z_][A-Za-z0-9_ ]*\[\]")
-
-
-def libpq_parameters(connection_string: str) -> dict[str, str]:
-    """libpq connection parameters from an ODBC-style connection string (`Server=...;Port=...;
-    Uid=...;Pwd=...;Database=...;`). A libpq URL (`postgresql://...`) is given back as
-    `{"conninfo": URL}`. Braces around a value are removed (`Pwd={a;b}`)."""
-    text = connection_string.strip()
-    if text.startswith(("postgresql://", "postgres://")):
-        return {"conninfo": text}
-    parameters: dict[str, str] = {}
-    for key, value in parse_connection_string(text):
-        name = _LIBPQ_KEYS.get(key.strip().lower())
-        if name is None:
-            continue
-        value = value.strip()
-        if value.startswith("{") and value.endswith("}"):
-            value = value[1:-1].replace("}}", "}")
-        parameters[name] = value
-    return parameters
 
 
 def keepalive_parameters(deadline: float) -> dict[str, str]:
@@ -144,6 +113,7 @@ class PsycopgConnection:
         deadline: float | None = None,
         session_setup: Sequence[str] = (),
         application_name: str | None = None,
+        transaction_pooled: bool = False,
     ) -> None:
         """Connect (see `libpq_parameters`) and run `session_setup` once. Raises
         ConnectionFailed with a message free of secrets (AuthenticationFailed when the server
@@ -154,7 +124,14 @@ class PsycopgConnection:
 
         `deadline` (seconds): no call waits longer than this (plus `SERVER_ANSWER_GRACE` for
         the server's own timeout error) for the server; then the connection is closed and
-        the call raises QueryTimeout. None waits as long as it takes.
+        the call raises NoAnswer (a QueryTimeout). None waits as long as it takes.
+
+        `transaction_pooled`: the connection reaches a pooler that lends a server connection
+        per transaction (PgBouncer's `pool_mode = transaction`), so nothing of the session
+        outlives a transaction. No statement is prepared on the server (a named statement
+        stays on the server connection it was prepared on: the next transaction, on another,
+        would not find it, or find another client's of the same name), and `session_setup`
+        (`SET LOCAL` statements then) runs at the start of every transaction instead of once.
         """
         import psycopg  # lazy: see the module docstring
         from psycopg.conninfo import make_conninfo
@@ -163,6 +140,8 @@ class PsycopgConnection:
         self._psycopg_error = psycopg.Error
         self._statements: OrderedDict[str, str] = OrderedDict()
         self._deadline = deadline
+        # Run before the first statement of every transaction (see `transaction_pooled`).
+        self._transaction_setup = "; ".join(session_setup) if transaction_pooled else ""
         parameters = libpq_parameters(connection_string)
         if "client_encoding" not in connection_string.lower():
             # Text as UTF-8 whatever the database's encoding: the server converts from a real
@@ -182,8 +161,9 @@ class PsycopgConnection:
             self._connection = _connection_class(psycopg).connect(
                 conninfo,
                 autocommit=False,
-                # Statements are prepared on the server from their second execution on.
-                prepare_threshold=1,
+                # Statements are prepared on the server from their second execution on, but
+                # for a session that ends with every transaction.
+                prepare_threshold=None if transaction_pooled else 1,
             )
             if deadline is not None:
                 self._connection.deadline = deadline + SERVER_ANSWER_GRACE
@@ -196,7 +176,7 @@ class PsycopgConnection:
             ) from None
         try:
             with self._connection.cursor() as cursor:
-                for statement in session_setup:
+                for statement in () if transaction_pooled else session_setup:
                     cursor.execute(statement)
             self._connection.commit()
         except psycopg.Error as error:
@@ -226,6 +206,7 @@ class PsycopgConnection:
         if not batch:
             return
         try:
+            self._start_transaction()
             self._cursor.executemany(self._statement(sql), batch)
         except self._psycopg_error as error:
             raise self._translate(error) from None
@@ -245,6 +226,7 @@ class PsycopgConnection:
 
     def copy_rows(self, sql: str, types: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
         try:
+            self._start_transaction()
             with self._cursor.copy(sql) as copy:
                 copy.set_types(list(types))
                 for row in rows:
@@ -266,6 +248,7 @@ class PsycopgConnection:
 
     def column_types(self, sql: str) -> list[str]:
         try:
+            self._start_transaction()
             self._cursor.execute(sql)
             types = self._connection.adapters.types
             return [
@@ -299,10 +282,20 @@ class PsycopgConnection:
         return found
 
     def commit(self) -> None:
+        """Raises the DatabaseError family; `outcome_unknown` set where the COMMIT went out
+        and the connection ended with no answer from the server. A server that ends a
+        session (`pg_terminate_backend`, a fast shutdown) answers with an error, SQLSTATE
+        57P01, before it would commit (the commit itself holds off the interrupt), so that
+        failure, or a connection already known broken, is a commit that did not happen."""
+        sent = not (self._connection.closed or self._connection.broken)
         try:
             self._connection.commit()
         except self._psycopg_error as error:
-            raise self._translate(error) from None
+            failure = self._translate(error)
+            answered = bool(getattr(error, "sqlstate", None))
+            if sent and not answered and isinstance(failure, DatabaseUnavailable):
+                failure.outcome_unknown = True
+            raise failure from None
 
     def rollback(self) -> None:
         try:
@@ -365,7 +358,20 @@ class PsycopgConnection:
             rows.append(tuple(values))
         return rows
 
+    def _start_transaction(self) -> None:
+        """Before a statement: where no transaction is open, it opens one, and the session
+        setup of a transaction-pooled connection comes first (one round trip: no parameters,
+        so the statements go together in the simple protocol)."""
+        connection = self._connection
+        if (
+            self._transaction_setup
+            and not connection.autocommit
+            and connection.info.transaction_status == _IDLE
+        ):
+            self._cursor.execute(self._transaction_setup)
+
     def _run(self, sql: str, params: Sequence[Any], *, binary: bool = False) -> None:
+        self._start_transaction()
         if params:
             self._cursor.execute(self._statement(sql), tuple(params), binary=binary)
         else:
@@ -386,7 +392,7 @@ class PsycopgConnection:
 
     def _translate(self, error: Exception) -> DatabaseError:
         if _is_wait_timeout(error):
-            return QueryTimeout(
+            return NoAnswer(
                 self.database,
                 f"no answer within {self._deadline:g} s (query_timeout); the connection is closed",
             )

@@ -11,6 +11,7 @@ from bridge.exceptions import (
     ConnectionFailed,
     ConnectionLost,
     DatabaseError,
+    DatabaseReadOnly,
     DuplicateKey,
     LockTimeout,
     NotSupported,
@@ -48,6 +49,10 @@ _LOGIN_REFUSED_TEXT = re.compile(
 # The login as the server names it, when the connection string did not say.
 _LOGIN_IN_TEXT = re.compile(r"(?:for user|role) [\"']([^\"']+)[\"']", re.IGNORECASE)
 _TRANSIENT_STATES = {"40001", "40P01"}
+# 25006 read_only_sql_transaction: a write in a read-only transaction (a hot standby, or
+# default_transaction_read_only on when the session started): the database's state, not the
+# statement's fault.
+_READ_ONLY_STATES = {"25006"}
 # 55P03 lock_not_available: `lock_timeout` (or NOWAIT) gave up on a lock someone else holds.
 _LOCK_TIMEOUT_STATES = {"55P03"}
 # 57014 query_canceled: `statement_timeout` (or a DBA's pg_cancel_backend); HYT00: the ODBC
@@ -73,6 +78,7 @@ _CLASSES: tuple[tuple[type[DatabaseError], set[str]], ...] = (
     (AlreadyExists, _ALREADY_EXISTS_STATES),
     (PermissionDenied, _PERMISSION_DENIED_STATES),
     (TransientDatabaseError, _TRANSIENT_STATES),
+    (DatabaseReadOnly, _READ_ONLY_STATES),
     (LockTimeout, _LOCK_TIMEOUT_STATES),
     (QueryTimeout, _QUERY_TIMEOUT_STATES),
     (ValueNotConvertible, _NOT_CONVERTIBLE_STATES),

@@ -15,8 +15,10 @@ from datetime import datetime
 
 from bridge.drivers import Connection
 from bridge.exceptions import BridgeTableMissing
+from bridge.forwarding.catch_up import Held
 from bridge.forwarding.transactions import BatchTransactions
 from bridge.messages import ClaimedMessage, DeliveryResult, Source, Unit
+from bridge.storage.pauses import Pause
 
 
 @dataclass
@@ -40,8 +42,12 @@ class Batch:
     transactions: BatchTransactions  # the source side of two-phase and at-least-once
     claimed: list[ClaimedMessage] = field(default_factory=list)
     claimed_at: float = 0.0  # time.monotonic() when the claim returned
+    # The destination databases paused as read in this transaction after the claim: what
+    # deliver holds back (`bridge.storage.pauses`).
+    paused: dict[str, Pause] = field(default_factory=dict)
     units: list[Unit] = field(default_factory=list)
     results: list[DeliveryResult | None] = field(default_factory=list)
+    held: Held = field(default_factory=Held)  # what catch-up limits held back (deliver)
     report: BatchReport = field(default_factory=BatchReport)
     # Delivered into the forwarding database's own queues: committed with the source.
     delivered_locally: int = 0

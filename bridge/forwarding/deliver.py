@@ -16,13 +16,16 @@ results`:
 
 Both isolate a failure that concerns one message (its destination table is missing, the server
 rejects a value): the attempt is undone and made again without that message, so one bad message
-never holds up the others in its batch (`Isolation`).
+never holds up the others in its batch (`Isolation`). A remote batch that misses the statement
+deadline is written again in halves, down to one message, before anything is blamed
+(`DeadlineSplit`, `bridge.forwarding.isolation`).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Mapping, Sequence
+import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Protocol
@@ -31,7 +34,7 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait
 
 from bridge.addressing import TableAddress
 from bridge.config.model import BridgeConfig, ForwarderConfig, TransactionMode
-from bridge.connections import Connections, savepoint
+from bridge.connections import Connections
 from bridge.dialects import Dialect, dialect_for
 from bridge.drivers import Connection
 from bridge.exceptions import (
@@ -39,12 +42,23 @@ from bridge.exceptions import (
     BridgeTableMissing,
     ConnectionLost,
     DatabaseError,
+    DatabaseReadOnly,
     DatabaseUnavailable,
     LedgerDenied,
     LockTimeout,
+    NoAnswer,
+    QueryTimeout,
     TransientDatabaseError,
 )
 from bridge.forwarding.healing import heal_ledger
+from bridge.forwarding.isolation import (
+    ChunkLimit,
+    DeadlineMissed,
+    DeadlineSplit,
+    Isolation,
+    too_large_for_deadline,
+)
+from bridge.forwarding.local import LocalDelivery
 from bridge.forwarding.side_by_side import SideBySide
 from bridge.forwarding.table_failures import (
     busy_tables,
@@ -65,7 +79,7 @@ from bridge.forwarding.writes import (
     write_messages,
 )
 from bridge.messages import Delivered, DeliveryReport, DeliveryResult, Failed, Forward, Item, Unit
-from bridge.outages import OutageTracker
+from bridge.outages import DatabaseState, OutageTracker
 from bridge.storage.ledger import cannot_create_advice, ledger_address, ledger_problem
 from bridge.storage.pauses import Pause
 from bridge.storage.tables import bridge_queue_names
@@ -247,117 +261,6 @@ def _item(unit: Unit) -> Item:
     return Item(unit.message, unit.decision)
 
 
-class Isolation:
-    """The attempts at writing some items, until one succeeds: an item whose own failure is
-    known is taken out with its result (`failed`), and a failure that cannot be pinned on an
-    item switches to one row per statement (`not_isolated`). Each round succeeds, settles at
-    least one item or switches, so the rounds end. Each delivery runs the rounds itself,
-    catching what its attempts raise."""
-
-    def __init__(self, items: Sequence[Item]) -> None:
-        self._items = items
-        self._results: dict[int, DeliveryResult] = {}
-        self._pending = list(range(len(items)))
-        self._finished = not items
-        self.one_by_one = False
-
-    def pending(self) -> list[Item] | None:
-        """The items the next attempt writes; None once every item has its result."""
-        if self._finished:
-            return None
-        return [self._items[i] for i in self._pending]
-
-    def succeeded(self, written: Mapping[int, DeliveryResult]) -> None:
-        """The attempt wrote the pending items: their results, by offset among them."""
-        for offset, result in written.items():
-            self._results[self._pending[offset]] = result
-        self._finished = True
-
-    def not_isolated(self) -> None:
-        """The attempt failed for an item it could not tell: one row per statement now."""
-        if self.one_by_one:
-            raise AssertionError("single-row writes always name the failing item")
-        self.one_by_one = True
-
-    def failed(self, offsets: Sequence[int], result: Failed) -> None:
-        """The attempt failed for the pending items at `offsets`, which settle as `result`."""
-        for offset in offsets:
-            self._results[self._pending[offset]] = result
-        self._pending = [p for i, p in enumerate(self._pending) if i not in offsets]
-        self._finished = not self._pending
-
-    def results(self) -> list[DeliveryResult]:
-        """Every item's result, in order."""
-        return [self._results[i] for i in range(len(self._items))]
-
-
-class LocalDelivery:
-    """Into queues of the forwarding database, inside the open source transaction."""
-
-    independent = False  # it writes through the source connection
-
-    def __init__(
-        self,
-        connection: Connection,
-        dialect: Dialect,
-        writer: QueueWriter,
-        outages: OutageTracker,
-        not_suggested: Collection[str] = frozenset(),
-    ) -> None:
-        self._connection = connection
-        self._dialect = dialect
-        self._writer = writer
-        self._outages = outages
-        self._not_suggested = not_suggested  # see `missing_queue_failure`
-
-    def deliver(
-        self, items: Sequence[Item], transactions: BatchTransactions
-    ) -> list[DeliveryResult]:
-        """Raises the DatabaseError family for failures of the forwarding database itself."""
-        database = self._connection.database
-        busy = None
-        if self._outages.suspect(database):  # a table of it was found locked lately
-            busy = busy_tables(self._outages, database, self._dialect, items)
-        tried = items if busy is None else [items[o] for o in range(len(items)) if o not in busy]
-        isolation = Isolation(tried)
-        while (pending := isolation.pending()) is not None:
-            try:
-                isolation.succeeded(self._attempt(pending, isolation.one_by_one))
-            except NotIsolated:
-                isolation.not_isolated()
-            except ItemWriteError as failure:
-                isolation.failed(*self._item_failure(pending, failure))
-        return with_busy_items(
-            self._outages, database, self._dialect, items, busy, isolation.results()
-        )
-
-    def _attempt(self, items: Sequence[Item], one_by_one: bool) -> dict[int, DeliveryResult]:
-        with savepoint(self._connection, self._dialect, undo_on=(NotIsolated, ItemWriteError)):
-            return write_messages(
-                self._connection,
-                self._dialect,
-                self._writer,
-                items,
-                ledger=None,
-                one_by_one=one_by_one,
-            )
-
-    def _item_failure(
-        self, items: Sequence[Item], failure: ItemWriteError
-    ) -> tuple[list[int], Failed]:
-        self._connection.execute(self._dialect.statements["rollback_to_savepoint"])
-        settled = item_failure(
-            self._connection,
-            self._dialect,
-            self._connection.database,
-            items,
-            failure,
-            self._not_suggested,
-        )
-        note_busy(self._outages, self._connection.database, self._dialect, items, failure)
-        return settled
-
-
 @dataclass(frozen=True)
 class Target:
     """A destination database as remote delivery needs it. `create_ledger`: create the
@@ -388,6 +291,7 @@ class RemoteDelivery:
         self._outages = outages
         self._writer = writer
         self._can_prepare = False  # max_prepared_transactions seen above 0
+        self._chunk_limit = ChunkLimit()
         # Two-phase and at-least-once record in the source transaction; the ledger does not.
         self.independent = target.transaction == "ledger"
 
@@ -404,14 +308,57 @@ class RemoteDelivery:
         if self._outages.suspect(name):  # else (nearly always) no trouble and no busy table
             trouble = self._outages.trouble(name)
             if trouble is not None:
-                refused = trouble.state == "auth-failed"
-                error = trouble.last_error or "unavailable"
-                return [Failed(error, outage=True, login_refused=refused)] * len(items)
+                return [_trouble_failure(trouble)] * len(items)
             ledger = self._target.ledger if self._target.transaction == "ledger" else None
             busy = busy_tables(self._outages, name, dialect, items, ledger)
         tried = items if busy is None else [items[o] for o in range(len(items)) if o not in busy]
-        results = self._deliver_to_database(tried, transactions) if tried else []
+        results = self._deliver_in_time(tried, transactions) if tried else []
         return with_busy_items(self._outages, name, dialect, items, busy, results)
+
+    def _deliver_in_time(
+        self, items: Sequence[Item], transactions: BatchTransactions
+    ) -> list[DeliveryResult]:
+        """The items in one destination transaction (nearly always), else in the chunks of
+        `DeadlineSplit`, each a delivery of its own: a chunk written stays written."""
+        name = self._target.name
+        split = DeadlineSplit(len(items), self._chunk_limit.current(time.monotonic()))
+        while (chunk := split.current()) is not None:
+            if split.misses and (trouble := self._outages.state(name)) and trouble.in_trouble:
+                split.give_up(_trouble_failure(trouble))  # it went down meanwhile
+                break
+            part = items if len(chunk) == len(items) else items[chunk.start : chunk.stop]
+            try:
+                split.settled(self._deliver_to_database(part, transactions))
+            except DeadlineMissed as missed:
+                if split.missed():
+                    log.info("database '%s': %d messages missed the deadline (%s); writing "
+                             "them in halves", name, len(part), missed.error.detail)  # fmt: skip
+                else:
+                    split.settled([self._missed_alone(part[0], missed.error)])
+        self._chunk_limit.learn(split, time.monotonic())
+        return split.results()
+
+    def _missed_alone(self, item: Item, error: QueryTimeout) -> Failed:
+        """`item`, written alone, missed the deadline: its own failure (it spends an attempt)
+        when the database answers a read of its table, else the database's (an outage)."""
+        target, address = self._target, item.forward.destination.address
+        try:
+            connection = self._connections.get(target.name)
+            connection.begin()
+            connection.query(target.dialect.sql("table_probe", table=address))
+            connection.rollback()
+        except DatabaseUnavailable:
+            self._connections.discard(target.name)
+            (failure,) = self._fail_all([item], error)
+            assert isinstance(failure, Failed)
+            return failure
+        except DatabaseError:
+            self._connections.discard(target.name)  # it answered: the message's fault
+        query_timeout = target.config.databases[target.name].query_timeout
+        table = target.dialect.grammar.render(address)
+        reason = too_large_for_deadline(item, table, target.name, query_timeout, error.detail)
+        log.warning("database '%s': %s", target.name, reason)
+        return Failed(reason)
 
     def _deliver_to_database(
         self, items: Sequence[Item], transactions: BatchTransactions
@@ -479,6 +426,11 @@ class RemoteDelivery:
         refused = isinstance(error, AuthenticationFailed)
         if isinstance(error, AuthenticationFailed):
             self._outages.record_trouble(self._target.name, "auth-failed", str(error), error.login)
+        elif isinstance(error, DatabaseReadOnly):
+            # A session that saw the database read-only stays so after it is writable again
+            # (`_transaction` discarded it already, unless healing the ledger was what failed).
+            self._connections.discard(self._target.name)
+            self._outages.record_trouble(self._target.name, "read-only", str(error))
         elif outage:
             self._outages.record_trouble(self._target.name, "unreachable", str(error))
         return [Failed(str(error), outage=outage, login_refused=refused)] * len(items)
@@ -509,12 +461,19 @@ class RemoteDelivery:
         try:
             connection.begin()
             try:
-                results = write(ledger=ledger, one_by_one=one_by_one)
-            except LedgerConflict:
-                # Some message was recorded before: again, skipping those.
-                connection.rollback()
-                connection.begin()
-                results = write(ledger=ledger, one_by_one=one_by_one, expect_duplicates=True)
+                try:
+                    results = write(ledger=ledger, one_by_one=one_by_one)
+                except LedgerConflict:
+                    # Some message was recorded before: again, skipping those.
+                    connection.rollback()
+                    connection.begin()
+                    results = write(ledger=ledger, one_by_one=one_by_one, expect_duplicates=True)
+            except NoAnswer:
+                raise  # the server is silent, not slow with these rows: an outage
+            except QueryTimeout as error:
+                # Only a write: a commit or prepare that timed out may have happened after
+                # all, and writing its messages again could deliver them twice.
+                raise DeadlineMissed(error) from None
             self._end(connection, items, results, transactions)
         except (NotIsolated, ItemWriteError, BridgeTableMissing):
             connection.rollback()
@@ -576,6 +535,12 @@ class RemoteDelivery:
     def _before_immediate_retry(self, retry_state: object) -> None:
         log.info("transient error on database '%s'; retrying at once", self._target.name)
         self._connections.discard(self._target.name)
+
+
+def _trouble_failure(trouble: DatabaseState) -> Failed:
+    """What an item for a database in `trouble` fails with: an outage."""
+    refused = trouble.state == "auth-failed"
+    return Failed(trouble.last_error or "unavailable", outage=True, login_refused=refused)
 
 
 class PausedDelivery:

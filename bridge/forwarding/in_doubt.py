@@ -10,10 +10,11 @@
   *before* the list of prepared transactions, so that one still being committed is never
   forgotten early.
 - **At-least-once records left behind**: a record in flight that no batch holds any more,
-  older than a few seconds, means its batch died between the destination commit and the
-  source commit (or just before): its messages are counted as suspected duplicates (counter
-  `suspected_duplicates` of its forwarder, a warning naming the message ids) and the record
-  is dropped.
+  older than a few seconds, means its batch ended between a destination commit that happened
+  (or got no answer) and the source commit, or died just before: its messages are counted as
+  suspected duplicates (counter `suspected_duplicates` of its forwarder, a warning naming
+  every MessageId) and the record is dropped. Records of commits known not to have happened
+  are dropped by their batch (`BatchTransactions.forget_not_committed`), not counted.
 
 Run by the daemon at start and once per retry delay, and by `sfbridge check` (report only).
 """
@@ -241,7 +242,7 @@ def _sweep_in_flight(
                 forwarder,
                 len(message_ids),
                 database,
-                ", ".join(message_ids[:20]) + (" ..." if len(message_ids) > 20 else ""),
+                ", ".join(message_ids),
             )
             connection.execute(dialect.sql("transaction_forget", transactions=table), (gid,))
             connection.execute(

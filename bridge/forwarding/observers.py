@@ -43,6 +43,10 @@ class ForwardingObserver(Protocol):
     def database_seen(self, database: str, up: bool) -> None:
         """A worker found its forwarding database reachable (`up`) or not."""
 
+    def held(self, database: str, messages: int, seconds: float) -> None:
+        """A batch of `messages` for `database` waited `seconds` for its catch-up limits
+        (`bridge.forwarding.catch_up`) before it was written."""
+
 
 class NoObserver:
     """Observes nothing."""
@@ -64,6 +68,9 @@ class NoObserver:
         pass
 
     def database_seen(self, database: str, up: bool) -> None:
+        pass
+
+    def held(self, database: str, messages: int, seconds: float) -> None:
         pass
 
 
@@ -100,6 +107,9 @@ class SafeObserver:
 
     def database_seen(self, database: str, up: bool) -> None:
         self._call(lambda: self._inner.database_seen(database, up))
+
+    def held(self, database: str, messages: int, seconds: float) -> None:
+        self._call(lambda: self._inner.held(database, messages, seconds))
 
     def _call(self, call: Callable[[], None]) -> None:
         try:

@@ -19,6 +19,7 @@ from bridge.config.durations import format_duration
 from bridge.config.model import ForwarderConfig, NoSubscribersPolicy, RetryConfig
 from bridge.dialects import Dialect
 from bridge.drivers import Connection
+from bridge.forwarding.catch_up import HELD_MESSAGES, HELD_MILLISECONDS, Held
 from bridge.forwarding.repeats import RepeatedLines
 from bridge.forwarding.writes import QueueWriter
 from bridge.headers import MESSAGE_ID_HEADER, Headers, serialize_headers, with_failure_headers
@@ -55,6 +56,8 @@ NO_SUBSCRIBERS = "published-without-subscribers"
 # from the database that CLAIMED + FAN_OUT_COPIES equals the sum of OUTCOMES.
 CLAIMED = "claimed"
 FAN_OUT_COPIES = "fan-out-copies"
+# Counted in the table, not outcomes of the batch's messages.
+_BOOKKEEPING = frozenset({CLAIMED, FAN_OUT_COPIES, HELD_MESSAGES, HELD_MILLISECONDS})
 OUTCOMES = (DELIVERED, DUPLICATES, EXPIRED, RETRIES, ERRORS, NO_SUBSCRIBERS)
 # Of ERRORS, the rows of the forwarder's own queue whose headers cannot be read: moved as they
 # are, so they name no NServiceBus.FailedQ and the error-queue count cannot charge them to the
@@ -263,9 +266,14 @@ class Settlement:
         results: Sequence[DeliveryResult | None],
         policy: RetryConfig,
         no_subscribers: NoSubscribersPolicy,
+        held: Held | None = None,
     ) -> Counter[str]:
-        """Write every unit's fate, add to the counters, log what failed (grouped)."""
+        """Write every unit's fate, add to the counters (with what catch-up limits `held`
+        back), log what failed (grouped)."""
         claimed = len({id(unit.message) for unit in units})
+        if held is not None and held.messages:
+            self.counts[HELD_MESSAGES] += sum(held.messages.values())
+            self.counts[HELD_MILLISECONDS] += round(sum(held.seconds.values()) * 1000)
         self.counts[CLAIMED] += claimed
         self.counts[FAN_OUT_COPIES] += len(units) - claimed
         delivered = 0
@@ -367,7 +375,7 @@ class Settlement:
             ]
             with owned_table("counters", self._dialect.grammar.render(self._tables.counters)):
                 self._connection.execute(statement, parameters)
-        return Counter({k: v for k, v in self.counts.items() if k not in (CLAIMED, FAN_OUT_COPIES)})
+        return Counter({k: v for k, v in self.counts.items() if k not in _BOOKKEEPING})
 
     def tell(self) -> None:
         """Log the batch's failures, grouped (one line per destination and error, or per

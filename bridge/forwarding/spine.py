@@ -37,6 +37,7 @@ from bridge.exceptions import (
     DatabaseError,
 )
 from bridge.forwarding.batch import Batch, BatchReport
+from bridge.forwarding.catch_up import CatchUpLimits, NoLimits, limited_counts, limited_databases
 from bridge.forwarding.claim import claim_batch, claim_limit
 from bridge.forwarding.classify import classify
 from bridge.forwarding.deliver import Destinations
@@ -52,7 +53,12 @@ from bridge.forwarding.transactions import BatchTransactions, SourceFailed
 from bridge.forwarding.writes import QueueWriter
 from bridge.messages import ClaimedMessage, Decision, Poison, Publish, Source, Unit, utcnow
 from bridge.outages import OutageTracker
-from bridge.storage.pauses import PauseBoard, PauseState, read_pauses
+from bridge.storage.pauses import (
+    PauseBoard,
+    PauseState,
+    read_pauses,
+    read_pauses_in_transaction,
+)
 from bridge.storage.tables import (
     forwarder_tables,
 )
@@ -79,6 +85,7 @@ class BatchForwarder:
         outages: OutageTracker | None = None,
         writer: QueueWriter | None = None,
         observer: ForwardingObserver | None = None,
+        catch_up: CatchUpLimits | None = None,
         repeats: RepeatedLines | None = None,
     ) -> None:
         """`repeats`: where failures that repeat are held and told (the daemon's, one for all
@@ -111,6 +118,9 @@ class BatchForwarder:
             config, forwarder, connections, self._outages, self._writer, slot=slot
         )
         self._store: str | None = None  # the forwarding database's id in two-phase gids
+        self._catch_up = catch_up or NoLimits()
+        # Other databases with catch-up limits: those a batch may have to wait for.
+        self._limited = limited_databases(config) - {forwarder.database}
 
     def forward_batch(
         self,
@@ -167,12 +177,15 @@ class BatchForwarder:
             return batch
         except BridgeTableMissing:
             batch.connection.rollback()
+            batch.transactions.forget_not_committed()
             raise
         except DatabaseError:
             self.connections.discard(self.forwarder.database)
+            batch.transactions.forget_not_committed()
             raise
         except BaseException:
             batch.connection.rollback()
+            batch.transactions.forget_not_committed()
             raise
 
     def _open(self, source: Source) -> Batch:
@@ -206,11 +219,28 @@ class BatchForwarder:
             limit=limit,
         )
         batch.claimed_at = time.monotonic()
+        if batch.claimed:
+            self._check_pauses(batch, drain=seq_range is not None)
         sizes = [message.claimed_size for message in batch.claimed]
         if batch.claimed:
             self._claim_limits[batch.source] = claim_limit(self.forwarder, sizes)
         full = len(batch.claimed) >= limit or sum(sizes) >= self.forwarder.batch_bytes
         batch.report = BatchReport(claimed=len(batch.claimed), full=full)
+
+    def _check_pauses(self, batch: Batch, *, drain: bool) -> None:
+        """The pauses as of the claim, read in its transaction after it (so a pause committed
+        before a claimed row was sent is seen: `bridge.storage.pauses`). A paused forwarder
+        puts every row back, unless this is a bulk drain's batch (an operator's explicit
+        action, which honours destination pauses only)."""
+        state = read_pauses_in_transaction(
+            batch.connection, self.dialect, self.tables, self.forwarder.name
+        )
+        self._pauses.update(state)
+        batch.paused = state.destinations
+        if state.forwarder is not None and not drain:
+            batch.connection.rollback()
+            batch.connection.begin()
+            batch.claimed = []
 
     def _classify(self, batch: Batch) -> None:
         batch.units = [
@@ -222,12 +252,25 @@ class BatchForwarder:
     def _deliver(self, batch: Batch) -> None:
         if not batch.units:
             return
+        limited: dict[str, int] = {}
+        if self._limited:  # else (unless configured) nothing waits, nothing is looked at
+            # Nothing is written to these in this batch: they take no place and wait for none.
+            skipped = {*batch.paused, *self._outages.waiting_databases()}
+            limited = limited_counts(batch.units, self._limited, skipped)
         try:
-            report = self._destinations.deliver(
-                batch.units, batch.connection, self._pauses.state.destinations, batch.transactions
-            )
+            if limited:
+                with self._catch_up.hold(limited) as batch.held:
+                    report = self._destinations.deliver(
+                        batch.units, batch.connection, batch.paused, batch.transactions
+                    )
+            else:
+                report = self._destinations.deliver(
+                    batch.units, batch.connection, batch.paused, batch.transactions
+                )
         except SourceFailed as failed:
             raise failed.error from None
+        for database, seconds in batch.held.seconds.items():
+            self._observer.held(database, batch.held.messages[database], seconds)
         batch.results = report.results
         since_claim = time.monotonic() - batch.claimed_at
         for database, count in report.delivered.items():
@@ -251,7 +294,11 @@ class BatchForwarder:
             repeated_lines=self._repeats,
         )
         batch.report.counts = settlement.settle(
-            batch.units, batch.results, self.config.retries, self.config.publish.no_subscribers
+            batch.units,
+            batch.results,
+            self.config.retries,
+            self.config.publish.no_subscribers,
+            batch.held,
         )
         batch.tell_failures = settlement.tell
 

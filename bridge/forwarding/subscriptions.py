@@ -123,7 +123,6 @@ class SubscriberDirectory:
         self._cache[key] = (now + self._config.publish.cache, addresses)
         return addresses, True
 
-
     def _refuse_while_refused(self, database: str) -> None:
         """Raise AuthenticationFailed, without logging in, while `database` refuses the login."""
         refused = None if self._logins is None else self._logins.refused_login(database)

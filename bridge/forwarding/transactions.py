@@ -17,7 +17,12 @@ The other two modes keep records in the forwarding database's transactions table
   the source transaction (which holds its lock until the source commits). A crash between the
   destination and source commits leaves the record there and unlocked: those messages come
   back and are delivered again, and `bridge.forwarding.in_doubt` counts them as suspected
-  duplicates.
+  duplicates. Only what may really be twice there is counted: a record whose destination
+  commit is known not to have happened (the record's own commit or the source failed before
+  the COMMIT went out, or the server answered the COMMIT with an error) is dropped again
+  when the source transaction does not commit (`forget_not_committed`); a COMMIT that went
+  out and got no answer (`DatabaseError.outcome_unknown`) keeps its record, and its message
+  ids are logged at once.
 
 Global transaction ids are `sfbridge:<store>:<random>`, `<store>` being a random id kept in the
 forwarding database's transactions table, so every daemon knows which prepared transactions
@@ -35,7 +40,7 @@ from bridge.addressing import TableAddress
 from bridge.connections import Connections
 from bridge.dialects import Dialect
 from bridge.drivers import Connection
-from bridge.exceptions import DatabaseError, DatabaseUnavailable, UndefinedObject
+from bridge.exceptions import DatabaseError, UndefinedObject
 from bridge.messages import Item, utcnow
 from bridge.storage.tables import owned_table
 
@@ -66,6 +71,8 @@ TRANSACTIONS_DESCRIPTION = "transactions table"
 COMMIT, ABORT, IN_FLIGHT, STORE = "C", "A", "P", "S"
 # The second connection to the forwarding database, for records committed apart from a batch.
 RECORDS_ROLE = "records"
+# Tries at dropping the records of commits that did not happen (`forget_not_committed`).
+FORGET_ATTEMPTS = 3
 
 
 def gid_pattern(store: str) -> str:
@@ -113,6 +120,8 @@ class BatchTransactions:
     store: str | None = None
     prepared: list[tuple[str, str]] = field(default_factory=list)
     in_flight: int = 0
+    # In-flight records whose destination commit is known not to have happened.
+    not_committed: list[str] = field(default_factory=list)
 
     # -- two-phase ---------------------------------------------------------------------------
 
@@ -177,11 +186,11 @@ class BatchTransactions:
         """Record `items` as in flight to `database` (committed apart), then lock the record
         in the source transaction by deleting it there. None where the forwarding database
         keeps no records (SQLite: one writer at a time, so nothing can commit apart from the
-        open batch); a crash between the commits then goes uncounted."""
+        open batch); a crash between the commits then goes uncounted. Raises SourceFailed,
+        the record then known to stand for nothing committed (`not_committed`)."""
         if not self.dialect.records_transactions:
             return None
         gid = new_gid("in-flight")
-        ids = "\n".join(decision.message_id for _, decision in items)
         now = self.dialect.encode_timestamp(utcnow())
         try:
             records = self.connections.get(self.forwarding_database, RECORDS_ROLE)
@@ -189,13 +198,19 @@ class BatchTransactions:
                 records.begin()
                 records.execute(
                     self.dialect.sql("transaction_record", transactions=self.table),
-                    (gid, IN_FLIGHT, self.forwarder, database, now, ids),
+                    (gid, IN_FLIGHT, self.forwarder, database, now, _message_ids(items)),
                 )
                 records.commit()
         except DatabaseError as error:
+            # Its commit may have gone through: the record must not outlive the batch.
+            self.not_committed.append(gid)
             self.connections.discard(self.forwarding_database, RECORDS_ROLE)
             raise SourceFailed(error) from None
-        self._source("transaction_forget", (gid,))
+        try:
+            self._source("transaction_forget", (gid,))
+        except SourceFailed:
+            self.not_committed.append(gid)
+            raise
         self.in_flight += 1
         return gid
 
@@ -203,23 +218,74 @@ class BatchTransactions:
         self, destination: Connection, database: str, items: Sequence[Item]
     ) -> None:
         """Commit `destination`'s open transaction, which wrote `items` into `database`, with
-        their record in flight (`record_in_flight`), kept when the commit fails without saying
-        whether it happened (`keep_in_flight`)."""
+        their record in flight (`record_in_flight`): kept when the COMMIT went out and got no
+        answer (`keep_in_flight`), else, the commit failing, noted as `not_committed`."""
         gid = self.record_in_flight(database, items)
         try:
             destination.commit()
-        except DatabaseUnavailable:
-            # The commit may have happened: the record must outlive this batch.
-            if gid is not None:
+        except DatabaseError as error:
+            if gid is None:
+                raise
+            if error.outcome_unknown:
+                log.warning(
+                    "forwarder '%s': the commit into database '%s' got no answer (%s), so "
+                    "whether %d message(s) were delivered there is unknown; they are delivered "
+                    "again and counted as suspected duplicates (transaction: at-least-once): %s",
+                    self.forwarder,
+                    database,
+                    error.detail,
+                    len(items),
+                    _message_ids(items, ", "),
+                )
                 self.keep_in_flight(gid, database, items)
+            else:
+                self.not_committed.append(gid)
             raise
 
     def keep_in_flight(self, gid: str, database: str, items: Sequence[Item]) -> None:
         """The destination commit failed without saying whether it happened: put the record
         back in the source transaction, so that it outlives the batch and is counted."""
-        ids = "\n".join(decision.message_id for _, decision in items)
         now = self.dialect.encode_timestamp(utcnow())
-        self._source("transaction_record", (gid, IN_FLIGHT, self.forwarder, database, now, ids))
+        self._source(
+            "transaction_record",
+            (gid, IN_FLIGHT, self.forwarder, database, now, _message_ids(items)),
+        )
+
+    def forget_not_committed(self) -> None:
+        """After the source transaction ended without committing: drop the records of
+        destination commits known not to have happened, which the rollback brought back (the
+        source had deleted them). Best effort, on the records connection: one left behind is
+        counted as suspected duplicates by `bridge.forwarding.in_doubt`, and said so here."""
+        gids, self.not_committed = self.not_committed, []
+        if not gids:
+            return
+        records_failure: DatabaseError | None = None
+        for _ in range(FORGET_ATTEMPTS):
+            try:
+                records = self.connections.get(self.forwarding_database, RECORDS_ROLE)
+                with owned_table(TRANSACTIONS_DESCRIPTION, self.dialect.grammar.render(self.table)):
+                    records.begin()
+                    if "lock_timeout" in self.dialect.statements:
+                        # A source whose connection the server has not seen break yet may
+                        # still hold a record's lock: give up soon rather than wait for it.
+                        records.execute(self.dialect.sql("lock_timeout"))
+                    for gid in gids:
+                        records.execute(
+                            self.dialect.sql("transaction_forget", transactions=self.table),
+                            (gid,),
+                        )
+                    records.commit()
+                return
+            except DatabaseError as error:
+                records_failure = error
+                self.connections.discard(self.forwarding_database, RECORDS_ROLE)
+        log.warning(
+            "forwarder '%s': %d record(s) of messages known not delivered could not be "
+            "dropped (%s); their messages may be counted as suspected duplicates",
+            self.forwarder,
+            len(gids),
+            records_failure,
+        )
 
     def _source(self, name: str, parameters: tuple[object, ...]) -> None:
         try:
@@ -227,6 +293,12 @@ class BatchTransactions:
                 self.source.execute(self.dialect.sql(name, transactions=self.table), parameters)
         except DatabaseError as error:
             raise SourceFailed(error) from None
+
+
+def _message_ids(items: Sequence[Item], separator: str = "\n") -> str:
+    """The items' MessageIds (`NServiceBus.MessageId`, else the row's Id), as a record keeps
+    them (one a line) or a log names them."""
+    return separator.join(decision.message_id for _, decision in items)
 
 
 def require_prepared_transactions(connection: Connection, dialect: Dialect, database: str) -> None:

@@ -1,10 +1,17 @@
 """Pausing a forwarder, or its deliveries to one database, for planned maintenance.
 
 The state is a row per pause in the forwarding database's `sfbridge_pauses` table, so every
-daemon draining that queue obeys it (each reads it once per peek interval) and it survives
-restarts. A paused forwarder claims nothing. A paused destination database gets nothing: its
-messages wait in retry storage without spending attempts (as during an outage with
-`retries.during_outage: wait`, whatever that setting is), and go once it is resumed.
+daemon draining that queue obeys it and it survives restarts. A paused forwarder claims
+nothing. A paused destination database gets nothing: its messages wait in retry storage
+without spending attempts (as during an outage with `retries.during_outage: wait`, whatever
+that setting is), and go once it is resumed.
+
+Exact, not "within a second": every batch that claimed rows reads the pauses again in its own
+source transaction, after its claim (`read_pauses_in_transaction`). A claim that saw a row sent
+after the pause was committed ran after that commit, so the read after it sees the pause too:
+the batch then puts every row back (a paused forwarder) or holds the paused database's messages.
+Batches that claimed before the pause was committed finish as they are: `sfbridge pause` waits
+for them where the database can say which they are (`in_flight_writers`).
 """
 
 from __future__ import annotations
@@ -22,7 +29,9 @@ __all__ = [
     "PauseBoard",
     "PauseState",
     "clear_pause",
+    "in_flight_writers",
     "read_pauses",
+    "read_pauses_in_transaction",
     "set_pause",
 ]
 
@@ -67,10 +76,18 @@ def read_pauses(
     """
     try:
         connection.begin_read()
-        with owned_table("pauses", dialect.grammar.render(tables.pauses)):
-            rows = connection.query(dialect.sql("pauses_read", pauses=tables.pauses), (forwarder,))
+        return read_pauses_in_transaction(connection, dialect, tables, forwarder)
     finally:
         connection.rollback()
+
+
+def read_pauses_in_transaction(
+    connection: Connection, dialect: Dialect, tables: ForwarderTables, forwarder: str
+) -> PauseState:
+    """The forwarder's pauses, read in the caller's open transaction (a batch's, after its
+    claim). Raises BridgeTableMissing when the table is missing, and the DatabaseError family."""
+    with owned_table("pauses", dialect.grammar.render(tables.pauses)):
+        rows = connection.query(dialect.sql("pauses_read", pauses=tables.pauses), (forwarder,))
     return PauseState(
         tuple(
             Pause(
@@ -115,6 +132,25 @@ def clear_pause(
         _write(connection, dialect, tables, "pause_clear", (forwarder, database or WHOLE_FORWARDER))
         > 0
     )
+
+
+def in_flight_writers(
+    connection: Connection, dialect: Dialect, tables: ForwarderTables
+) -> set[str] | None:
+    """The transactions of other sessions that write the forwarder's queue or retry storage
+    now (the batches in flight, and senders' and other forwarders' writes), by an id of the
+    database's; None when the dialect cannot tell (`in_flight_writers` is optional). Read in a
+    transaction of its own."""
+    if "in_flight_writers" not in dialect.statements:
+        return None
+    try:
+        connection.begin_read()
+        rows = connection.query(
+            dialect.sql("in_flight_writers", None, queue=tables.queue, retry=tables.retry)
+        )
+    finally:
+        connection.rollback()
+    return {str(row[0]) for row in rows}
 
 
 def _write(

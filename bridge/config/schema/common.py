@@ -25,6 +25,8 @@ CATALOG_DIALECTS: Final = tuple(n for n, d in dialects().items() if d.has_catalo
 # Dialects whose databases can be opened with more than one driver, and every such driver.
 DRIVER_DIALECTS: Final = tuple(n for n, d in dialects().items() if len(d.drivers) > 1)
 DRIVERS: Final = tuple(dict.fromkeys(x for d in dialects().values() for x in d.drivers))
+# Dialects whose databases may sit behind a connection pooler (the `pooler` key).
+POOLER_DIALECTS: Final = tuple(n for n, d in dialects().items() if d.poolers)
 
 
 def _names(names: Sequence[str]) -> str:

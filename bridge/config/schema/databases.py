@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from bridge.config.keys import Key, Section
 from bridge.config.model import (
+    POOLERS,
     DatabaseConfig,
 )
 from bridge.config.schema.common import (
@@ -18,6 +19,7 @@ from bridge.config.schema.common import (
     FILE_DIALECTS,
     IMPLEMENTED_DIALECTS,
     NAME_PATTERN,
+    POOLER_DIALECTS,
     SCHEMA_DIALECTS,
     SERVER_DIALECTS,
     _names,
@@ -101,7 +103,10 @@ DATABASES = Section(
             "a lock held by someone else) before the bridge stops waiting. A destination that "
             "does not answer in time is treated as unreachable (its messages wait in retry "
             "storage, see `retries.during_outage`) and a table locked that long as busy, "
-            "while the rest of the batch is delivered; a forwarding database that does not "
+            "while the rest of the batch is delivered; a batch whose write misses it while the "
+            "destination answers is written again in halves, and a message that misses it "
+            "alone fails alone (reason: larger than query_timeout allows); a forwarding "
+            "database that does not "
             "answer has its batch rolled back and tried again. Enforced by the server "
             "(`statement_timeout`, `lock_timeout`, `SET LOCK_TIMEOUT`) and by the client "
             "(psycopg; SQL Server's ODBC drivers), so a silent network cannot hold a worker. "
@@ -126,18 +131,66 @@ DATABASES = Section(
             maximum=10000,
         ),
         Key(
+            "max_messages_per_second",
+            "integer",
+            "Catch-up limit: the most messages per second the daemon writes into this database "
+            "from forwarders in other databases, in all its worker processes together (unset: "
+            "no limit, and nothing spent on one). So that a destination back from a long "
+            "outage is not hit by the whole backlog at once; a batch waits for its turn, its "
+            "rows still in place. Time and messages held back show in `sfbridge status` and "
+            "in the metrics (`sfbridge_catch_up_held_seconds_total`).",
+            example=2000,
+            default=None,
+            minimum=1,
+            maximum=10_000_000,
+        ),
+        Key(
+            "max_batches_in_flight",
+            "integer",
+            "Catch-up limit: the most batches the daemon writes into this database at once "
+            "from forwarders in other databases, in all its worker processes together (unset: "
+            "as many as its workers). A batch waits for a free place before it opens its "
+            "destination transaction.",
+            example=2,
+            default=None,
+            minimum=1,
+            maximum=10000,
+        ),
+        Key(
             "driver",
             "choice",
             "Driver to open the database with (default: the first). `psycopg` is psycopg 3 "
             "(PostgreSQL's own protocol, binary parameters, prepared statements; no system "
-            "packages); it reads `Server`, `Port`, `Uid`, `Pwd`, `Database` and `SSLmode` "
-            "from the ODBC-style `connection` (or takes a `postgresql://` URL). `odbc` is "
-            "psqlODBC through pyodbc, as before.",
+            "packages); it reads `Server`, `Port`, `Uid`, `Pwd`, `Database`, every libpq "
+            "parameter (`target_session_attrs`, `load_balance_hosts`, `hostaddr`, `sslmode`, "
+            "...) and psqlODBC's `pqopt={...}` from the ODBC-style `connection` (or takes a "
+            "`postgresql://` URL). `odbc` is psqlODBC through pyodbc, as before; the bridge "
+            "moves the libpq parameters psqlODBC would ignore into its `pqopt`. A key the "
+            "bridge sets itself (`connect_timeout`) is refused, one it does not know is warned "
+            'of (see "Failover and standbys" in the operating guide).',
             example="psycopg",
             default=None,
             choices=DRIVERS,
             dialects=DRIVER_DIALECTS,
             dialect_hint=f"only {_names(DRIVER_DIALECTS)} databases have a choice of driver",
+        ),
+        Key(
+            "pooler",
+            "choice",
+            "What `connection` reaches: the server itself (`none`, the default), or a "
+            "connection pooler "
+            "such as PgBouncer in `session` or `transaction` pooling mode (its `pool_mode`; "
+            "the bridge cannot ask a pooler which mode it is in, so it is said here). Behind "
+            "`transaction` pooling nothing of a session outlives its transaction: the bridge "
+            "prepares no statement on the server, sets its timeouts in every transaction "
+            "(`SET LOCAL`), and does not LISTEN (a pooler drops notifications): new messages "
+            'are polled for every `peek_interval`. Needs `driver: psycopg`. See "Behind a '
+            'connection pooler" in docs/operating.md.',
+            example="transaction",
+            default=None,
+            choices=POOLERS,
+            dialects=POOLER_DIALECTS,
+            dialect_hint=f"only {_names(POOLER_DIALECTS)} databases sit behind a pooler",
         ),
     ),
 )

@@ -35,7 +35,8 @@ RETRIES = Section(
         Key(
             "max_attempts",
             "integer",
-            "Delivery attempts before a message is moved to the error queue.",
+            "Delivery attempts before a message is moved to the error queue (an outage of "
+            "the whole destination database spends none unless `during_outage` is `count`).",
             example=100,
             default=100,
             minimum=1,
@@ -77,13 +78,15 @@ RETRIES = Section(
             "during_outage",
             "choice",
             "When a whole destination database is unreachable (cannot connect, does not exist, "
-            "shutting down) or lacks a bridge table it cannot create: `count` spends an attempt "
-            "each time as for any failure; `wait` spends none: one worker probes the database "
-            "once per `delay` and its messages wait in retry storage until it is back, up to "
-            "`max_wait`. Failures of one message (a rejected row, a missing queue in a reachable "
-            "database) count in both.",
+            "shutting down), read-only (a standby after a failover, a frozen or restoring "
+            "database) or lacks a bridge table it cannot create: `wait` (the default) spends no "
+            "attempt: the database is probed once per `delay` and its messages wait in retry "
+            "storage until it is back, up to `max_wait`; `count` spends an attempt each time as "
+            "for any failure, so an outage longer than `delay` x `max_attempts` sends good "
+            "messages to the error queue. Failures of one message (a rejected row, a missing "
+            "queue in a reachable database) count in both.",
             example="wait",
-            default="count",
+            default="wait",
             choices=("count", "wait"),
         ),
         Key(

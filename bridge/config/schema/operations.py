@@ -16,17 +16,18 @@ DAEMON = Section(
     model=DaemonConfig,
     description=(
         "The running daemon itself. Each daemon records itself in every forwarding database "
-        "(`sfbridge_daemons`): host, process id, when it started, its last heartbeat, and "
-        "`stopped` when it stops cleanly; `sfbridge status` reads it."
+        "(`sfbridge_daemons`): host, process id, when it started, its last heartbeat, its "
+        "configuration's fingerprint and the forwarders it serves, and `stopped` when it stops "
+        "cleanly; `sfbridge status` reads it."
     ),
     keys=(
         Key(
             "heartbeat",
             "duration",
             "How often a running daemon records that it is alive. `status` calls a daemon "
-            "`missing` (killed, or its host or database gone) after three heartbeats without "
-            "one, so 5s tells a killed daemon within about 15 s for one small write per "
-            "forwarding database every 5 s; a warning outside 1s..60s.",
+            "`missing` (killed, or its host or database gone) after two and a half heartbeats "
+            "without one, so 5s tells a killed daemon within 12.5 s of its last heartbeat for "
+            "one small write per forwarding database every 5 s; a warning outside 1s..60s.",
             example="5s",
             default=5.0,
             minimum=0,

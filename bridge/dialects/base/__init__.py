@@ -31,7 +31,23 @@ from datetime import datetime
 from typing import Any, Literal, Protocol
 
 from bridge.addressing import AddressGrammar, TableAddress
+from bridge.dialects.base.names import (  # noqa: F401 (imported from here by the dialects)
+    ARRAY_STATEMENT_NAMES,
+    CONNECTION_LIMIT_STATEMENT_NAMES,
+    COPY_STATEMENT_NAMES,
+    IN_FLIGHT_STATEMENT_NAMES,
+    LOGIN_RIGHTS_STATEMENT_NAMES,
+    OPTIONAL_STATEMENT_GROUPS,
+    OPTIONAL_STATEMENT_NAMES,
+    PUSH_STATEMENT_NAMES,
+    RAW_CLAIM_STATEMENT_NAMES,
+    SERVER_ROLE_STATEMENT_NAMES,
+    STATEMENT_NAMES,
+    TRANSACTION_RECORD_STATEMENT_NAMES,
+    TWO_PHASE_STATEMENT_NAMES,
+)
 from bridge.drivers.base import Connection, Row
+from bridge.drivers.libpq import ConnectionProblem
 from bridge.exceptions import DatabaseError
 
 
@@ -58,80 +74,10 @@ class ConfiguredDatabase(Protocol):
     @property
     def driver(self) -> str | None: ...
 
+    @property
+    def pooler(self) -> str | None: ...
 
-# Every dialect defines exactly these statements (a unit test holds them to it).
-# Optional forms of multi-row statements that bind one array per column instead of one
-# parameter per value (`Dialect.rows_statements`): a dialect defines all of them or none.
-ARRAY_STATEMENT_NAMES = frozenset({"send_many_arrays", "ledger_record_many_arrays"})
-# Optional, all or none: the transaction records of `bridge.forwarding.transactions` (durable
-# in-flight records of at-least-once deliveries, two-phase decisions), and two-phase commit itself
-# (PREPARE TRANSACTION in a destination; the `{gid}` placeholder takes a literal). A dialect
-# with two-phase statements has the record statements too and `cannot_prepare` None.
-TRANSACTION_RECORD_STATEMENT_NAMES = frozenset(
-    {
-        "create_transactions_table",
-        "transaction_record",
-        "transaction_forget",
-        "transactions_orphaned",
-        "transactions_summary",
-    }
-)
-TWO_PHASE_STATEMENT_NAMES = frozenset(
-    {
-        "transaction_record_unless_decided",
-        "transaction_read",
-        "transactions_decided",
-        "store_id_claim",
-        "store_id_read",
-        "lock_timeout",
-        "prepare_transaction",
-        "commit_prepared",
-        "rollback_prepared",
-        "prepared_transactions",
-        "max_prepared_transactions",
-    }
-)
-# Optional, all or none: `COPY ... FROM STDIN` into a queue and into the ledger, for drivers that
-# stream rows (`Connection.copies_rows`); `Dialect.copy_types` names each column's type, and
-# each `*_copy_columns` query returns the same columns of the table (no rows), to see that
-# they have those types.
-COPY_STATEMENT_NAMES = frozenset(
-    {"send_copy", "send_copy_columns", "ledger_record_copy", "ledger_record_copy_columns"}
-)
-# Optional, all or none: each claim again, with its free-text columns (`headers`, retry
-# storage's `last_error`) as the bytes the table stores, in `Dialect.raw_text_encoding`. For
-# drivers that cannot hand back one value they fail to convert (`bridge.forwarding.claim` claims
-# again with these when a claim raises ValueNotConvertible). Same parameters, same other columns.
-RAW_CLAIM_STATEMENT_NAMES = frozenset(
-    {"receive_batch_raw", "receive_range_raw", "retry_claim_due_raw"}
-)
-# Optional, all or none: push (`bridge.daemon.watcher`). `create_notify_trigger` makes an
-# insert into `{queue}` notify its channel (`{queue_channel}`, see `notify_channel`) once per
-# statement, through the function `{function}`; `notify_triggers` lists the tables of the
-# database that have that trigger, enabled, as (schema, table) rows.
-PUSH_STATEMENT_NAMES = frozenset({"create_notify_trigger", "notify_triggers"})
-# Optional: what the server allows (`sfbridge check` compares the daemon's connections with
-# it): one row of (connections the server accepts from ordinary logins, connections open now
-# by other clients than the bridge, a text that tells servers apart).
-CONNECTION_LIMIT_STATEMENT_NAMES = frozenset({"connection_limit"})
-# Optional, all or none: what the connection's login may do beyond what the bridge needs
-# (`bridge.storage.grants`, `sfbridge check`). `login_powers`: (power, severe) rows, severe 1
-# for a superuser (PostgreSQL) or sysadmin / db_owner (SQL Server); `owned_objects`: (kind,
-# schema, name) rows of the database, schemas and tables the login owns; `table_rights`:
-# the rights it holds on the table `?` (its rendered name), one a row, from INSERT, SELECT,
-# UPDATE, DELETE and the dialect's others that matter (TRUNCATE...).
-LOGIN_RIGHTS_STATEMENT_NAMES = frozenset({"login_powers", "owned_objects", "table_rights"})
-OPTIONAL_STATEMENT_GROUPS = (
-    LOGIN_RIGHTS_STATEMENT_NAMES,
-    ARRAY_STATEMENT_NAMES,
-    PUSH_STATEMENT_NAMES,
-    CONNECTION_LIMIT_STATEMENT_NAMES,
-    COPY_STATEMENT_NAMES,
-    RAW_CLAIM_STATEMENT_NAMES,
-    TRANSACTION_RECORD_STATEMENT_NAMES,
-    TWO_PHASE_STATEMENT_NAMES,
-)
-OPTIONAL_STATEMENT_NAMES = frozenset().union(*OPTIONAL_STATEMENT_GROUPS)
+
 # A multi-row VALUES statement writes at most this many rows, whatever the parameter limit.
 MAX_ROWS_PER_STATEMENT = 1000
 # Rendered statements a dialect keeps (see `Dialect._rendered`): enough for every statement of
@@ -153,98 +99,6 @@ def row_counts(total: int, largest: int) -> list[int]:
         rest -= piece
     return counts
 
-
-STATEMENT_NAMES = frozenset(
-    {
-        "create_queue",
-        "create_retry_table",
-        "create_ledger_table",
-        "create_counters_table",
-        "receive_batch",
-        "send",
-        "dead_letter",
-        "retry_store",
-        "retry_claim_due",
-        "retry_summary",
-        "ledger_record",
-        "ledger_record_many",
-        "subscribers_many",
-        "subscribers_row",
-        "subscribers_by_endpoint",
-        "create_event_types_table",
-        "event_type_seen",
-        "event_types_read",
-        "ledger_record_row",
-        "send_many",
-        "send_row",
-        "ledger_cleanup",
-        "counters_add",
-        "counters_add_many",
-        "counters_add_row",
-        "counters_read",
-        "queue_count",
-        "queue_oldest_headers",
-        "list_tables",
-        "create_schema",
-        "savepoint",
-        "rollback_to_savepoint",
-        "release_savepoint",
-        "table_columns",
-        "table_indexes",
-        "table_probe",
-        "queue_seq_boundaries",
-        "queue_page",
-        "retry_seq_bounds",
-        "retry_seq_boundaries",
-        "retry_page",
-        "ledger_destinations_since",
-        "ledger_last_since",
-        "ledger_boundaries_since",
-        "ledger_page_since",
-        "receive_range",
-        "queue_seq_bounds",
-        "can_create_tables",
-        "can_create_schemas",
-        "schema_exists",
-        "current_login",
-        "can_insert",
-        "retry_add_destination_database",
-        "retry_waiting",
-        "create_destination_states_table",
-        "create_forwarder_states_table",
-        "forwarder_state_save",
-        "forwarder_states_read",
-        "destination_state_save",
-        "destination_states_read",
-        "create_daemons_table",
-        "daemon_save",
-        "daemons_read",
-        "daemons_forget",
-        "create_pauses_table",
-        "pause_set",
-        "pause_clear",
-        "pauses_read",
-        "error_queue_page",
-        "error_queue_row",
-        "error_queue_claim_many",
-        "error_queue_claim_row",
-        "error_queue_delete_many",
-        "error_queue_delete_row",
-        "error_queue_failed_queues",
-        "retry_list_page",
-        "retry_due_now_many",
-        "retry_due_now_row",
-        "retry_take_many",
-        "retry_take_row",
-        "create_audit_table",
-        "audit_record",
-        "audit_open",
-        "audit_add",
-        "audit_read",
-        "work_queue",
-        "work_retry",
-    }
-)
 
 INDEX_SUFFIXES = ("expires", "due", "forwarded")
 
@@ -369,7 +223,8 @@ class Dialect:
     `connection_catalog` is set where addresses name catalogs (SQL Server): it reads the
     database (catalog) a connection string opens, None when the string names none.
     `load_driver` imports the driver a database is opened with (`connect` would, in its
-    first call); it raises ImportError.
+    first call); it raises ImportError. `poolers` names the connection poolers' modes a
+    database of this dialect may sit behind (the `pooler` config key, beside `none`).
     """
 
     name: str
@@ -390,6 +245,7 @@ class Dialect:
     queue_shapes: QueueShapes | None = None
     inspect_queue_table: QueueTableInspector | None = None
     drivers: tuple[str, ...] = ()
+    poolers: tuple[str, ...] = ()
     max_parameters: int = 2000
     # Why a transaction cannot be prepared here (`transaction: two-phase`); None where it can:
     # then the dialect has `prepare_transaction`, `commit_prepared`, `rollback_prepared` and
@@ -414,6 +270,12 @@ class Dialect:
     # The sequences an INSERT into a table uses, from its CREATE TABLE statement (PostgreSQL:
     # the `serial` columns'); None where inserts need no right but INSERT.
     serial_sequences: Callable[[TableAddress, str], tuple[TableAddress, ...]] | None = None
+    # What is wrong with a connection string (given the `driver` key), key by key
+    # (`bridge.drivers.libpq.ConnectionProblem`): checked when the config is loaded. None
+    # where the dialect's driver takes its string as it is.
+    connection_problems: Callable[[str, str | None], list[ConnectionProblem]] | None = None
+    # What to do when a connection lands where writes are refused (`server_role`).
+    read_only_advice: str = ""
     # Rendered statements by (overrides, name, rows, tables): the same text is the same
     # object, which pyodbc needs to reuse a prepared statement. Least recently used first;
     # bounded, since row counts and queues (named by messages) vary without end.

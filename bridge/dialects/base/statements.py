@@ -46,8 +46,17 @@ BASE_STATEMENTS: dict[str, str] = {
         SELECT forwarder, reported_by, state, since, failures, last_error, updated_at
         FROM {forwarder_states} ORDER BY forwarder, reported_by""",
     "daemons_read": """
-        SELECT daemon, host, pid, started_at, heartbeat_at, heartbeat_seconds, state, stopped_at
+        SELECT daemon, host, pid, started_at, heartbeat_at, heartbeat_seconds, state, stopped_at,
+               config_fingerprint, forwarders
         FROM {daemons} ORDER BY started_at, daemon""",
+    # The same from a daemons table an earlier sfbridge made, which `status` reads as it is.
+    "daemons_read_without_identity": """
+        SELECT daemon, host, pid, started_at, heartbeat_at, heartbeat_seconds, state, stopped_at,
+               NULL, NULL
+        FROM {daemons} ORDER BY started_at, daemon""",
+    # `sfbridge daemons forget`: one entry, unless it wrote a heartbeat since it was read (it
+    # runs again, and stays).
+    "daemon_delete": "DELETE FROM {daemons} WHERE daemon = ? AND heartbeat_at = ?",
     # A daemon starting forgets daemons not heard from for long, and its own host's earlier
     # runs that ended (cleanly, or so long ago they are missing): nothing left to tell.
     "daemons_forget": """

@@ -23,8 +23,10 @@ from bridge.dialects.postgresql.statements import STATEMENTS, _decode_timestamp
 from bridge.drivers import odbc as odbc_driver
 from bridge.drivers import psycopg as psycopg_driver
 from bridge.drivers.base import Connection
+from bridge.drivers.libpq import ConnectionProblem, connection_problems, odbc_connection_string
 from bridge.drivers.odbc import OdbcConnection, with_default_options, with_required_options
 from bridge.drivers.psycopg import PsycopgConnection, keepalive_parameters
+from bridge.exceptions import ConnectionFailed
 
 __all__ = ["DIALECT", "GRAMMAR", "POSTGRESQL_DEFAULT_OPTIONS", "STATEMENTS", "PostgreSqlGrammar"]
 
@@ -60,14 +62,19 @@ APPLICATION_NAME = "sfbridge"
 DRIVERS = ("psycopg", "odbc")
 
 
-def session_setup(query_timeout: float) -> list[str]:
+def session_setup(query_timeout: float, *, per_transaction: bool = False) -> list[str]:
     """Server-side halves of the connection's deadline: a statement waiting for a lock gives
     up after `query_timeout` (SQLSTATE 55P03, the table is busy), any statement a second later
-    (57014); the client waits a little longer still for their answer (`bridge.drivers`)."""
+    (57014); the client waits a little longer still for their answer (`bridge.drivers`).
+
+    `per_transaction`: the same as `SET LOCAL`, for a connection whose session does not
+    outlive a transaction (behind a transaction pooler, the next transaction may run on
+    another server connection, whose settings are someone else's)."""
     lock_ms = max(1, round(query_timeout * 1000))
+    scope = "SET LOCAL" if per_transaction else "SET"
     return [
-        f"SET lock_timeout = '{lock_ms}ms'",
-        f"SET statement_timeout = '{lock_ms + 1000}ms'",
+        f"{scope} lock_timeout = '{lock_ms}ms'",
+        f"{scope} statement_timeout = '{lock_ms + 1000}ms'",
     ]
 
 
@@ -76,32 +83,47 @@ def connect(database: ConfiguredDatabase, *, create: bool = False) -> Connection
     `POSTGRESQL_REQUIRED_OPTIONS` set and the `POSTGRESQL_DEFAULT_OPTIONS` the string does not
     set, both bounded by `database.query_timeout` (`session_setup`; psycopg also on the
     client, and with TCP keepalives; psqlODBC passes the keepalives to libpq through
-    `pqopt`). `create` has no effect: a server database is never created by the bridge.
+    `pqopt`). Behind a transaction pooler (`pooler: transaction`, psycopg only: the config
+    refuses ODBC there) the timeouts are set in every transaction and nothing is prepared on
+    the server. `create` has no effect: a server database is never created by the bridge.
     Raises ConnectionFailed."""
     assert database.connection is not None
-    setup = session_setup(database.query_timeout)
-    if (database.driver or DRIVERS[0]) == "psycopg":
+    driver = database.driver or DRIVERS[0]
+    refused = [p for p in connection_problems(database.connection, driver) if p.error]
+    if refused:
+        # Config validation refuses these; here for a string whose variables were unset then.
+        raise ConnectionFailed(
+            database.name, "connection: " + "; ".join(f"{p.key} {p.message}" for p in refused)
+        )
+    if driver == "psycopg":
+        transaction_pooled = database.pooler == "transaction"
         return PsycopgConnection(
             database.name,
             database.connection,
             timeout=database.connect_timeout,
             deadline=database.query_timeout,
-            session_setup=setup,
+            session_setup=session_setup(database.query_timeout, per_transaction=transaction_pooled),
             application_name=APPLICATION_NAME,
+            transaction_pooled=transaction_pooled,
         )
     text = with_default_options(database.connection, POSTGRESQL_DEFAULT_OPTIONS)
-    keepalives = {
-        **keepalive_parameters(database.query_timeout),
-        "application_name": APPLICATION_NAME,
-    }
-    pqopt = " ".join(f"{name}={value}" for name, value in keepalives.items())
-    text = with_default_options(text, {"pqopt": "{" + pqopt + "}"})
+    # psqlODBC passes `pqopt` to libpq as it is, and ignores the libpq keys it does not read
+    # itself (target_session_attrs...): they go into pqopt with the keepalives.
+    text = odbc_connection_string(
+        text,
+        {**keepalive_parameters(database.query_timeout), "application_name": APPLICATION_NAME},
+    )
     return OdbcConnection(
         database.name,
         with_required_options(text, POSTGRESQL_REQUIRED_OPTIONS),
         timeout=database.connect_timeout,
-        session_setup=setup,
+        session_setup=session_setup(database.query_timeout),
     )
+
+
+def connection_string_problems(connection: str, driver: str | None) -> list[ConnectionProblem]:
+    """What `connect` would refuse in (or warn of) this connection string with `driver`."""
+    return connection_problems(connection, driver or DRIVERS[0])
 
 
 def load_driver(database: ConfiguredDatabase) -> None:
@@ -164,6 +186,7 @@ DIALECT = Dialect(
     encode_timestamp=require_naive_utc,
     decode_timestamp=_decode_timestamp,
     drivers=DRIVERS,
+    poolers=("session", "transaction"),
     load_driver=load_driver,
     max_parameters=65535,
     cannot_prepare=None,
@@ -195,4 +218,10 @@ DIALECT = Dialect(
         ),
     },
     serial_sequences=serial_sequences,
+    connection_problems=connection_string_problems,
+    read_only_advice=(
+        "list every server of the primary and its standbys in the connection (Server=h1,h2; "
+        "Port=5432,5432 or postgresql://h1,h2/db) and add target_session_attrs=read-write, so "
+        'that it opens the primary (see "Failover and standbys" in docs/operating.md)'
+    ),
 )

@@ -242,15 +242,31 @@ STATEMENTS: dict[str, str] = {
             heartbeat_at timestamp NOT NULL,
             heartbeat_seconds double precision NOT NULL,
             state varchar(20) NOT NULL,
-            stopped_at timestamp
+            stopped_at timestamp,
+            config_fingerprint varchar(64),
+            forwarders text
         )""",
+    # A daemons table made by an sfbridge before the daemons said what they serve.
+    "daemons_add_identity": """
+        ALTER TABLE {daemons} ADD COLUMN IF NOT EXISTS config_fingerprint varchar(64),
+                              ADD COLUMN IF NOT EXISTS forwarders text""",
     "daemon_save": """
         INSERT INTO {daemons} AS d (daemon, host, pid, started_at, heartbeat_at,
-                                    heartbeat_seconds, state, stopped_at)
-        VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (daemon) DO UPDATE SET
+                                    heartbeat_seconds, state, stopped_at, config_fingerprint,
+                                    forwarders)
+        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (daemon) DO UPDATE SET
             host = EXCLUDED.host, pid = EXCLUDED.pid, started_at = EXCLUDED.started_at,
             heartbeat_at = EXCLUDED.heartbeat_at, heartbeat_seconds = EXCLUDED.heartbeat_seconds,
-            state = EXCLUDED.state, stopped_at = EXCLUDED.stopped_at""",
+            state = EXCLUDED.state, stopped_at = EXCLUDED.stopped_at,
+            config_fingerprint = EXCLUDED.config_fingerprint, forwarders = EXCLUDED.forwarders""",
+    # The batches in flight on a queue: a claim's DELETE holds RowExclusiveLock on the table
+    # from before its snapshot to its commit (senders' short INSERTs show too). to_regclass:
+    # NULL, not an error, for a table not made yet.
+    "in_flight_writers": """
+        SELECT DISTINCT virtualtransaction FROM pg_locks
+        WHERE locktype = 'relation' AND mode = 'RowExclusiveLock' AND granted
+          AND pid <> pg_backend_pid()
+          AND relation IN (to_regclass({queue_literal}), to_regclass({retry_literal}))""",
     # Pauses: destination_database '' pauses the whole forwarder. Pausing again keeps the time
     # the pause began and takes the new reason.
     "create_pauses_table": """
@@ -321,6 +337,17 @@ STATEMENTS: dict[str, str] = {
                 WHERE backend_type = 'client backend'
                   AND coalesce(application_name, '') <> 'sfbridge'),
                coalesce(host(inet_server_addr()), 'local') || ':' || current_setting('port')""",
+    # Where the connection landed and why it may not write there (`bridge.connections.
+    # reached_server`): a standby in recovery refuses every write, and so does a session
+    # whose transactions are read-only by default (what a failover in progress may look like).
+    "server_role": """
+        SELECT coalesce(host(inet_server_addr()), 'a local socket') || ':'
+                 || coalesce(inet_server_port(), current_setting('port')::integer),
+               CASE WHEN pg_is_in_recovery()
+                    THEN 'it is a standby in recovery (pg_is_in_recovery())'
+                    WHEN current_setting('transaction_read_only') = 'on'
+                    THEN 'its transactions are read-only (default_transaction_read_only)'
+                    ELSE '' END""",
     # Push: a statement-level trigger notifies the table's channel once per INSERT statement
     # (NOTIFY is sent at commit, and several in one transaction are sent once). The function
     # lives in the table's schema, takes the channel as its argument and is created only where
@@ -371,6 +398,16 @@ STATEMENTS: dict[str, str] = {
     "can_create_schemas": "SELECT has_database_privilege(current_database(), 'CREATE')",
     "schema_exists": "SELECT count(*) FROM pg_namespace WHERE nspname = ?",
     "current_login": "SELECT current_user, current_database()",
+    # Why the database takes no writes now, or NULL: the probe of a destination in trouble
+    # asks, as a read-only database answers every connection. A session's
+    # transaction_read_only is fixed when it starts, so only a new session's answer is current.
+    "read_only_reason": """
+        SELECT CASE
+            WHEN pg_is_in_recovery()
+                THEN 'it is a standby in recovery (read-only; has a failover moved the primary?)'
+            WHEN current_setting('transaction_read_only') = 'on'
+                THEN 'its sessions start read-only (default_transaction_read_only is on)'
+        END""",
     # Whether this login may write rows into a queue: INSERT on the table, and the sequences of
     # its serial columns (the transport's Seq; an identity column needs no right of its own)
     # that it may not use, one a line.

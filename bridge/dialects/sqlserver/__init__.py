@@ -52,6 +52,8 @@ from bridge.drivers.odbc import (
 from bridge.exceptions import (
     AlreadyExists,
     DatabaseError,
+    DatabaseReadOnly,
+    DatabaseUnavailable,
     DuplicateKey,
     LockTimeout,
     PermissionDenied,
@@ -166,6 +168,15 @@ NATIVE_ERRORS: NativeErrors = {
     **_numbers(TransientDatabaseError, 1205, 40197, 40501, 40613),
     # 1222: lock request time out period exceeded (`SET LOCK_TIMEOUT`).
     **_numbers(LockTimeout, 1222),
+    # A database that answers but takes no writes (an outage of it, `read-only`): 3906 failed
+    # to update because the database is read-only (also a readable availability-group
+    # secondary); 927 in the middle of a restore; 976 an availability-group secondary not
+    # accessible for queries; 978 accessible only with ApplicationIntent=ReadOnly; 983 the
+    # replica is in neither the PRIMARY nor the SECONDARY role (a failover under way).
+    **_numbers(DatabaseReadOnly, 3906, 927, 976, 978, 983),
+    # 942: the database is offline; 922: it is being recovered (after a restart or a
+    # failover): unreachable for now.
+    **_numbers(DatabaseUnavailable, 942, 922),
 }
 
 
@@ -241,4 +252,10 @@ DIALECT = Dialect(
         "revoke": "REVOKE {rights} ON {table} FROM {login}",
         "schema_insert": "GRANT INSERT ON SCHEMA::{schema} TO {login}",
     },
+    read_only_advice=(
+        "connect to the availability group's listener with MultiSubnetFailover=Yes (Microsoft's "
+        "ODBC driver), which opens the primary replica, or with database mirroring name the "
+        "mirror in Failover_Partner=...; or connect to the primary itself "
+        '(see "Failover" in docs/sqlserver.md)'
+    ),
 )

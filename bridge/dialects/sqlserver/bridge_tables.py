@@ -66,7 +66,9 @@ _DAEMONS_DDL = """
         heartbeat_at datetime2 NOT NULL,
         heartbeat_seconds float NOT NULL,
         state nvarchar(20) NOT NULL,
-        stopped_at datetime2 NULL
+        stopped_at datetime2 NULL,
+        config_fingerprint nvarchar(64) NULL,
+        forwarders nvarchar(max) NULL
     )"""
 
 STATE_STATEMENTS: dict[str, str] = {
@@ -105,18 +107,26 @@ STATE_STATEMENTS: dict[str, str] = {
     # Which daemons run on this forwarding database (`bridge.storage.daemons`): one row per
     # daemon process, its heartbeat, and whether it stopped cleanly.
     "create_daemons_table": create_if_missing("daemons", _DAEMONS_DDL),
+    # A daemons table made by an sfbridge before the daemons said what they serve.
+    "daemons_add_identity": """
+        IF COL_LENGTH(N{daemons_literal}, 'config_fingerprint') IS NULL
+            ALTER TABLE {daemons} ADD config_fingerprint nvarchar(64) NULL,
+                                      forwarders nvarchar(max) NULL""",
     "daemon_save": """
         DECLARE @daemon nvarchar(200) = ?, @host nvarchar(200) = ?, @pid bigint = ?,
                 @started_at datetime2 = ?, @heartbeat_at datetime2 = ?,
                 @heartbeat_seconds float = ?, @state nvarchar(20) = ?,
-                @stopped_at datetime2 = ?;
+                @stopped_at datetime2 = ?, @config_fingerprint nvarchar(64) = ?,
+                @forwarders nvarchar(max) = ?;
         UPDATE {daemons} WITH (UPDLOCK, HOLDLOCK)
         SET host = @host, pid = @pid, started_at = @started_at, heartbeat_at = @heartbeat_at,
-            heartbeat_seconds = @heartbeat_seconds, state = @state, stopped_at = @stopped_at
+            heartbeat_seconds = @heartbeat_seconds, state = @state, stopped_at = @stopped_at,
+            config_fingerprint = @config_fingerprint, forwarders = @forwarders
         WHERE daemon = @daemon;
         IF @@ROWCOUNT = 0
             INSERT INTO {daemons} (daemon, host, pid, started_at, heartbeat_at,
-                                   heartbeat_seconds, state, stopped_at)
+                                   heartbeat_seconds, state, stopped_at, config_fingerprint,
+                                   forwarders)
             VALUES (@daemon, @host, @pid, @started_at, @heartbeat_at, @heartbeat_seconds,
-                    @state, @stopped_at)""",
+                    @state, @stopped_at, @config_fingerprint, @forwarders)""",
 }

@@ -422,6 +422,14 @@ STATEMENTS: dict[str, str] = {
     "can_create_schemas": "SELECT HAS_PERMS_BY_NAME(DB_NAME(), 'DATABASE', 'CREATE SCHEMA')",
     "schema_exists": "SELECT COUNT(*) FROM sys.schemas WHERE name = ?",
     "current_login": "SELECT USER_NAME(), DB_NAME()",
+    # Why the database takes no writes now, or NULL (a readable availability-group secondary
+    # is READ_ONLY too; one that is not readable refuses the connection instead).
+    "read_only_reason": """
+        SELECT CASE
+            WHEN CAST(DATABASEPROPERTYEX(DB_NAME(), 'Updateability') AS nvarchar(20))
+                 <> N'READ_WRITE'
+                THEN N'it is read-only (DATABASEPROPERTYEX Updateability is not READ_WRITE)'
+        END""",
     # Whether this login may write rows into a queue (an IDENTITY column needs no right of
     # its own).
     "can_insert": "SELECT HAS_PERMS_BY_NAME(?, 'OBJECT', 'INSERT'), CAST(NULL AS nvarchar(1))",
@@ -468,6 +476,23 @@ STATEMENTS: dict[str, str] = {
         WHERE s.name = ? AND t.name = ?""",
     # One row per index: its name and "<kind> (<key columns>)[ where <filter>]", lower case,
     # e.g. "nonclustered (expires) where ([expires] is not null)".
+    # Where the connection landed (`bridge.connections.reached_server`): the server's name and
+    # TCP port (CONNECTIONPROPERTY needs no VIEW SERVER STATE), and why its database may not
+    # take writes (read-only, restoring, an availability group's secondary).
+    "server_role": """
+        SELECT CAST(@@SERVERNAME AS nvarchar(256))
+                 + COALESCE(N',' + CAST(CONNECTIONPROPERTY('local_tcp_port') AS nvarchar(10)),
+                            N''),
+               CASE WHEN CAST(DATABASEPROPERTYEX(DB_NAME(), 'Status') AS nvarchar(60))
+                         <> N'ONLINE'
+                    THEN N'its database is not online (DATABASEPROPERTYEX Status '
+                         + CAST(DATABASEPROPERTYEX(DB_NAME(), 'Status') AS nvarchar(60)) + N')'
+                    WHEN CAST(DATABASEPROPERTYEX(DB_NAME(), 'Updateability') AS nvarchar(60))
+                         <> N'READ_WRITE'
+                    THEN N'its database is read-only (DATABASEPROPERTYEX Updateability '
+                         + CAST(DATABASEPROPERTYEX(DB_NAME(), 'Updateability')
+                                AS nvarchar(60)) + N')'
+                    ELSE N'' END""",
     "table_indexes": """
         SELECT i.name,
                LOWER(i.type_desc) + ' ('

@@ -114,7 +114,9 @@ def test_passwords_never_reach_logs_status_or_the_error_queue(tmp_path: Path) ->
                 {"name": "edge", "database": "edge", "queue": "Forward", "peek_interval": "100ms"}
             ],
             "routes": [{"match": "*", "database": "central"}],
-            "retries": {"delay": "200ms", "max_attempts": 3},
+            # Counted: the outage must send the message to the error queue, whose headers
+            # are checked for the secret.
+            "retries": {"delay": "200ms", "max_attempts": 3, "during_outage": "count"},
         },
     )
     env = {

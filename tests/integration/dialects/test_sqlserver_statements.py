@@ -86,6 +86,8 @@ def _runs() -> list[tuple[str, Run]]:
     retry_row = (_id(), "sender", "Samples.Receiver@[dbo]", "receiver", NOW, HEADERS, b"\x00")
     return [
         ("create_queue", Run()),
+        # A fresh database takes writes: no reason why not; the server's name comes first.
+        ("server_role", Run(query=True, check=lambda rows: rows[0][0] and rows[0][1] == "")),
         ("create_retry_table", Run()),
         ("create_ledger_table", Run()),
         ("create_counters_table", Run()),
@@ -189,13 +191,19 @@ def _runs() -> list[tuple[str, Run]]:
             "forwarder_states_read",
             Run(query=True, check=lambda rows: [(r[2], r[4]) for r in rows] == [("ok", 0)]),
         ),
-        ("daemon_save", Run(("host:1", "host", 1, NOW, NOW, 5.0, "running", None))),
-        ("daemon_save", Run(("host:1", "host", 1, NOW, later, 5.0, "stopped", later))),
-        ("daemon_save", Run(("host:2", "host", 2, later, later, 5.0, "running", None))),
+        ("daemons_add_identity", Run()),  # the columns are there: nothing to do
+        ("daemon_save", Run(("host:1", "host", 1, NOW, NOW, 5.0, "running", None, "ab", "[]"))),
+        ("daemon_save", Run(("host:1", "host", 1, NOW, later, 5.0, "stopped", later, "ab", "[]"))),
+        ("daemon_save", Run(("host:2", "host", 2, later, later, 5.0, "running", None, None, None))),
         (
             "daemons_read",
             Run(query=True, check=lambda rows: [r[6] for r in rows] == ["stopped", "running"]),
         ),
+        (
+            "daemons_read_without_identity",
+            Run(query=True, check=lambda rows: [r[8] for r in rows] == [None, None]),
+        ),
+        ("daemon_delete", Run(("host:1", NOW), check=lambda count: count == 0)),
         (
             "daemons_forget",
             Run((NOW, "host", "host:2", NOW), check=lambda count: count == 1),

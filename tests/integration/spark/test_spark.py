@@ -3,7 +3,6 @@ real PostgreSQL databases, the daemon competing, the drain killed with SIGKILL."
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -77,17 +76,7 @@ def test_a_drain_beside_a_running_daemon_delivers_each_message_once_and_reports_
                  "GROUP BY 1"))  # fmt: skip
     assert slots.get("spark", 0) > 0 and slots.get("daemon", 0) > 0, slots
 
-    report = run_spark(world["config"], "report", "--master", "local[2]", "--report",
-                   str(tmp_path / "failures"))  # fmt: skip
-    assert report.returncode == 0, report.stdout + report.stderr
-    data = json.loads((tmp_path / "failures.json").read_text())
-    assert data["error_queue"]["messages"] == 7
-    assert data["error_queue"]["by_reason"] == [["missing-queue", 7]]
-    assert data["error_queue"]["by_destination"] == [['"public"."MissingQueue"', 7]]
-    page = (tmp_path / "failures.html").read_text()
-    assert page.startswith("<!DOCTYPE html>") and page.count("<svg") >= 3
-    assert "missing-queue" in page and "MissingQueue" in page
-    assert "PWD" not in page and "Uid=" not in page
+    # What the report makes of the seven failures: test_spark_cluster.py (one JVM start less).
 
 
 def _descendants(pid: int) -> set[int]:
@@ -154,25 +143,10 @@ def test_a_drain_killed_with_sigkill_and_run_again_leaves_every_message_in_one_p
     assert pg_count(world["sender"], FORWARD) == 0
     assert pg_count(world["receiver"], RECEIVER) == len(ids)
 
-    # By hand: one message taken out of the receiver's queue, one ledger entry deleted.
-    with pg_connect(world["receiver"]) as connection:
-        [(gone,)] = connection.execute(
-            f"DELETE FROM {RECEIVER} WHERE seq = (SELECT min(seq) FROM {RECEIVER}) "
-            "RETURNING headers"
-        ).fetchall()
-        [(unrecorded,)] = connection.execute(
-            "DELETE FROM sfbridge_ledger WHERE message_id = (SELECT max(message_id) FROM "
-            "sfbridge_ledger) RETURNING message_id"
-        ).fetchall()
-        connection.commit()
-    gone_id = json.loads(gone)["NServiceBus.MessageId"]
-    checked = run_spark(world["config"], "reconcile", "--master", "local[2]")
-    assert checked.returncode == 1, checked.stdout + checked.stderr
-    assert f"recorded as delivered but not in the queue: {gone_id}" in checked.stdout
-    assert f"in the queue without a ledger entry: {unrecorded}" in checked.stdout
-    # Received as the endpoint would: each message once, but for the one taken out by hand.
+    # Received as the endpoint would: each message once. (What reconcile finds after changes
+    # by hand is test_spark_cluster.py's: one JVM start less.)
     messages = received_ids(world)
-    assert set(messages) == ids - {gone_id} and max(messages.values()) == 1
+    assert set(messages) == ids and max(messages.values()) == 1
 
 
 @SPARK_LOCAL_2

@@ -100,6 +100,11 @@ def test_drain_reconcile_and_report_on_a_standalone_cluster(
     data = json.loads((tmp_path / "failures.json").read_text())
     assert data["error_queue"]["messages"] == 5
     assert data["error_queue"]["by_reason"] == [["missing-queue", 5]]
+    assert data["error_queue"]["by_destination"] == [['"public"."MissingQueue"', 5]]
+    page = (tmp_path / "failures.html").read_text()
+    assert page.startswith("<!DOCTYPE html>") and page.count("<svg") >= 3
+    assert "missing-queue" in page and "MissingQueue" in page
+    assert "PWD" not in page and "Uid=" not in page
     assert marker.exists(), "the executors did not run the packed environment's python"
 
 

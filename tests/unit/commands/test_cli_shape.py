@@ -53,7 +53,8 @@ def test_every_command_a_person_can_type_is_a_verb_module_of_the_table() -> None
 
 def _required(verb: str) -> list[str]:
     """The positional arguments a verb cannot be parsed without."""
-    return {"errors show": ["some-id"], "pause": ["f"], "resume": ["f"]}.get(verb, [])
+    required = {"errors show": ["some-id"], "pause": ["f"], "resume": ["f"]}
+    return {**required, "daemons forget": ["--stale"]}.get(verb, [])
 
 
 class _Refused(SfbridgeError):

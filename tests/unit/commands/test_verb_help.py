@@ -98,5 +98,6 @@ def test_demo_offers_no_config_option_and_the_others_take_it_after_the_verb(
 
 
 def _required(verb: str) -> list[str]:
-    """Positional arguments a verb cannot do without."""
-    return {"pause": ["orders"], "resume": ["orders"], "errors show": ["some-id"]}.get(verb, [])
+    """Arguments a verb cannot do without."""
+    required = {"pause": ["orders"], "resume": ["orders"], "errors show": ["some-id"]}
+    return {**required, "daemons forget": ["--stale"]}.get(verb, [])

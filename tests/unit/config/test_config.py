@@ -1949,11 +1949,14 @@ def test_a_subscriber_whose_catalog_names_a_configured_database_needs_no_route()
     )
 
 
-def test_outages_count_by_default_and_can_wait_up_to_max_wait() -> None:
-    assert build(minimal()).retries.during_outage == "count"
-    raw = with_(minimal(), "retries", {"during_outage": "wait", "max_wait": "2d"})
+def test_outages_wait_by_default_up_to_max_wait_and_can_count() -> None:
+    retries = build(minimal()).retries
+    assert (retries.during_outage, retries.max_wait) == ("wait", 7 * 86400.0)
+    raw = with_(minimal(), "retries", {"max_wait": "2d"})
     retries = build(raw).retries
     assert (retries.during_outage, retries.max_wait) == ("wait", 2 * 86400.0)
+    counting = with_(minimal(), "retries", {"during_outage": "count"})
+    assert build(counting).retries.during_outage == "count"
 
 
 def test_max_wait_shorter_than_the_delay_is_an_error_with_its_key_path() -> None:
@@ -1985,6 +1988,16 @@ def test_waiting_longer_than_the_ledger_remembers_draws_a_warning() -> None:
     assert "longer than ledger.retention 7d" in warning.message
     fine = with_(with_(raw, "ledger", {"retention": "30d"}), "retries.during_outage", "wait")
     assert [p for p in validate(fine, {})[1] if p.severity == "warning"] == []
+
+
+def test_a_retention_shorter_than_the_default_wait_draws_the_warning_too() -> None:
+    # during_outage: wait is the default, so a shorter ledger alone is enough to warn.
+    raw = with_(minimal(), "ledger", {"retention": "1d"})
+    [warning] = [p for p in validate(raw, {})[1] if p.severity == "warning"]
+    assert warning.path == "retries.max_wait"
+    assert warning.message.startswith("7d (the default) is longer than ledger.retention 1d")
+    counting = with_(raw, "retries", {"during_outage": "count"})
+    assert [p for p in validate(counting, {})[1] if p.severity == "warning"] == []
 
 
 # --------------------------------------------------------------------------------------------

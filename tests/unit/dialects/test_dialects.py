@@ -74,12 +74,10 @@ def _placeholders(template: str) -> set[str]:
 
 
 def _tables_for(template: str, table: str, schema: str | None) -> dict[str, TableAddress]:
-    """The table arguments `Dialect.sql` needs for `template`."""
-    return {
-        name: TableAddress(table, schema)
-        for name in _placeholders(template)
-        if name in TABLE_PLACEHOLDERS
-    }
+    """The table arguments `Dialect.sql` needs for `template`: each table it names, also
+    when only as `{x_literal}` (a statement may name a table only as a string literal)."""
+    bases = {name.removesuffix("_literal") for name in _placeholders(template)}
+    return {name: TableAddress(table, schema) for name in bases if name in TABLE_PLACEHOLDERS}
 
 
 def _all_statements(dialect: Dialect, table: str, schema: str | None) -> dict[str, str]:

@@ -22,7 +22,11 @@ import pytest
 from bridge.addressing import TableAddress
 from bridge.config.model import DatabaseConfig, RouteConfig
 from bridge.dialects import STATEMENT_NAMES, dialect_for
-from bridge.dialects.base import LOGIN_RIGHTS_STATEMENT_NAMES, RAW_CLAIM_STATEMENT_NAMES
+from bridge.dialects.base import (
+    LOGIN_RIGHTS_STATEMENT_NAMES,
+    RAW_CLAIM_STATEMENT_NAMES,
+    SERVER_ROLE_STATEMENT_NAMES,
+)
 from bridge.dialects.postgresql import STATEMENTS as PG_STATEMENTS
 from bridge.dialects.sqlserver import DIALECT as SQLSERVER
 from bridge.dialects.sqlserver import (
@@ -209,7 +213,10 @@ def render_all(address: TableAddress, rows: int = 2) -> dict[str, str]:
 
 def test_the_dialect_defines_exactly_the_statement_names() -> None:
     assert set(SQLSERVER.statements) == (
-        STATEMENT_NAMES | RAW_CLAIM_STATEMENT_NAMES | LOGIN_RIGHTS_STATEMENT_NAMES
+        STATEMENT_NAMES
+        | RAW_CLAIM_STATEMENT_NAMES
+        | LOGIN_RIGHTS_STATEMENT_NAMES
+        | SERVER_ROLE_STATEMENT_NAMES
     )
     assert dialect_for("sqlserver") is SQLSERVER
     assert SQLSERVER.grammar is GRAMMAR
@@ -517,9 +524,13 @@ PARAMETERS: dict[str, int] = {
     "destination_states_read": 0,
     "forwarder_state_save": 7,
     "forwarder_states_read": 0,
-    # daemon, host, pid, started, heartbeat at, heartbeat interval, state, stopped at
-    "daemon_save": 8,
+    # daemon, host, pid, started, heartbeat at, heartbeat interval, state, stopped at,
+    # configuration fingerprint, forwarders
+    "daemon_save": 10,
     "daemons_read": 0,
+    "daemons_read_without_identity": 0,
+    "daemons_add_identity": 0,
+    "daemon_delete": 2,  # daemon, heartbeat at
     "daemons_forget": 4,  # forgotten before, host, this daemon, missing before
     "schema_exists": 1,  # schema name
     "can_create_schemas": 0,

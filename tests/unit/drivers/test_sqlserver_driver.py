@@ -21,6 +21,8 @@ from bridge.exceptions import (
     ConnectionFailed,
     ConnectionLost,
     DatabaseError,
+    DatabaseReadOnly,
+    DatabaseUnavailable,
     DuplicateKey,
     LockTimeout,
     PermissionDenied,
@@ -237,6 +239,13 @@ def test_the_sqlserver_error_numbers_the_driver_is_given() -> None:
         40197: TransientDatabaseError,
         40501: TransientDatabaseError,
         40613: TransientDatabaseError,
+        3906: DatabaseReadOnly,
+        927: DatabaseReadOnly,
+        976: DatabaseReadOnly,
+        978: DatabaseReadOnly,
+        983: DatabaseReadOnly,
+        942: DatabaseUnavailable,
+        922: DatabaseUnavailable,
     }
 
 

@@ -83,5 +83,5 @@ def test_probing_follows_the_retry_delay_when_outages_wait_and_is_quick_otherwis
     config = _config(RouteConfig("*", "receiver"))
     waiting = replace(config, retries=replace(config.retries, during_outage="wait", delay=30.0))
     assert probe_interval(waiting) == 30.0
-    counting = replace(config, retries=replace(config.retries, delay=30.0))
+    counting = replace(config, retries=replace(config.retries, during_outage="count", delay=30.0))
     assert probe_interval(counting) == 5.0
