@@ -32,6 +32,7 @@ __all__ = [
     "check_characters",
     "check_table",
     "folded_name",
+    "whole_name_reading",
 ]
 
 
@@ -99,3 +100,25 @@ def folded_name(name: str) -> str:
     Server ignores them when it compares names). For refusing the bridge's own tables, where
     taking two names for one is the safe mistake."""
     return unicodedata.normalize("NFKC", name).casefold().rstrip(" ")
+
+
+def whole_name_reading(grammar: AddressGrammar, text: str) -> TableAddress | None:
+    """For an address whose unquoted dot made its first part a schema (PostgreSQL reads
+    `Samples.Receiver` as table `Receiver` in schema `Samples`, as NServiceBus's PostgreSQL
+    addressing does), the table the person writing it usually meant: the whole text as one
+    table name, in no schema (resolve it with the database's default). None when the text has
+    no such dot (quoted, or a grammar where a dot is part of the name) or cannot be parsed.
+
+    The one place `send` (before it sends), `check`, `install` and the daemon's start read
+    the mistake (`bridge.storage.dotted_names` asks the database which of the two exists).
+    """
+    stripped = text.strip()
+    if stripped.startswith(('"', "[")):
+        return None
+    try:
+        parsed = grammar.parse(stripped)
+    except AddressError:
+        return None
+    if parsed.schema is None:
+        return None
+    return TableAddress(stripped)

@@ -152,6 +152,14 @@ class RequestError(SfbridgeError, ValueError):
     exit_code = ExitCode.USAGE
 
 
+class DottedQueueName(SfbridgeError):
+    """A configured queue's unquoted dot reads as a table in another schema that is missing,
+    while the table of the whole name exists (`bridge.storage.dotted_names`): `install` will
+    not create the wrong table (and its schema)."""
+
+    exit_code = ExitCode.USAGE
+
+
 # -- databases ------------------------------------------------------------------------------
 
 

@@ -35,6 +35,7 @@ from bridge.forwarding.outgoing import Outgoing
 from bridge.forwarding.proxies import forwarder_router, proxy_destination
 from bridge.forwarding.subscriptions import SubscriberDirectory
 from bridge.messages import Forward, NoSubscribers, Publish
+from bridge.storage.dotted_names import dotted_names
 from bridge.storage.ledger import ledger_address, ledger_databases
 from bridge.storage.tables import forwarder_table_steps, forwarder_tables
 
@@ -97,6 +98,7 @@ def run_checks(config: BridgeConfig) -> list[Finding]:
                 else:
                     subject, check = f"{label} {step.description}", check_exists
                 findings.extend(check(config, connection, dialect, step.table, subject))
+        findings.extend(_check_dotted_names(config, connections, reachable))
         for forwarder in config.forwarders:
             if forwarder.destination is not None:
                 findings.extend(_check_proxy(config, forwarder, connections, reachable))
@@ -141,6 +143,21 @@ def run_checks(config: BridgeConfig) -> list[Finding]:
             )
         findings.append(Finding(True, "bridge tables", f"{missing} missing: {advice}", True))
     return findings
+
+
+def _check_dotted_names(
+    config: BridgeConfig, connections: Connections, reachable: set[str]
+) -> Iterator[Finding]:
+    """A problem for each queue whose unquoted dot reads as a missing table while the table of
+    the whole name exists: the daemon would forward from an empty queue."""
+    for database in sorted({f.database for f in config.forwarders} & reachable):
+        try:
+            traps = dotted_names(config, database, connections.get(database))
+        except DatabaseError as error:
+            yield Finding(False, f"database '{database}'", f"queue names: {error.detail}")
+            continue
+        for trap in traps:
+            yield Finding(False, f"forwarder '{trap.forwarder}' {trap.key}", trap.detail)
 
 
 def written_databases(config: BridgeConfig) -> set[str]:

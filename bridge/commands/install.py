@@ -15,8 +15,15 @@ from bridge.config.model import BridgeConfig
 from bridge.connections import connect, require_writable
 from bridge.dialects import Dialect, dialect_for
 from bridge.drivers import Connection
-from bridge.exceptions import ExitCode, PermissionDenied, TableNotFound
+from bridge.exceptions import (
+    DatabaseError,
+    DottedQueueName,
+    ExitCode,
+    PermissionDenied,
+    TableNotFound,
+)
 from bridge.storage.daemons import upgrade_daemons_table
+from bridge.storage.dotted_names import dotted_names
 from bridge.storage.grants import lacking_right
 from bridge.storage.ledger import ledger_databases, ledger_steps
 from bridge.storage.tables import (
@@ -60,9 +67,37 @@ def run(args: argparse.Namespace) -> int:
         print(render_grants(config, args.login, login_creates_tables=args.login_creates_tables))
         return ExitCode.OK
     config.require_environment("install", {step.database for step in install_plan(config)})
+    refuse_dotted_names(config)
     for step in run_install(config):
         print(f"ok  database '{step.database}': {step.description}")
     return ExitCode.OK
+
+
+def refuse_dotted_names(config: BridgeConfig) -> None:
+    """Raise DottedQueueName, before anything is created, when a forwarder's queue reads as a
+    missing table in another schema while the table of its whole name exists: installing would
+    create that table and its schema, and the daemon would forward from an empty queue. A
+    database that cannot be reached is left to `run_install` to report."""
+    found = []
+    for database in sorted({forwarder.database for forwarder in config.forwarders}):
+        try:
+            connection = connect(config.databases[database])
+        except DatabaseError:
+            continue
+        try:
+            found.extend(dotted_names(config, database, connection))
+        except DatabaseError:
+            continue
+        finally:
+            connection.close()
+    if found:
+        raise DottedQueueName(
+            "not creating "
+            + ", ".join(trap.read_as for trap in found)
+            + ":\n  "
+            + "\n  ".join(str(trap) for trap in found),
+            advice="nothing was created; fix the config as shown, then run 'sfbridge install'",
+        )
 
 
 def install_plan(config: BridgeConfig) -> list[TableStep]:

@@ -9,13 +9,14 @@ import uuid
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 
+from bridge.addressing import whole_name_reading
 from bridge.commands.configuration import load
 from bridge.commands.selection import forwarder_named
 from bridge.config.durations import parse_duration
 from bridge.config.model import BridgeConfig, ForwarderConfig
 from bridge.connections import connect
 from bridge.dialects import dialect_for
-from bridge.exceptions import AddressError, ExitCode, RequestError
+from bridge.exceptions import ExitCode, RequestError
 from bridge.forwarding.writes import QueueWriter
 from bridge.headers import DESTINATION_HEADER, Headers, serialize_headers, wire_date
 from bridge.secrets import inert
@@ -120,12 +121,11 @@ def dotted_name_warning(
     daemon says why)."""
     grammar = dialect_for(config.databases[forwarder.database].dialect).grammar
     text = address.strip()
-    try:
-        parsed = grammar.parse(text)
-    except AddressError:
+    whole = whole_name_reading(grammar, text)
+    if whole is None:
         return None
-    if parsed.schema is None or text.startswith(('"', "[")):
-        return None
+    parsed = grammar.parse(text)
+    assert parsed.schema is not None  # whole_name_reading says so
     quoted = grammar.quote_identifier(text)
     return (
         f"{address!r} names table {grammar.quote_identifier(parsed.table)} in schema "

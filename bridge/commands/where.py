@@ -48,17 +48,6 @@ from bridge.storage.whereabouts import (
     find_in_retry,
 )
 
-DESCRIPTION = """\
-Say where one message is now and what happened to it: still queued in a forwarding queue,
-waiting in retry storage (attempts, next attempt, last error), delivered (the dedup ledger:
-which database and queue, when), failed in an error queue (reason, time) or archived. A
-published event shows each subscriber's copy. Indexed lookups answer at once; forwarding queues
-are searched by row Id, and by MessageId only with --scan (which reads the whole queue)."""
-EXAMPLE = """\
-example:
-  sfbridge where 5b2f0c3e-8d6a-4f7e-9a4b-0c1d2e3f4a5b
-  sfbridge where 5b2f0c3e-8d6a-4f7e-9a4b-0c1d2e3f4a5b --scan --json"""
-
 # What each place is called, in the order lines are printed.
 PLACES = ("queued", "retrying", "delivered", "failed", "archived")
 
@@ -101,9 +90,6 @@ class Sighting:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.description = DESCRIPTION
-    parser.epilog = EXAMPLE
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("message_id", metavar="MESSAGE_ID", help="NServiceBus.MessageId or row Id")
     parser.add_argument(
         "--scan",

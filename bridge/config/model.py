@@ -222,6 +222,7 @@ class DaemonConfig:
 @dataclass(frozen=True)
 class LoggingConfig:
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    repeats: float = 60.0  # seconds a repeated failure is held for one summary line
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,8 @@
-"""One warning at start when the daemon's login is a superuser (PostgreSQL) or sysadmin /
-db_owner (SQL Server) in any of its databases: it then may do anything there, where it needs
-only what `sfbridge install --print-grants` prints."""
+"""Warnings at start, from a look at the databases: one when the daemon's login is a superuser
+(PostgreSQL) or sysadmin / db_owner (SQL Server) in any of its databases (it then may do
+anything there, where it needs only what `sfbridge install --print-grants` prints), and one per
+queue whose unquoted dot reads as a missing table while the table of the whole name exists
+(`bridge.storage.dotted_names`: the daemon would forward from an empty queue)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from bridge.config.model import BridgeConfig
 from bridge.connections import connect
 from bridge.dialects import dialect_for
 from bridge.exceptions import DatabaseError
+from bridge.storage.dotted_names import dotted_names
 from bridge.storage.grants import login_powers
 
 log = logging.getLogger(__name__)
@@ -51,11 +54,32 @@ def warn_if_superuser(config: BridgeConfig) -> None:
         )
 
 
+def warn_of_dotted_names(config: BridgeConfig) -> None:
+    """Log a warning for each forwarder queue that falls into the dotted-name trap; a database
+    that cannot be reached or read is left out. Never raises."""
+    for database in sorted({forwarder.database for forwarder in config.forwarders}):
+        try:
+            connection = connect(config.databases[database])
+        except DatabaseError:
+            continue
+        try:
+            traps = dotted_names(config, database, connection)
+        except DatabaseError:
+            continue
+        finally:
+            connection.close()
+        for trap in traps:
+            log.warning("%s", trap)
+
+
+def _start_checks(config: BridgeConfig) -> None:
+    warn_of_dotted_names(config)
+    warn_if_superuser(config)
+
+
 def start_login_check(config: BridgeConfig) -> threading.Thread:
-    """`warn_if_superuser` in a thread of its own: a database that does not answer must not
-    hold up the start."""
-    thread = threading.Thread(
-        target=warn_if_superuser, args=(config,), name="login check", daemon=True
-    )
+    """`warn_of_dotted_names` and `warn_if_superuser` in a thread of their own: a database
+    that does not answer must not hold up the start."""
+    thread = threading.Thread(target=_start_checks, args=(config,), name="login check", daemon=True)
     thread.start()
     return thread

@@ -50,6 +50,7 @@ from bridge.forwarding.settle import (
     ERRORS,
     EXPIRED,
     NO_SUBSCRIBERS,
+    POISON,
     RETRIES,
 )
 from bridge.outages import OutageTracker
@@ -113,6 +114,14 @@ class BridgeMetrics:
             "sfbridge_messages_claimed",
             "Messages claimed from the forwarding queue or retry storage.",
             ["forwarder", "source"],
+            registry=registry,
+        )
+        self.poison = Counter(
+            "sfbridge_poison_messages",
+            "Rows of the forwarder's own queue whose headers could not be read, moved to the "
+            "error queue as they were (also in outcome error_queue; they name no "
+            "NServiceBus.FailedQ, so the error-queue gauge counts them as other).",
+            ["forwarder"],
             registry=registry,
         )
         self.batch_failures = Counter(
@@ -210,6 +219,7 @@ class BridgeMetrics:
                 self.messages.labels(forwarder.name, outcome)  # present at 0 from the start
             # At 0 too, so that increase() sees the first suspected duplicates (an alert).
             self.suspected_duplicates.labels(forwarder.name)
+            self.poison.labels(forwarder.name)  # at 0, for increase() and its alert
             self.workers_busy.labels(forwarder.name)
 
     def use_worker_processes(
@@ -273,6 +283,8 @@ class BridgeMetrics:
         for name, outcome in OUTCOME_LABELS.items():
             if counts.get(name):
                 self.messages.labels(forwarder, outcome).inc(counts[name])
+        if counts.get(POISON):
+            self.poison.labels(forwarder).inc(counts[POISON])
 
     def delivered(self, database: str, count: int, seconds_since_claim: float) -> None:
         self.deliveries.labels(database).inc(count)
@@ -366,12 +378,19 @@ class BridgeMetrics:
             "1 per pause (sfbridge pause): destination '' is the whole forwarder.",
             labels=["forwarder", "destination"],
         )
+        held = GaugeMetricFamily(
+            "sfbridge_retries_paused",
+            "Of the forwarder's retry storage, messages held by a pause (of the forwarder or of "
+            "their destination database) rather than by a failure.",
+            labels=["forwarder"],
+        )
         for name, sample in sorted(samples.items()):
             readable.add_metric([name], 0 if sample.depths is None else 1)
             if sample.depths is not None:
                 depths = sample.depths
                 queue.add_metric([name, "forwarding"], depths.queued)
                 queue.add_metric([name, "retry"], depths.waiting_for_retry)
+                held.add_metric([name], depths.held_by(sample.pauses))
                 if sample.in_error is not None:
                     queue.add_metric([name, "error"], sample.in_error)
                 oldest.add_metric([name], depths.oldest_age_seconds or 0.0)
@@ -385,7 +404,7 @@ class BridgeMetrics:
         )
         for (database, error_queue), messages in sorted(error_others.items()):
             other.add_metric([database, error_queue], messages)
-        yield from (queue, oldest, readable, paused, other)
+        yield from (queue, oldest, readable, paused, held, other)
         if sampled_at is not None:
             yield GaugeMetricFamily(
                 "sfbridge_queue_sample_timestamp_seconds",

@@ -157,6 +157,7 @@ def start_pools(
                 health,
                 observer,
                 catch_up=catch_up,
+                repeats=notices.repeats if notices is not None else None,
             )
             for index in range(size)
         ]

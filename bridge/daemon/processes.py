@@ -344,6 +344,11 @@ class WorkerProcess:
                 self.on_backlog(event[1], tuple(event[2]), self)
         elif kind == "notice":
             self._notices.say(*event[1:])
+        elif kind == "repeat":
+            self._notices.repeats.tell(*event[1:])
+        # Each event (a beat comes every second) ends the repeat windows that are over, also
+        # when the daemon's own process runs no workers that would.
+        self._notices.repeats.flush()
 
     def mark(self, database: str, keys: list[Key]) -> None:
         """Mark these sources on its board of `database`, those of its share."""

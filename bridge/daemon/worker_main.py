@@ -176,7 +176,10 @@ def _serve(
     health = RelayedHealth(link)
     observer = RelayedObserver(link) if metrics else None
     # Said by the daemon, once for all processes: every process learns the same of a table.
-    notices = Notices(relay=lambda *notice: link.send("notice", *notice))
+    notices = Notices(
+        relay=lambda *notice: link.send("notice", *notice),
+        repeats=lambda *told: link.send("repeat", *told),
+    )
     # A backlog here: the daemon marks it on its own board and the other processes' boards.
     backlog = partial(link.send, "backlog")
     pools = start_pools(

@@ -24,6 +24,7 @@ from bridge.daemon.observability import report_exception
 from bridge.exceptions import DatabaseError, DatabaseUnavailable, TableNotFound
 from bridge.forwarding.catch_up import CatchUpLimits
 from bridge.forwarding.observers import ForwardingObserver, safe_observer
+from bridge.forwarding.repeats import RepeatedLines
 from bridge.forwarding.spine import BatchForwarder
 from bridge.forwarding.writes import QueueWriter
 from bridge.outages import OutageTracker
@@ -54,7 +55,9 @@ class PoolWorker(threading.Thread):
         observer: ForwardingObserver | None = None,
         *,
         catch_up: CatchUpLimits | None = None,
+        repeats: RepeatedLines | None = None,
     ) -> None:
+        """`repeats`: the daemon's failures that repeat (`Notices.repeats`), told once a window."""
         super().__init__(name=f"{database}-{index}", daemon=True)
         self.config = config
         self.database = database
@@ -71,6 +74,7 @@ class PoolWorker(threading.Thread):
         self._observer = safe_observer(observer)
         self._lock = threading.Lock()
         self._source_down = False
+        self._repeats = repeats
 
     def run(self) -> None:
         connections = Connections(self.config.databases, self._outages)
@@ -78,6 +82,10 @@ class PoolWorker(threading.Thread):
         try:
             while not self.stop.is_set():
                 self.last_progress = time.monotonic()
+                # A failure held for its repeats is told when its window ends, not only when
+                # the next one comes (a lock and a few keys: nothing beside a batch).
+                if self._repeats is not None:
+                    self._repeats.flush()
                 entry = self.board.take(TURN_WAIT)
                 if entry is None:
                     continue
@@ -93,6 +101,7 @@ class PoolWorker(threading.Thread):
                         writer=self._writer,
                         observer=self._observer,
                         catch_up=self._catch_up,
+                        repeats=self._repeats,
                     )
                     forwarders[entry.forwarder] = batches
                 self._turn(entry, batches, connections)

@@ -218,7 +218,8 @@ STATEMENTS: dict[str, str] = {
         SELECT destination, count(*), min(first_failure_at), min(next_attempt_at),
                max(attempts),
                (SELECT r2.last_error FROM {retry} r2 WHERE r2.forwarder = r.forwarder
-                  AND r2.destination = r.destination ORDER BY r2.seq DESC LIMIT 1)
+                  AND r2.destination = r.destination ORDER BY r2.seq DESC LIMIT 1),
+               min(destination_database)
         FROM {retry} r WHERE forwarder = ? GROUP BY destination ORDER BY destination""",
     "ledger_record": f"""
         INSERT OR IGNORE INTO {{ledger}} (message_id, destination, forwarded_at)

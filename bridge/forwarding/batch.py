@@ -9,6 +9,7 @@ on the objects that serve many batches.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -53,3 +54,6 @@ class Batch:
     # Tables of the bridge found missing where that must not fail the batch (the event types
     # table): healed after the commit.
     missing_tables: list[BridgeTableMissing] = field(default_factory=list)
+    # Logs what settle found failing (`Settlement.tell`): called once the commit has made it
+    # so, so that a batch rolled back tells of nothing it did not do.
+    tell_failures: Callable[[], None] | None = None

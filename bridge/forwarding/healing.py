@@ -25,6 +25,7 @@ from bridge.exceptions import (
     PermissionDenied,
     TableNotFound,
 )
+from bridge.storage.dotted_names import dotted_names
 from bridge.storage.grants import lacking_right
 from bridge.storage.ledger import (
     RUNTIME_DDL_OFF_ADVICE,
@@ -93,6 +94,11 @@ class TableHealer:
         if not self._config.install.at_runtime:
             raise missing.with_advice(RUNTIME_DDL_OFF_ADVICE) from None
         connection = self._connections.get(database)
+        # Not the table an unquoted dot reads as, with its schema, while the endpoints' table
+        # of the whole name is there: the forwarder fails alone, saying how to quote it.
+        for trap in dotted_names(self._config, database, connection):
+            if trap.forwarder == self._forwarder.name:
+                raise missing.with_advice(f"not creating it: {trap}") from None
         steps = forwarder_table_steps(self._config, self._forwarder)
         try:
             created = create_tables(connection, self._dialect, steps, only_missing=True)

@@ -20,8 +20,9 @@ from bridge.config.model import ForwarderConfig, NoSubscribersPolicy, RetryConfi
 from bridge.dialects import Dialect
 from bridge.drivers import Connection
 from bridge.forwarding.catch_up import HELD_MESSAGES, HELD_MILLISECONDS, Held
+from bridge.forwarding.repeats import RepeatedLines
 from bridge.forwarding.writes import QueueWriter
-from bridge.headers import Headers, serialize_headers, with_failure_headers
+from bridge.headers import MESSAGE_ID_HEADER, Headers, serialize_headers, with_failure_headers
 from bridge.messages import (
     UNREADABLE_ROW,
     Delivered,
@@ -38,6 +39,7 @@ from bridge.messages import (
 )
 from bridge.processing_host import processing_host
 from bridge.retry_policy import gives_up_after, next_attempt_at, waited_too_long
+from bridge.secrets import inert
 from bridge.storage.retries import store_retry
 from bridge.storage.tables import ForwarderTables, owned_table
 
@@ -57,6 +59,10 @@ FAN_OUT_COPIES = "fan-out-copies"
 # Counted in the table, not outcomes of the batch's messages.
 _BOOKKEEPING = frozenset({CLAIMED, FAN_OUT_COPIES, HELD_MESSAGES, HELD_MILLISECONDS})
 OUTCOMES = (DELIVERED, DUPLICATES, EXPIRED, RETRIES, ERRORS, NO_SUBSCRIBERS)
+# Of ERRORS, the rows of the forwarder's own queue whose headers cannot be read: moved as they
+# are, so they name no NServiceBus.FailedQ and the error-queue count cannot charge them to the
+# forwarder (`bridge.storage.error_counts`); this counter does (a metric, and an alert on it).
+POISON = "poison-to-error-queue"
 
 
 # -- fates ---------------------------------------------------------------------------------
@@ -231,7 +237,11 @@ class Settlement:
         slot: int,
         now: datetime,
         writer: QueueWriter,
+        repeats: float = 60.0,
+        repeated_lines: RepeatedLines | None = None,
     ) -> None:
+        """`repeated_lines` holds a failure told once for `repeats` seconds
+        (`logging.repeats`); without it, each batch's failures are told in full."""
         self._connection = connection
         self._dialect = dialect
         self._forwarder = forwarder
@@ -243,8 +253,12 @@ class Settlement:
         # One log line per destination and error per batch, not one per message: an outage
         # with a backlog of thousands must not flood the journal.
         self._retried: Counter[tuple[str, str, str]] = Counter()
-        self._given_up: Counter[tuple[str, str]] = Counter()
         self._waiting: Counter[str] = Counter()
+        # Messages moved to the error queue, per (level, what happened to them): one line per
+        # batch and reason naming a few of them, and repeats held (`bridge.forwarding.repeats`).
+        self._dead_lettered: dict[tuple[int, str], list[str]] = {}
+        self._repeats = repeats if repeated_lines is not None else 0.0
+        self._repeated_lines = repeated_lines or RepeatedLines()
 
     def settle(
         self,
@@ -278,19 +292,32 @@ class Settlement:
             self._log_counted(unit, fate)
             self.counts[fate.counter] += 1
         elif isinstance(fate, DeadLetterAsIs):
-            log.error(
-                "message %s in %s cannot be processed (%s); moved to the error queue as is",
-                message.row_id,
-                self._tables.queue_canonical,
-                fate.reason,
+            subject = (
+                f"in {self._tables.queue_canonical} cannot be processed ({fate.reason}); moved "
+                "to the error queue as is"
+            )
+            # Headers that cannot be read name no MessageId: the row's Id is all there is.
+            self._dead_lettered.setdefault((logging.ERROR, subject), []).append(
+                f"row Id {message.row_id}"
             )
             self._dead_letter(unit, message.headers_text or "")
             self.counts[ERRORS] += 1
+            self.counts[POISON] += 1
         elif isinstance(fate, DeadLetter):
             if fate.attempts is None:
-                log.warning("message %s: %s; moved to the error queue", message.row_id, fate.reason)
+                level = logging.WARNING
+                subject = (
+                    f"from {self._tables.queue_canonical} moved to the error queue: {fate.reason}"
+                )
             else:
-                self._given_up[(fate.destination or "?", fate.reason)] += 1
+                level = logging.ERROR
+                subject = (
+                    f"to {fate.destination or '?'} moved to the error queue after their last "
+                    f"attempt: {fate.reason}"
+                )
+            self._dead_lettered.setdefault((level, subject), []).append(
+                _known_as(fate.headers, message.row_id)
+            )
             self._dead_letter_with_reason(unit, fate)
             self.counts[ERRORS] += 1
         else:
@@ -334,10 +361,8 @@ class Settlement:
             self._retried[(fate.destination, fate.error, fate.due.strftime("%H:%M:%S"))] += 1
 
     def finish(self) -> Counter[str]:
-        """Add the counts to the counters table and log the batch's failures, grouped.
-
-        Returns the outcome counts (the claim bookkeeping goes to the table only).
-        """
+        """Add the counts to the counters table. Returns the outcome counts (the claim
+        bookkeeping goes to the table only); `tell` logs the failures once committed."""
         counted = [(name, value) for name, value in sorted(self.counts.items()) if value]
         if counted:
             statement = self._dialect.sql(
@@ -350,6 +375,11 @@ class Settlement:
             ]
             with owned_table("counters", self._dialect.grammar.render(self._tables.counters)):
                 self._connection.execute(statement, parameters)
+        return Counter({k: v for k, v in self.counts.items() if k not in _BOOKKEEPING})
+
+    def tell(self) -> None:
+        """Log the batch's failures, grouped (one line per destination and error, or per
+        reason, a repeated reason held by `repeated_lines`); after the commit."""
         for database, count in self._waiting.items():
             # The outage itself is logged once, when it starts (bridge.outages).
             log.info("%d message(s) wait in retry storage for database '%s'", count, database)
@@ -361,14 +391,17 @@ class Settlement:
                 error,
                 due,
             )
-        for (destination, error), count in self._given_up.items():
-            log.error(
-                "%d message(s) to %s moved to the error queue after their last attempt: %s",
-                count,
-                destination,
-                error,
+        for (level, subject), ids in self._dead_lettered.items():
+            self._repeated_lines.tell(
+                __name__,
+                level,
+                (self._forwarder.name, str(level), subject),
+                f"forwarder '{self._forwarder.name}': ",
+                subject,
+                len(ids),
+                ids,
+                self._repeats,
             )
-        return Counter({k: v for k, v in self.counts.items() if k not in _BOOKKEEPING})
 
     def _dead_letter(self, unit: Unit, headers_text: str) -> None:
         error_queue = self._tables.error_queue
@@ -394,3 +427,10 @@ class Settlement:
             attempts=fate.attempts,
         )
         self._dead_letter(unit, serialize_headers(failure_headers))
+
+
+def _known_as(headers: Headers, row_id: object) -> str:
+    """How a log line names a message: its `NServiceBus.MessageId` (what `send`, the endpoints
+    and ServicePulse know it by), else its row's Id. Inert: a sender wrote it."""
+    message_id = headers.get(MESSAGE_ID_HEADER)
+    return inert(message_id) if message_id else f"row Id {row_id}"

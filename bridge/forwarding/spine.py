@@ -46,6 +46,7 @@ from bridge.forwarding.healing import TableHealer
 from bridge.forwarding.observers import ForwardingObserver, safe_observer
 from bridge.forwarding.outgoing import Outgoing
 from bridge.forwarding.proxies import forwarder_router
+from bridge.forwarding.repeats import RepeatedLines
 from bridge.forwarding.settle import Settlement
 from bridge.forwarding.subscriptions import SubscriberDirectory
 from bridge.forwarding.transactions import BatchTransactions, SourceFailed
@@ -85,8 +86,12 @@ class BatchForwarder:
         writer: QueueWriter | None = None,
         observer: ForwardingObserver | None = None,
         catch_up: CatchUpLimits | None = None,
+        repeats: RepeatedLines | None = None,
     ) -> None:
+        """`repeats`: where failures that repeat are held and told (the daemon's, one for all
+        its workers); without it, each batch's are told in full."""
         self.config = config
+        self._repeats = repeats
         self.forwarder = forwarder
         self.connections = connections
         self.slot = slot
@@ -285,6 +290,8 @@ class BatchForwarder:
             slot=self.slot,
             now=batch.now,
             writer=self._writer,
+            repeats=self.config.logging.repeats,
+            repeated_lines=self._repeats,
         )
         batch.report.counts = settlement.settle(
             batch.units,
@@ -293,9 +300,12 @@ class BatchForwarder:
             self.config.publish.no_subscribers,
             batch.held,
         )
+        batch.tell_failures = settlement.tell
 
     def _commit(self, batch: Batch) -> None:
         batch.connection.commit()
+        if batch.tell_failures is not None:
+            batch.tell_failures()
         self._store = batch.transactions.store
         if batch.transactions.prepared:
             batch.transactions.commit_prepared(self._destination_dialects())

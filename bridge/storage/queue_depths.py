@@ -24,12 +24,20 @@ class QueueDepths:
     queued: int
     oldest_age_seconds: float | None  # of the oldest queued message, by its TimeSent
     # Retry storage per destination: the `retry_summary` rows (destination, messages,
-    # failing since, next attempt, most attempts made, last error).
+    # failing since, next attempt, most attempts made, last error, destination database).
     retry_summary: tuple[tuple[Any, ...], ...]
 
     @property
     def waiting_for_retry(self) -> int:
         return sum(int(row[1]) for row in self.retry_summary)
+
+    def held_by(self, pauses: PauseState) -> int:
+        """How many of the retries wait for a pause, not a failure: all of them while the whole
+        forwarder is paused, else those for a paused destination database."""
+        if pauses.forwarder is not None:
+            return self.waiting_for_retry
+        paused = pauses.destinations
+        return sum(int(row[1]) for row in self.retry_summary if row[6] in paused)
 
 
 def read_queue_depths(

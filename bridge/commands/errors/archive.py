@@ -21,22 +21,8 @@ from bridge.exceptions import DatabaseError, ExitCode
 from bridge.secrets import inert
 from bridge.storage.archive import archive_address
 
-DESCRIPTION = """\
-Move failed messages out of the error queue into the error archive (sfbridge_error_archive in
-the same database), as they are: out of the way of ServicePulse and 'errors list', found by
-'sfbridge where', restorable with 'errors restore' until older than error_archive.retention
-(default 30 days), when the daemon deletes them. Asks first, as 'purge' does."""
-EXAMPLE = """\
-example:
-  sfbridge errors summary --by exception
-  sfbridge errors archive --group exception:System.TimeoutException --dry-run
-  sfbridge errors archive --group exception:System.TimeoutException --yes"""
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.description = DESCRIPTION
-    parser.epilog = EXAMPLE
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     add_selection_arguments(parser, failed=True)
     parser.add_argument(
         "--dry-run", action="store_true", help="print what would move; move nothing"

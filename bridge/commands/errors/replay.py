@@ -33,11 +33,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="send them to this destination queue instead (an address in the forwarding "
         "database's grammar, as a routing header holds it); refused unless a route allows it",
     )
-    parser.epilog = """\
-example:
-  sfbridge errors replay --group reason:unroutable --dry-run
-  sfbridge errors replay --id 5b2f0c3e-8d6a-4f7e-9a4b-0c1d2e3f4a5b --to Samples.Billing"""
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
 
 
 def run(args: argparse.Namespace) -> int:

@@ -34,20 +34,9 @@ from bridge.storage.archive import (
 from bridge.storage.tables import owned_table
 
 BATCH_SIZE = 100
-DESCRIPTION = """\
-Put archived failed messages ('errors archive') back into the error queue each was archived
-from, as it was. Selects as 'errors list' does (--id, --group, --reason, ...); without a
-selection, every archived message."""
-EXAMPLE = """\
-example:
-  sfbridge errors restore --id 5b2f0c3e-8d6a-4f7e-9a4b-0c1d2e3f4a5b
-  sfbridge errors restore --group reason:unroutable --dry-run"""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.description = DESCRIPTION
-    parser.epilog = EXAMPLE
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     add_selection_arguments(parser, failed=True)
     parser.add_argument(
         "--dry-run", action="store_true", help="print what would move; move nothing"

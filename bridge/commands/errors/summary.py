@@ -26,21 +26,10 @@ from bridge.commands.selection import (
 from bridge.connections import Connections
 from bridge.exceptions import DatabaseError, ExitCode
 
-DESCRIPTION = """\
-Count the failed messages of every error queue in groups, largest first, with the first and
-the last failure of each. A group's name (BY:VALUE) selects it in 'errors list', 'replay',
-'archive' and 'purge' with --group."""
-EXAMPLE = """\
-example:
-  sfbridge errors summary --by exception
-  sfbridge errors replay --group exception:System.TimeoutException --dry-run"""
 _HEADINGS = ("GROUP", "COUNT", "REPLAYABLE", "FIRST FAILURE (UTC)", "LAST FAILURE (UTC)")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.description = DESCRIPTION
-    parser.epilog = EXAMPLE
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument(
         "--by",
         choices=GROUP_BY,

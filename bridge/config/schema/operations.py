@@ -68,6 +68,17 @@ LOGGING = Section(
             choices=("DEBUG", "INFO", "WARNING", "ERROR"),
             case_insensitive=True,
         ),
+        Key(
+            "repeats",
+            "duration",
+            "How long a failure that repeats is told once: the first batch of messages moved "
+            "to the error queue for a reason is logged with its count and a few "
+            "`NServiceBus.MessageId`s; further batches for the same reason within this time "
+            "are summed into one line when it ends (`... and 1,998 more in the last 1m`).",
+            example="1m",
+            default=60.0,
+            minimum=1,
+        ),
     ),
 )
 

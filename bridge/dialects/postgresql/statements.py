@@ -171,7 +171,8 @@ STATEMENTS: dict[str, str] = {
     "dead_letter": "INSERT INTO {queue} (id, expires, headers, body) VALUES (?, NULL, ?, ?)",
     "retry_summary": """
         SELECT destination, count(*), min(first_failure_at), min(next_attempt_at),
-               max(attempts), (array_agg(last_error ORDER BY seq DESC))[1]
+               max(attempts), (array_agg(last_error ORDER BY seq DESC))[1],
+               min(destination_database)
         FROM {retry} WHERE forwarder = ? GROUP BY destination ORDER BY destination""",
     "ledger_record": f"""
         INSERT INTO {{ledger}} (message_id, destination, forwarded_at)

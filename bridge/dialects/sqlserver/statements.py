@@ -229,7 +229,8 @@ STATEMENTS: dict[str, str] = {
                MAX(r.attempts),
                (SELECT TOP (1) r2.last_error FROM {retry} AS r2
                 WHERE r2.forwarder = r.forwarder AND r2.destination = r.destination
-                ORDER BY r2.seq DESC)
+                ORDER BY r2.seq DESC),
+               MIN(r.destination_database)
         FROM {retry} AS r WHERE r.forwarder = ?
         GROUP BY r.forwarder, r.destination ORDER BY r.destination""",
     # No ON CONFLICT in T-SQL: insert what is not there yet. UPDLOCK + HOLDLOCK lock the key

@@ -16,6 +16,7 @@ from support import ERROR_QUEUE as ERROR
 from support import (
     REPO,
     DaemonProcess,
+    pg_connect,
     pg_count,
     pg_create_queue,
     pg_send,
@@ -78,8 +79,15 @@ def test_a_scrape_counts_what_arrived_what_failed_and_what_waits(
         pg_send(
             sender, FORWARD, 5, destination='"public"."Samples.Unknown"', body=b"{}"
         )  # no route: the error queue
+        with pg_connect(sender) as connection:  # poison: headers that are not JSON
+            connection.execute(
+                f"INSERT INTO {FORWARD} (Id, Headers, Body) VALUES (gen_random_uuid(), ?, ?)",
+                "{not json",
+                b"x",
+            )
+            connection.commit()
         wait_until(lambda: pg_count(receiver, RECEIVER) == 40, 30, "the deliveries")
-        wait_until(lambda: pg_count(sender, ERROR) == 5, 30, "the unroutable messages")
+        wait_until(lambda: pg_count(sender, ERROR) == 6, 30, "the unroutable messages")
 
         def sampled_errors() -> bool:
             return (
@@ -95,14 +103,14 @@ def test_a_scrape_counts_what_arrived_what_failed_and_what_waits(
         }
         assert outcome == {
             "delivered": 40,
-            "error_queue": 5,
+            "error_queue": 6,
             "retry_scheduled": 0,
             "duplicate_skipped": 0,
         }
         assert value(samples, "sfbridge_destination_deliveries_total", database="receiver") == 40
         assert (
             value(samples, "sfbridge_messages_claimed_total", forwarder="orders", source="queue")
-            == 45
+            == 46
         )
         batches = value(samples, "sfbridge_delivery_latency_seconds_count", database="receiver")
         assert batches is not None and 1 <= batches <= 40
@@ -113,6 +121,10 @@ def test_a_scrape_counts_what_arrived_what_failed_and_what_waits(
             value(samples, "sfbridge_queue_messages", forwarder="orders", queue="forwarding") == 0
         )
         assert value(samples, "sfbridge_queue_messages", forwarder="orders", queue="retry") == 0
+        # The poison row names no FailedQ (the error-queue gauge cannot charge it to the
+        # forwarder); its own counter does.
+        assert value(samples, "sfbridge_poison_messages_total", forwarder="orders") == 1
+        assert value(samples, "sfbridge_retries_paused", forwarder="orders") == 0
         assert value(samples, "sfbridge_database_up", database="receiver") == 1
         assert value(samples, "sfbridge_workers", forwarder="orders") == 2
         # What the shipped alert rules and dashboard query exists on a real page.

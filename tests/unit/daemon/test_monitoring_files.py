@@ -57,6 +57,31 @@ def test_every_alert_has_a_severity_and_says_what_to_do() -> None:
     } <= fired
 
 
+def test_every_alert_has_a_promtool_case_that_fires_it_and_one_that_does_not() -> None:
+    rules = yaml.safe_load((CONFIG / "prometheus-alerts.yaml").read_text())
+    alerts = {rule["alert"] for group in rules["groups"] for rule in group["rules"]}
+    tested = yaml.safe_load((CONFIG / "prometheus-alerts.test.yaml").read_text())
+    cases = [case for test in tested["tests"] for case in test["alert_rule_test"]]
+    fired = {case["alertname"] for case in cases if case["exp_alerts"]}
+    quiet = {case["alertname"] for case in cases if not case["exp_alerts"]}
+    assert alerts - fired == set(), "alerts without a promtool case where they fire"
+    assert alerts - quiet == set(), "alerts without a promtool case where they stay quiet"
+
+
+def test_the_dashboard_shows_failing_forwarders_failed_batches_and_other_failures() -> None:
+    dashboard = json.loads((CONFIG / "grafana-dashboard.json").read_text())
+    queried = " ".join(
+        target["expr"] for panel in dashboard["panels"] for target in panel["targets"]
+    )
+    for metric in (
+        "sfbridge_forwarder_failing",
+        "sfbridge_batch_failures_total",
+        "sfbridge_error_queue_other_messages",
+        "sfbridge_poison_messages_total",
+    ):
+        assert metric in queried, metric
+
+
 def test_the_dashboard_is_grafana_json_with_a_query_in_every_panel() -> None:
     dashboard = json.loads((CONFIG / "grafana-dashboard.json").read_text())
     assert dashboard["uid"] == "sfbridge"
