@@ -210,7 +210,7 @@ def run_demo(folder: str | None = None, message_count: int = 5) -> int:
         account.say(f"moved {receiver.name} to {offline.name}")
         more = sample.submit(message_count)
         account.say(f"Sender: sent {len(more)} more: sending still works, nothing is lost")
-        _show_retries(config, account, until_attempt=3)
+        _show_retries(config, account, looks=1)
 
         account.step("4. Receiver database restored, Receiver started")
         offline.rename(receiver)
@@ -280,32 +280,34 @@ def _queued(config: BridgeConfig) -> int:
         connection.close()
 
 
-def _show_retries(config: BridgeConfig, account: Account, until_attempt: int) -> None:
-    """Print each retry attempt as it happens, until `until_attempt` attempts were made."""
+def _show_retries(config: BridgeConfig, account: Account, looks: int) -> None:
+    """Print what waits in retry storage, until `looks` different next looks were seen. An
+    outage spends no attempt (`retries.during_outage: wait`, the default): the messages
+    wait where they are until a probe finds the database back."""
     forwarder = config.forwarders[0]
     dialect = dialect_for("sqlite")
     retry_table = forwarder_tables(config, forwarder).retry
-    seen: set[tuple[int, str]] = set()
+    seen: set[str] = set()
     deadline = time.monotonic() + PHASE_TIMEOUT
     while time.monotonic() < deadline:
         connection = connect(config.databases[forwarder.database])
         try:
             rows = connection.query(
-                f"SELECT attempts, count(*), min(next_attempt_at), max(last_error) FROM "
-                f"{dialect.grammar.qualified_name(retry_table)} GROUP BY attempts"
+                f"SELECT count(*), max(attempts), min(next_attempt_at), max(last_error) FROM "
+                f"{dialect.grammar.qualified_name(retry_table)}"
             )
         finally:
             connection.close()
-        for attempts, count, due, error in rows:
-            if (attempts, due[:19]) in seen:
+        for count, attempts, due, error in rows:
+            if not count or due[:19] in seen:
                 continue
-            seen.add((attempts, due[:19]))
+            seen.add(due[:19])
             due_at = datetime.fromisoformat(due).replace(tzinfo=UTC).astimezone()
             account.say(
-                f"attempt {attempts} failed for {count} message(s): {error.split(': ', 1)[-1]}; "
-                f"next attempt at {due_at:%H:%M:%S}"
+                f"waiting: {count} message(s), {attempts} attempt(s) spent (an outage spends "
+                f"none): {error.split(': ', 1)[-1]}; next look at {due_at:%H:%M:%S}"
             )
-            if attempts >= until_attempt:
+            if len(seen) >= looks:
                 return
         time.sleep(0.2)
     raise TimeoutError("retries did not show up in time")

@@ -174,13 +174,30 @@ class FailoverSender:
         self.thread.join(timeout=30)
 
 
+@pytest.mark.parametrize(
+    "transaction",
+    # Two-phase: the destination on the cluster that allows prepared transactions; the
+    # decisions about what it prepared are in the forwarding database that fails over.
+    ["ledger", pytest.param("two-phase", marks=pytest.mark.xdist_group("two-phase"))],
+)
 def test_a_promoted_standby_of_the_forwarding_database_forwards_every_message_once(
-    tmp_path: Path, new_pg_database: Any, streaming_postgres: Any
+    tmp_path: Path,
+    new_pg_database: Any,
+    streaming_postgres: Any,
+    request: pytest.FixtureRequest,
+    transaction: str,
 ) -> None:
     pair = streaming_postgres
     pair.create_database("sender")
-    receiver = new_pg_database()
-    bridge_pair = make_pg_pair(tmp_path, pair.failover_string("sender", "url"), receiver)
+    if transaction == "ledger":
+        receiver, route = new_pg_database(), {}
+    else:
+        server = request.getfixturevalue("two_phase_postgres")
+        receiver = server.connection_string(server.create_database())
+        route = {"transaction": transaction}
+    bridge_pair = make_pg_pair(
+        tmp_path, pair.failover_string("sender", "url"), receiver, route=route
+    )
     # psqlODBC reads libpq's keys from pqopt only, and cuts a Port list short (the bridge
     # moves them there; a test client must write it so).
     follower = (
@@ -214,6 +231,8 @@ def test_a_promoted_standby_of_the_forwarding_database_forwards_every_message_on
         wait_until(lambda: pg_count(new, RETRY_TABLE) == 0, 30, "retry storage to empty")
         wait_until(lambda: _destinations_up(bridge_pair.config), 30, "status to say all is up")
         assert pg_count(new, ERROR_QUEUE) == 0
+        left = "SELECT gid FROM pg_prepared_xacts WHERE database = current_database()"
+        wait_until(lambda: not pg_rows(receiver, left), 30, "no prepared transaction left")
         assert daemon.stop() == 0, daemon.output()
 
     received = message_ids(receiver, SAMPLES_RECEIVER)

@@ -255,7 +255,7 @@ def test_poison_messages_go_to_the_error_queue_as_they_are(bridge: Bridge) -> No
 
     counts = bridge.forward_all()
 
-    assert counts == Counter({"delivered": 3, "sent-to-error-queue": 3})
+    assert counts == Counter({"delivered": 3, "sent-to-error-queue": 3, "poison-to-error-queue": 3})
     in_error = {m["id"]: m for m in bridge.source.receive_all("error")}
     assert set(in_error) == set(poison_ids)
     for row_id, (headers_text, body, _) in zip(poison_ids, poison, strict=True):

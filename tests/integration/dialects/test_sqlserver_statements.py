@@ -50,6 +50,7 @@ TABLE_NAMES = {
     "destination_states": "sfbridge_destination_states",
     "pauses": "sfbridge_pauses",
     "audit": "sfbridge_audit",
+    "archive": "sfbridge_error_archive",
     "subscriptions": "SubscriptionRouting",
     "table": "Samples.Receiver",
 }
@@ -97,8 +98,22 @@ def _runs() -> list[tuple[str, Run]]:
         ("create_daemons_table", Run()),
         ("create_pauses_table", Run()),
         ("create_audit_table", Run()),
+        ("create_archive_table", Run()),
+        ("create_retry_lookup_index", Run()),
+        ("read_only_reason", Run(query=True, check=lambda rows: rows[0][0] is None)),
+        # The error archive: one message in, read by page and by MessageId, taken out again.
+        ("archive_store", Run((str(_id()), "m-1", "error", NOW, later, HEADERS, b"b"))),
+        ("archive_page", Run((0, 10), query=True, check=_one_row)),
+        ("archive_find", Run(("not-an-id", "m-1"), query=True, check=_one_row)),
+        ("archive_take_many", Run((1, 999), rows=2, query=True, check=_one_row)),
+        ("archive_expire", Run((later,), check=lambda count: count == 0)),
         ("retry_add_destination_database", Run()),
         ("send", Run(send, check=lambda count: count == 1)),
+        ("queue_find_id", Run((str(send[0]),), query=True, check=_one_row)),
+        (
+            "queue_find_headers",
+            Run(("m-1", '"NServiceBus.MessageId":"m-1"'), query=True, check=_one_row),
+        ),
         ("send_many", Run((_id(), None, HEADERS, b"1", _id(), later, HEADERS, None), rows=2)),
         ("dead_letter", Run((_id(), HEADERS, b""), check=lambda count: count == 1)),
         ("work_queue", Run((0,), query=True, check=lambda rows: list(rows[0][:2]) == [0, 1])),
@@ -126,6 +141,14 @@ def _runs() -> list[tuple[str, Run]]:
         ("receive_range_raw", Run((1, 1000, 10, 10_000_000), query=True, check=_raw_headers)),
         ("error_queue_delete_many", Run((1, 2), rows=2, check=lambda count: count == 0)),
         ("retry_store", Run((*retry_row, 1, NOW, NOW, "error text"))),
+        (
+            "retry_find",
+            Run(
+                (str(retry_row[0]), "m-1", '"NServiceBus.MessageId":"m-1"'),
+                query=True,
+                check=_one_row,
+            ),
+        ),
         ("retry_summary", Run(("sender",), query=True, check=_one_row)),
         ("work_retry", Run((1, "sender"), query=True, check=lambda rows: rows[0][2] == NOW)),
         ("retry_seq_bounds", Run(("sender",), query=True, check=lambda rows: rows[0][2] == 1)),
@@ -146,6 +169,7 @@ def _runs() -> list[tuple[str, Run]]:
         ("retry_store", Run((_id(), *retry_row[1:], 1, NOW, later, "error text"))),
         ("retry_take_many", Run((3, 999), rows=2, query=True, check=_one_row)),
         ("ledger_record", Run(("m-1", "Samples.Receiver@[dbo]"), check=lambda n: n == 1)),
+        ("ledger_find", Run(("m-1",), query=True, check=_one_row)),
         (
             "ledger_record_many",
             Run(("m-1", "Samples.Receiver@[dbo]", "M-1", "x"), rows=2, query=True, check=_one_row),
