@@ -434,3 +434,29 @@ def finish(verb: str, problems: list[DatabaseError], code: int) -> int:
     if any(isinstance(problem, DatabaseUnavailable) for problem in problems):
         return ExitCode.UNAVAILABLE
     return ExitCode.FAILED if problems and code == ExitCode.OK else code
+
+
+def refused_without_terminal(verb: str, doing: str, *, yes: bool, dry_run: bool) -> bool:
+    """Whether a command that changes things and asks first must stop: no `--yes` and no
+    terminal to ask at. Says why on stderr; `doing` is what it would do ("delete 3
+    message(s)"), `dry_run` whether the verb has a `--dry-run` to point at."""
+    if yes or sys.stdin.isatty():
+        return False
+    hint = " (--dry-run shows them)" if dry_run else ""
+    print(
+        inert(
+            f"sfbridge {verb}: refusing to {doing} without a confirmation: run it in a "
+            f"terminal to be asked, or add --yes{hint}"
+        ),
+        file=sys.stderr,
+    )
+    return True
+
+
+def confirmed(question: str) -> bool:
+    """Whether a person at the terminal answers yes to `question`."""
+    try:
+        answer = input(question)
+    except EOFError:
+        return False
+    return answer.strip().lower() in ("y", "yes")

@@ -5,20 +5,24 @@ instead of deleting them. Asks first, as `purge` does."""
 from __future__ import annotations
 
 import argparse
-import sys
 from datetime import UTC, datetime
 
 from bridge.commands.audit import open_command
 from bridge.commands.configuration import load
 from bridge.commands.error_queues import archive_messages
 from bridge.commands.errors import FoundFailed, read_error_queues
-from bridge.commands.errors.purge import confirmed
-from bridge.commands.selection import add_selection_arguments, finish, say, selection_from
+from bridge.commands.selection import (
+    add_selection_arguments,
+    confirmed,
+    finish,
+    refused_without_terminal,
+    say,
+    selection_from,
+)
 from bridge.config.durations import format_duration
 from bridge.config.model import BridgeConfig
 from bridge.connections import Connections
 from bridge.exceptions import DatabaseError, ExitCode
-from bridge.secrets import inert
 from bridge.storage.archive import archive_address
 
 
@@ -63,15 +67,9 @@ def _archive(
                 say(f"would archive {message.row_id} ({message.reason or '-'}) from {each.where}")
         say(f"dry run: would archive {count} message(s) (kept {keep}); nothing was moved")
         return ExitCode.OK
-    if not args.yes and not sys.stdin.isatty():
-        print(
-            inert(
-                f"sfbridge errors archive: refusing to archive {count} message(s) without a "
-                "confirmation: run it in a terminal to be asked, or add --yes (--dry-run shows "
-                "them)"
-            ),
-            file=sys.stderr,
-        )
+    if refused_without_terminal(
+        "errors archive", f"archive {count} message(s)", yes=args.yes, dry_run=True
+    ):
         return ExitCode.USAGE
     for each in chosen:
         name = f"{each.place.name} (database '{each.place.database}')"

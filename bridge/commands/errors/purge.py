@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from datetime import UTC, datetime
 
 from bridge.commands.audit import open_command
 from bridge.commands.configuration import load
 from bridge.commands.error_queues import purge_messages
 from bridge.commands.errors import FoundFailed, read_error_queues
-from bridge.commands.selection import add_selection_arguments, finish, say, selection_from
+from bridge.commands.selection import (
+    add_selection_arguments,
+    confirmed,
+    finish,
+    refused_without_terminal,
+    say,
+    selection_from,
+)
 from bridge.config.model import BridgeConfig
 from bridge.connections import Connections
 from bridge.exceptions import DatabaseError, ExitCode
-from bridge.secrets import inert
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,15 +53,10 @@ def _purge(
     if not chosen:
         say("no failed messages match; nothing to delete")
         return ExitCode.OK
-    if not yes and not sys.stdin.isatty():
-        count = sum(len(each.messages) for each in chosen)
-        print(
-            inert(
-                f"sfbridge errors purge: refusing to delete {count} message(s) without a "
-                "confirmation: run it in a terminal to be asked, or add --yes"
-            ),
-            file=sys.stderr,
-        )
+    count = sum(len(each.messages) for each in chosen)
+    if refused_without_terminal(
+        "errors purge", f"delete {count} message(s)", yes=yes, dry_run=False
+    ):
         return ExitCode.USAGE
     for each in chosen:
         name = f"{each.place.name} (database '{each.place.database}')"
@@ -89,12 +89,3 @@ def _purge(
             continue
         say(f"deleted {deleted} message(s) from error queue {name}")
     return ExitCode.OK
-
-
-def confirmed(question: str) -> bool:
-    """Whether a person at the terminal answers yes to `question`."""
-    try:
-        answer = input(question)
-    except EOFError:
-        return False
-    return answer.strip().lower() in ("y", "yes")

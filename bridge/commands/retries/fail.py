@@ -13,7 +13,13 @@ from bridge.addressing import TableAddress
 from bridge.commands.audit import OpenCommand, open_command, operator_name
 from bridge.commands.configuration import load
 from bridge.commands.retries import FoundWaiting, read_retry_stores
-from bridge.commands.selection import add_selection_arguments, finish, selection_from
+from bridge.commands.selection import (
+    add_selection_arguments,
+    confirmed,
+    finish,
+    refused_without_terminal,
+    selection_from,
+)
 from bridge.config.model import BridgeConfig
 from bridge.connections import Connections
 from bridge.drivers import Connection
@@ -77,19 +83,10 @@ def _confirmed(found: list[FoundWaiting], *, yes: bool) -> bool:
     count = sum(len(each.messages) for each in found)
     if yes or count == 0:
         return True
-    if not sys.stdin.isatty():
-        print(
-            f"sfbridge retries fail: refusing to move {count} message(s) to the error queue "
-            "without a confirmation: run it in a terminal to be asked, or add --yes "
-            "(--dry-run shows them)",
-            file=sys.stderr,
-        )
+    doing = f"move {count} message(s) to the error queue"
+    if refused_without_terminal("retries fail", doing, yes=False, dry_run=True):
         return False
-    try:
-        answer = input(f"move {count} message(s) from retry storage to the error queue? [y/N] ")
-    except EOFError:
-        answer = ""
-    if answer.strip().lower() in ("y", "yes"):
+    if confirmed(f"move {count} message(s) from retry storage to the error queue? [y/N] "):
         return True
     print("kept the messages in retry storage")
     return False
