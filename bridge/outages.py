@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
+from bridge.log_fields import about
 from bridge.messages import utcnow
 from bridge.secrets import mask_secrets
 
@@ -203,12 +204,14 @@ class OutageTracker:
                         database,
                         f" '{before.login}'" if before.login else "",
                         _duration(utcnow() - before.since),
+                        extra=about(database=database),
                     )
                 else:
                     log.warning(
                         "database '%s' is usable again after %s; delivering what waited for it",
                         database,
                         _duration(utcnow() - before.since),
+                        extra=about(database=database),
                     )
             self._states[database] = DatabaseState(database, "up", utcnow())
             self._next_probe.pop(database, None)
@@ -260,6 +263,7 @@ class OutageTracker:
                     database,
                     error,
                     _duration(timedelta(seconds=self._interval)),
+                    extra=about(database=database),
                 )
             self._busy[key] = (self._clock() + self._interval, error)
         self._tell(relayed, "record_busy", database, table, error)
@@ -281,7 +285,12 @@ class OutageTracker:
             if self._busy.pop((database, table), None) is None:
                 return
             if not self._quiet:
-                log.warning("%s in database '%s' takes messages again", table, database)
+                log.warning(
+                    "%s in database '%s' takes messages again",
+                    table,
+                    database,
+                    extra=about(database=database),
+                )
         self._tell(relayed, "record_free", database, table)
 
     def in_trouble_now(self) -> tuple[list[str], list[tuple[str, str]]]:
@@ -346,6 +355,7 @@ class OutageTracker:
             still,
             error,
             _duration(timedelta(seconds=self._interval)),
+            extra=about(database=database),
         )
 
     def _say_refused(self, database: str, error: str, login: str | None) -> None:
@@ -361,6 +371,7 @@ class OutageTracker:
             mask_secrets(error),
             _duration(timedelta(seconds=self._interval)),
             _duration(timedelta(seconds=AUTH_RETRY_MAX_SECONDS)),
+            extra=about(database=database),
         )
 
 

@@ -223,6 +223,7 @@ class DaemonConfig:
 class LoggingConfig:
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     repeats: float = 60.0  # seconds a repeated failure is held for one summary line
+    format: Literal["auto", "text", "json", "journal"] = "auto"
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,9 @@ Who connects to a database X, at most at once:
 - X's watcher (`bridge.daemon.watcher`) and heartbeat (`bridge.daemon.heartbeat`), one each,
   when X is a forwarding database;
 - upkeep: the scheduled jobs run one at a time, each with at most one connection per
-  database (`UPKEEP_CONNECTIONS`), and the metrics sampler holds one more while metrics are on.
+  database (`UPKEEP_CONNECTIONS`); while metrics are on, the metrics sampler holds one more to
+  a forwarding database, and the destination checks of `/readyz` one more to a destination
+  (`bridge.daemon.readiness`).
 
 A pool is as large as its forwarders' `concurrency` adds up to, made smaller one worker at a
 time (the largest pool first) until every database's sum fits its `max_connections`. Worker
@@ -24,6 +26,7 @@ from dataclasses import dataclass, field
 
 from bridge.config.model import BridgeConfig, ForwarderConfig
 from bridge.daemon.cpus import usable_cpus
+from bridge.daemon.readiness import destination_databases
 from bridge.dialects import dialect_for
 
 UPKEEP_CONNECTIONS = 1
@@ -45,7 +48,8 @@ def worker_count(config: BridgeConfig, forwarder: ForwarderConfig) -> int:
 def reserved(config: BridgeConfig, database: str) -> int:
     """Connections to `database` that are not pool workers'."""
     forwarding = any(f.database == database for f in config.forwarders)
-    metrics = 1 if config.metrics.listen is not None else 0
+    checked = database in destination_databases(config)
+    metrics = max(1, forwarding + checked) if config.metrics.listen is not None else 0
     own = WATCHER_CONNECTIONS + HEARTBEAT_CONNECTIONS
     return UPKEEP_CONNECTIONS + metrics + (own if forwarding else 0)
 

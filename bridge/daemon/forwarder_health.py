@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime
 
+from bridge.log_fields import about
 from bridge.messages import utcnow
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,7 @@ class ForwarderHealth:
                     forwarder,
                     before.failures,
                     _duration(time.monotonic() - self._started.get(forwarder, time.monotonic())),
+                    extra=about(forwarder=forwarder),
                 )
             self._states[forwarder] = ForwarderState(forwarder, False, utcnow())
             self.version += 1
@@ -80,6 +82,7 @@ class ForwarderHealth:
                         "forwarder '%s' cannot forward: %s; retrying (its messages stay queued)",
                         forwarder,
                         error,
+                        extra=about(forwarder=forwarder),
                     )
                 self._next_reminder[forwarder] = now + REMINDER_SECONDS
                 self._states[forwarder] = ForwarderState(forwarder, True, utcnow(), 1, error)
@@ -93,6 +96,7 @@ class ForwarderHealth:
                     before.failures + 1,
                     _duration(now - self._started[forwarder]),
                     error,
+                    extra=about(forwarder=forwarder),
                 )
             if logged:
                 self._next_reminder[forwarder] = now + REMINDER_SECONDS

@@ -17,6 +17,7 @@ import threading
 from bridge.config.fingerprint import config_fingerprint
 from bridge.config.model import BridgeConfig
 from bridge.connections import Connections
+from bridge.daemon.readiness import Checks
 from bridge.dialects import dialect_for
 from bridge.exceptions import (
     BridgeTableMissing,
@@ -65,6 +66,9 @@ class Heartbeat:
         # The daemon's outage tracker, set by each start: no heartbeat logs in while the
         # database's login is refused (`bridge.connections.Connections`).
         self.logins: OutageTracker | None = None
+        # Whether each database took the last heartbeat, and one in progress: what `/readyz`
+        # calls served (`bridge.daemon.readiness`).
+        self.checks = Checks()
 
     def forwarding_databases(self) -> list[str]:
         return list(dict.fromkeys(forwarder.database for forwarder in self.config.forwarders))
@@ -99,9 +103,13 @@ class Heartbeat:
                 return
             connections = self._connections.setdefault(database, Connections(self.config.databases))
             connections.logins = self.logins
+            if state == "running":
+                self.checks.begin(database)
             try:
                 self._write(connections, database, state)
             except DatabaseError as error:
+                if state == "running":
+                    self.checks.end(database, str(error))
                 if database not in self._failing:
                     self._failing.add(database)
                     log.warning(
@@ -123,6 +131,8 @@ class Heartbeat:
                     log.debug("heartbeat not written to '%s': %s", database, error)
                 connections.discard(database)
                 return
+            if state == "running":
+                self.checks.end(database, None)
             if database in self._failing:
                 self._failing.discard(database)
                 log.info("heartbeat written to database '%s' again", database)

@@ -41,6 +41,7 @@ from bridge.config.listen import parse_listen
 from bridge.config.model import BridgeConfig
 from bridge.connections import Connections
 from bridge.daemon.forwarder_health import ForwarderHealth
+from bridge.daemon.listener import Check, Listener
 from bridge.daemon.process_metrics import WorkerProcessCollector
 from bridge.daemon.processes import WorkerProcessState
 from bridge.exceptions import DatabaseError, MetricsStartError
@@ -100,7 +101,8 @@ class BridgeMetrics:
         self._samples: dict[str, _Sample] = {}
         self._error_others: dict[tuple[str, str], int] = {}
         self._forwarding_down: set[str] = set()
-        self._server: object | None = None
+        self._server: Listener | None = None
+        self._readyz: Check | None = None
         self._sampled_at: float | None = None
         registry = self.registry
         self.messages = Counter(
@@ -237,27 +239,38 @@ class BridgeMetrics:
 
     # -- serving ---------------------------------------------------------------------------
 
-    def serve(self, listen: str) -> None:
-        """Serve `/metrics` on `listen` (HOST:PORT) from a background thread. Raises
+    def serve(self, listen: str, healthz: Check, readyz: Check) -> None:
+        """Serve `/metrics`, `/healthz` and `/readyz` on `listen` (HOST:PORT) from background
+        threads (`bridge.daemon.listener`); `sfbridge_ready` follows `readyz`. Raises
         MetricsStartError saying what to do when the address cannot be used."""
-        from prometheus_client import start_http_server
-
         host, port = parse_listen(listen)
         try:
-            self._server, _ = start_http_server(port, addr=host, registry=self.registry)
+            self._server = Listener(host, port, self.registry, healthz, readyz)
         except OSError as error:
             reason = error.strerror or str(error)
             raise MetricsStartError(
                 f"metrics.listen {listen}: cannot listen there ({reason}); choose a free port "
                 "or an address of this host, or remove 'metrics' to run without metrics"
             ) from None
-        log.info("serving Prometheus metrics at http://%s/metrics", listen)
+        self._readyz = readyz
+        log.info(
+            "serving Prometheus metrics at http://%s/metrics, health at /healthz and /readyz",
+            listen,
+        )
 
     def close(self) -> None:
         server, self._server = self._server, None
         if server is not None:
-            server.shutdown()  # type: ignore[attr-defined]
-            server.server_close()  # type: ignore[attr-defined]
+            server.close()
+
+    def paused_forwarders(self) -> list[str]:
+        """Forwarders paused as a whole at the last sample (`sfbridge pause`)."""
+        with self._lock:
+            return [
+                name
+                for name, sample in self._samples.items()
+                if any(pause.database is None for pause in sample.pauses.pauses)
+            ]
 
     # -- ForwardingObserver ----------------------------------------------------------------
 
@@ -452,6 +465,13 @@ class BridgeMetrics:
         for forwarder in config.forwarders:
             failing.add_metric([forwarder.name], 1 if forwarder.name in failing_now else 0)
         yield failing
+        if self._readyz is not None:
+            yield GaugeMetricFamily(
+                "sfbridge_ready",
+                "1 while /readyz answers 200: every forwarder served and forwarding, every "
+                "database it uses usable (a pause counts as ready).",
+                value=1 if self._readyz()[0] else 0,
+            )
 
 
 class _StateCollector(Collector):

@@ -1,13 +1,25 @@
-"""Logging and crash reporting, both scrubbed of secrets."""
+"""Logging and crash reporting, both scrubbed of secrets.
+
+Log lines go to stderr as text (`logging.format: text`), as one JSON object a line (`json`),
+or straight into systemd's journal with fields of their own (`journal`,
+`bridge.daemon.journal`); `auto`, the default, is `journal` where stderr is the journal's
+stream and `text` elsewhere. Every format gets the record after `SecretMaskingFilter`.
+"""
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
+from datetime import UTC, datetime
 from typing import Any
 
 from bridge.config.model import SentryConfig
+from bridge.daemon.journal import JournalHandler, under_journald
+from bridge.log_fields import FIELDS
 from bridge.secrets import inert, mask_secrets
+
+TEXT_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
 
 
 class SecretMaskingFilter(logging.Filter):
@@ -40,14 +52,52 @@ def _inert_argument(argument: Any) -> Any:
     return inert(str(argument))
 
 
-def setup_logging(level: str, *, verbose: bool = False) -> None:
-    """Log to stderr (journald picks it up under systemd) through the secret filter."""
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(
-        logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s", "%Y-%m-%d %H:%M:%S")
-    )
+class JsonFormatter(logging.Formatter):
+    """One JSON object a line: `time` (UTC, ISO 8601), `level`, `logger`, `message`, the
+    fields of `bridge.log_fields` a line has (`forwarder`, `database`, `MessageIds`,
+    `error_code`) and `exception` (a traceback). Whatever a value holds, the line stays one
+    line: JSON escapes line breaks and control characters, and `ensure_ascii` the Unicode
+    line separators too, which some readers split lines at."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for attribute, (name, _) in FIELDS.items():
+            value = getattr(record, attribute, None)
+            if isinstance(value, list):
+                line[name] = [inert(mask_secrets(str(item))) for item in value]
+            elif value is not None:
+                line[name] = inert(mask_secrets(str(value)))
+        if record.exc_text:
+            line["exception"] = record.exc_text
+        return json.dumps(line, ensure_ascii=True)
+
+
+def log_handler(log_format: str) -> logging.Handler:
+    """The handler of `logging.format` (`auto`, `text`, `json`, `journal`), with the secret
+    filter. `journal` where stderr is not the journal's stream writes text."""
+    text = logging.StreamHandler(sys.stderr)
+    text.setFormatter(logging.Formatter(TEXT_FORMAT, "%Y-%m-%d %H:%M:%S"))
+    handler: logging.Handler = text
+    if log_format == "json":
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(JsonFormatter())
+    elif log_format in ("journal", "auto") and under_journald():
+        handler = JournalHandler(fallback=text)
     handler.addFilter(SecretMaskingFilter())
+    return handler
+
+
+def setup_logging(level: str, *, verbose: bool = False, log_format: str = "auto") -> None:
+    """Log to stderr or the journal (`log_handler`) through the secret filter."""
+    handler = log_handler(log_format)
     root = logging.getLogger()
+    for replaced in root.handlers:
+        replaced.close()
     root.handlers[:] = [handler]
     root.setLevel("DEBUG" if verbose else level)
     # APScheduler narrates every job run at INFO; that is noise for operators.

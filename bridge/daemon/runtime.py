@@ -49,6 +49,7 @@ from bridge.daemon.metrics import SAMPLE_INTERVAL, BridgeMetrics
 from bridge.daemon.pools import STOP_GRACE_SECONDS, Pools, progress_limit, start_pools
 from bridge.daemon.probes import PROBE_TICK, probe_databases
 from bridge.daemon.processes import WorkerProcesses
+from bridge.daemon.readiness import DestinationChecks, Liveness, Seen, readiness
 from bridge.daemon.state_publisher import StatePublisher
 from bridge.daemon.systemd import notify, watchdog_interval
 from bridge.daemon.upkeep import HEARTBEAT_LANE, Upkeep
@@ -98,6 +99,10 @@ class Daemon:
         self.heartbeat = Heartbeat(config)
         # Worker threads still inside a database call when the daemon stopped (see `stop`).
         self.abandoned: list[str] = []
+        # What `/healthz` and `/readyz` answer (`bridge.daemon.readiness`).
+        self.liveness = Liveness()
+        self._checks: DestinationChecks | None = None
+        self._started = False
 
     # -- control -------------------------------------------------------------------------
 
@@ -128,7 +133,7 @@ class Daemon:
         start, said in the log)."""
         if self.metrics is not None and self.config.metrics.listen is not None:
             try:
-                self.metrics.serve(self.config.metrics.listen)
+                self.metrics.serve(self.config.metrics.listen, self.liveness.check, self.readiness)
             except MetricsStartError as error:
                 log.error("cannot start: %s", error)
                 return ExitCode.FAILED
@@ -141,6 +146,8 @@ class Daemon:
     def _run_started(self) -> int:
         self.start()
         notify("READY=1")
+        if self._workers_alive():
+            self.liveness.fed()
         status = ""
         interval = watchdog_interval()
         while not self._stop.is_set():
@@ -152,8 +159,10 @@ class Daemon:
             if self._reload_requested:
                 self._reload_requested = False
                 self._reload()
-            if interval and self._workers_alive():
-                notify("WATCHDOG=1")
+            if self._workers_alive():
+                self.liveness.fed()
+                if interval:
+                    notify("WATCHDOG=1")
         notify("STOPPING=1")
         self.stop()
         self.heartbeat.stopped()
@@ -178,6 +187,22 @@ class Daemon:
                 if names:
                     parts.append(f"{word}: " + ", ".join(names))
         return "; ".join(parts)
+
+    def readiness(self) -> tuple[bool, dict[str, object]]:
+        """(ready, the body of `/readyz`): from memory only (`bridge.daemon.readiness`)."""
+        config, outages, checks = self.config, self._outages, self._checks
+        metrics = self.metrics
+        seen = Seen(
+            started=self._started,
+            workers_alive=self._workers_alive(),
+            failing={state.forwarder: state.last_error for state in self.health.failing()},
+            heartbeats=self.heartbeat.checks.states(),
+            destination_checks=checks.checks.states() if checks is not None else {},
+            databases={state.database: state for state in outages.states()} if outages else {},
+            paused=metrics.paused_forwarders() if metrics is not None else (),
+            now=time.monotonic(),
+        )
+        return readiness(config, seen, config.daemon.heartbeat)
 
     def totals(self) -> Counter[str]:
         total: Counter[str] = Counter(self._earlier_totals)
@@ -243,7 +268,10 @@ class Daemon:
         if self._processes is not None:
             self._processes.mark_here = self._pools.mark
         forwarding_databases = self.heartbeat.forwarding_databases()
-        upkeep = Upkeep(heartbeats=len(forwarding_databases))
+        checks = DestinationChecks(self.config, outages) if self.metrics is not None else None
+        self._checks = checks
+        checked = checks.databases if checks is not None else []
+        upkeep = Upkeep(heartbeats=len(forwarding_databases) + len(checked))
         if self.config.ledger.cleanup:
             upkeep.add(
                 lambda: cleanup_ledgers(self.config, outages),
@@ -293,6 +321,17 @@ class Daemon:
                 at_once=True,
                 lane=HEARTBEAT_LANE,
             )
+        # The destinations' checks for `/readyz`, every heartbeat, in threads of their own too:
+        # a silent destination holds up only its own check.
+        for database in checked:
+            assert checks is not None
+            upkeep.add(
+                partial(checks.check, database),
+                self.config.daemon.heartbeat,
+                name=f"readiness check {database}",
+                at_once=True,
+                lane=HEARTBEAT_LANE,
+            )
         self._upkeep = upkeep
         upkeep.start()
         if self._processes is not None:
@@ -301,6 +340,7 @@ class Daemon:
                 process.on_ready = self._pools.look_again
         # Only now: what the watchers' first look marks reaches every process's boards.
         self._pools.start_watchers()
+        self._started = True
 
     def _settle_in_doubt(self) -> None:
         """The scheduled job: settle what crashed batches left (`bridge.forwarding.in_doubt`)."""
@@ -326,6 +366,7 @@ class Daemon:
         behind and named in `abandoned`: its source transaction is open only on a connection
         that goes away with the process, so the server rolls it back, and a destination commit
         it made is in the dedup ledger."""
+        self._started = False
         self._worker_stop.set()
         upkeep, self._upkeep = self._upkeep, None
         if upkeep is not None:
@@ -354,6 +395,9 @@ class Daemon:
         if self._sampling is not None:
             self._sampling.close()
             self._sampling = None
+        if self._checks is not None:
+            self._checks.close()
+            self._checks = None
         if self._catch_up_folder is not None:
             shutil.rmtree(self._catch_up_folder, ignore_errors=True)
             self._catch_up_folder = None
@@ -392,6 +436,8 @@ class Daemon:
         self.heartbeat.use_config(new_config)
         self.start()
         notify("READY=1")
+        if self._workers_alive():
+            self.liveness.fed()
 
     def _log_progress(self) -> None:
         log.info("progress: %s", _format_counts(self.totals()))

@@ -135,7 +135,7 @@ def serve(
     """A worker process's life: run `share` until the daemon says stop or goes away."""
     # systemd listens to the daemon's process only (NotifyAccess=main).
     os.environ.pop("NOTIFY_SOCKET", None)
-    setup_logging(logging.getLevelName(level))
+    setup_logging(logging.getLevelName(level), log_format=config.logging.format)
     stop = threading.Event()
     signalled: list[str] = []
 

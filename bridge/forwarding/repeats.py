@@ -17,10 +17,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from bridge.config.durations import format_duration
+from bridge.log_fields import MESSAGE_IDS
 
 # How many ids a line names; the rest are counted.
 SAMPLES = 3
@@ -29,7 +31,8 @@ SAMPLES = 3
 MAX_KEYS = 1_000
 
 
-# (logger name, level, key, prefix, subject, count, samples, window): `tell`'s arguments.
+# (logger name, level, key, prefix, subject, count, samples, window, about): `tell`'s
+# arguments.
 Relay = Callable[..., None]
 
 
@@ -41,6 +44,7 @@ class _Window:
     level: int
     prefix: str
     subject: str
+    about: Mapping[str, Any] = field(default_factory=dict)
     held: int = 0
     samples: list[str] = field(default_factory=list)
 
@@ -68,13 +72,16 @@ class RepeatedLines:
         count: int,
         samples: Sequence[str],
         window: float,
+        about: Mapping[str, Any] | None = None,
     ) -> None:
         """Log `count` messages' `subject` (after `prefix`, which names whose they are), or
         hold them if `key` was told within `window` seconds. `samples`: ids of some of them
-        (already inert); the first few are named."""
+        (already inert); the first few are named. `about`: the line's fields
+        (`bridge.log_fields.about`), to which the named ids are added."""
+        about = dict(about or {})
         if self._relay is not None:
             self._relay(logger, level, tuple(key), prefix, subject, count,
-                        list(samples[:SAMPLES]), window)  # fmt: skip
+                        list(samples[:SAMPLES]), window, about)  # fmt: skip
             return
         key = tuple(key)
         now = self._clock()
@@ -85,7 +92,7 @@ class RepeatedLines:
                 current.held += count
                 current.samples = list(samples[:SAMPLES])
             else:
-                self._windows[key] = _Window(now, window, logger, level, prefix, subject)
+                self._windows[key] = _Window(now, window, logger, level, prefix, subject, about)
         _tell_ended(ended)
         if current is None:
             logging.getLogger(logger).log(
@@ -95,6 +102,7 @@ class RepeatedLines:
                 f"{count:,}",
                 subject,
                 _named(samples, count),
+                extra={**about, MESSAGE_IDS: list(samples[:SAMPLES])},
             )
 
     def flush(self) -> None:
@@ -122,6 +130,7 @@ def _tell_ended(windows: list[_Window]) -> None:
                 length,
                 window.subject,
                 _named(window.samples, window.held),
+                extra={**window.about, MESSAGE_IDS: list(window.samples[:SAMPLES])},
             )
 
 

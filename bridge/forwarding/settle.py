@@ -23,6 +23,7 @@ from bridge.forwarding.catch_up import HELD_MESSAGES, HELD_MILLISECONDS, Held
 from bridge.forwarding.repeats import RepeatedLines
 from bridge.forwarding.writes import QueueWriter
 from bridge.headers import MESSAGE_ID_HEADER, Headers, serialize_headers, with_failure_headers
+from bridge.log_fields import about
 from bridge.messages import (
     UNREADABLE_ROW,
     Delivered,
@@ -256,7 +257,8 @@ class Settlement:
         self._waiting: Counter[str] = Counter()
         # Messages moved to the error queue, per (level, what happened to them): one line per
         # batch and reason naming a few of them, and repeats held (`bridge.forwarding.repeats`).
-        self._dead_lettered: dict[tuple[int, str], list[str]] = {}
+        # Keyed by (level, subject, reason code).
+        self._dead_lettered: dict[tuple[int, str, str], list[str]] = {}
         self._repeats = repeats if repeated_lines is not None else 0.0
         self._repeated_lines = repeated_lines or RepeatedLines()
 
@@ -297,7 +299,7 @@ class Settlement:
                 "to the error queue as is"
             )
             # Headers that cannot be read name no MessageId: the row's Id is all there is.
-            self._dead_lettered.setdefault((logging.ERROR, subject), []).append(
+            self._dead_lettered.setdefault((logging.ERROR, subject, UNREADABLE_ROW), []).append(
                 f"row Id {message.row_id}"
             )
             self._dead_letter(unit, message.headers_text or "")
@@ -315,7 +317,7 @@ class Settlement:
                     f"to {fate.destination or '?'} moved to the error queue after their last "
                     f"attempt: {fate.reason}"
                 )
-            self._dead_lettered.setdefault((level, subject), []).append(
+            self._dead_lettered.setdefault((level, subject, fate.code), []).append(
                 _known_as(fate.headers, message.row_id)
             )
             self._dead_letter_with_reason(unit, fate)
@@ -391,7 +393,7 @@ class Settlement:
                 error,
                 due,
             )
-        for (level, subject), ids in self._dead_lettered.items():
+        for (level, subject, code), ids in self._dead_lettered.items():
             self._repeated_lines.tell(
                 __name__,
                 level,
@@ -401,6 +403,7 @@ class Settlement:
                 len(ids),
                 ids,
                 self._repeats,
+                about(forwarder=self._forwarder.name, error_code=code),
             )
 
     def _dead_letter(self, unit: Unit, headers_text: str) -> None:

@@ -79,6 +79,21 @@ LOGGING = Section(
             default=60.0,
             minimum=1,
         ),
+        Key(
+            "format",
+            "choice",
+            "How log lines are written: `text` (a line of words on stderr), `json` (one JSON "
+            "object a line on stderr: `time`, `level`, `logger`, `message`, and where a line "
+            "has them `forwarder`, `database`, `MessageIds`, `error_code`, `exception`), "
+            "`journal` (straight into systemd's journal, with the fields `PRIORITY`, `LOGGER`, "
+            "`FORWARDER`, `DATABASE`, `MESSAGE_IDS`, `ERROR_CODE`), or `auto`: `journal` where "
+            "stderr is the journal's stream (a systemd service), else `text`. `journal` "
+            "elsewhere writes text. Every command's log lines follow it; what a command prints "
+            "(`status`, `check`) does not.",
+            example="auto",
+            default="auto",
+            choices=("auto", "text", "json", "journal"),
+        ),
     ),
 )
 
