@@ -3,14 +3,16 @@
 claim -> `ClaimedMessage`; classify -> a `Decision`; published events are expanded into one
 `Unit` per subscriber copy (every other message is one unit); deliver -> a `DeliveryResult`
 per unit that was to be delivered; settle -> each unit's fate, from its decision and result.
+And what a log line about them is about (`about`), for the structured log formats.
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from bridge.headers import Headers
 from bridge.routing import Destination
@@ -201,3 +203,41 @@ class Item(NamedTuple):
 
     message: ClaimedMessage
     forward: Forward
+
+
+# -- What a log line is about -----------------------------------------------------------------
+# Beside its text: the forwarder, the database, the messages (`NServiceBus.MessageId`s) and an
+# error code (a reason code of this module), for the structured log formats
+# (`logging.format: json` and `journal`, `bridge.daemon.observability`) to carry as fields of
+# their own; the text format shows only the message, which says all of it in words. Passed as
+# `extra=about(...)` to a logging call, kept in record attributes prefixed `sfbridge_` so that
+# they never collide with one of the standard library's.
+FORWARDER = "sfbridge_forwarder"
+DATABASE = "sfbridge_database"
+MESSAGE_IDS = "sfbridge_message_ids"
+ERROR_CODE = "sfbridge_error_code"
+
+# Record attribute -> the field's name in a JSON line and in a journal entry.
+FIELDS: Mapping[str, tuple[str, str]] = {
+    FORWARDER: ("forwarder", "FORWARDER"),
+    DATABASE: ("database", "DATABASE"),
+    MESSAGE_IDS: ("MessageIds", "MESSAGE_IDS"),
+    ERROR_CODE: ("error_code", "ERROR_CODE"),
+}
+
+
+def about(
+    *,
+    forwarder: str | None = None,
+    database: str | None = None,
+    message_ids: Sequence[str] | None = None,
+    error_code: str | None = None,
+) -> dict[str, Any]:
+    """The `extra` of a logging call: only what is known (None is left out)."""
+    given: dict[str, Any] = {
+        FORWARDER: forwarder,
+        DATABASE: database,
+        MESSAGE_IDS: list(message_ids) if message_ids is not None else None,
+        ERROR_CODE: error_code,
+    }
+    return {key: value for key, value in given.items() if value is not None}

@@ -29,8 +29,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from bridge.log_fields import about
-from bridge.messages import utcnow
+from bridge.messages import about, utcnow
 from bridge.secrets import mask_secrets
 
 log = logging.getLogger(__name__)

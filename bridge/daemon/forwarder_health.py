@@ -18,8 +18,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime
 
-from bridge.log_fields import about
-from bridge.messages import utcnow
+from bridge.messages import about, utcnow
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 Under systemd, stderr already goes to the journal, one entry a line, with the unit's name and
 the priority guessed from nothing. Written with the journal's native protocol instead, each
 entry has its `PRIORITY`, the logger, the code location, and what the line is about
-(`FORWARDER`, `DATABASE`, `MESSAGE_IDS`, `ERROR_CODE`: `bridge.log_fields`), so that
+(`FORWARDER`, `DATABASE`, `MESSAGE_IDS`, `ERROR_CODE`: `bridge.messages`), so that
 `journalctl -u sfbridge FORWARDER=orders -p warning` finds what it should, and a traceback
 stays one entry.
 
@@ -25,7 +25,7 @@ import struct
 import sys
 from collections.abc import Iterable
 
-from bridge.log_fields import FIELDS
+from bridge.messages import FIELDS
 from bridge.secrets import inert, mask_secrets
 
 JOURNAL_SOCKET = "/run/systemd/journal/socket"
@@ -66,14 +66,16 @@ def journal_fields(record: logging.LogRecord, message: str) -> list[tuple[str, s
         ("LOGGER", record.name),
         ("CODE_FILE", record.pathname),
         ("CODE_LINE", str(record.lineno)),
-        ("CODE_FUNC", record.funcName),
+        ("CODE_FUNC", record.funcName or ""),
     ]
     for attribute, (_, name) in FIELDS.items():
         value = getattr(record, attribute, None)
         if value is None:
             continue
-        text = " ".join(value) if isinstance(value, list) else str(value)
-        fields.append((name, inert(mask_secrets(text))))
+        # A list is the field repeated, which the journal allows: `journalctl MESSAGE_IDS=<id>`
+        # then finds the entry by any one of its ids.
+        for item in value if isinstance(value, list) else [value]:
+            fields.append((name, inert(mask_secrets(str(item)))))
     return fields
 
 

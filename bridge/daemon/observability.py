@@ -16,7 +16,7 @@ from typing import Any
 
 from bridge.config.model import SentryConfig
 from bridge.daemon.journal import JournalHandler, under_journald
-from bridge.log_fields import FIELDS
+from bridge.messages import FIELDS
 from bridge.secrets import inert, mask_secrets
 
 TEXT_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
@@ -54,7 +54,7 @@ def _inert_argument(argument: Any) -> Any:
 
 class JsonFormatter(logging.Formatter):
     """One JSON object a line: `time` (UTC, ISO 8601), `level`, `logger`, `message`, the
-    fields of `bridge.log_fields` a line has (`forwarder`, `database`, `MessageIds`,
+    fields of `bridge.messages` a line has (`forwarder`, `database`, `MessageIds`,
     `error_code`) and `exception` (a traceback). Whatever a value holds, the line stays one
     line: JSON escapes line breaks and control characters, and `ensure_ascii` the Unicode
     line separators too, which some readers split lines at."""

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bridge.config.durations import format_duration
-from bridge.log_fields import MESSAGE_IDS
+from bridge.messages import MESSAGE_IDS
 
 # How many ids a line names; the rest are counted.
 SAMPLES = 3
@@ -77,7 +77,7 @@ class RepeatedLines:
         """Log `count` messages' `subject` (after `prefix`, which names whose they are), or
         hold them if `key` was told within `window` seconds. `samples`: ids of some of them
         (already inert); the first few are named. `about`: the line's fields
-        (`bridge.log_fields.about`), to which the named ids are added."""
+        (`bridge.messages.about`), to which the named ids are added."""
         about = dict(about or {})
         if self._relay is not None:
             self._relay(logger, level, tuple(key), prefix, subject, count,

@@ -23,7 +23,6 @@ from bridge.forwarding.catch_up import HELD_MESSAGES, HELD_MILLISECONDS, Held
 from bridge.forwarding.repeats import RepeatedLines
 from bridge.forwarding.writes import QueueWriter
 from bridge.headers import MESSAGE_ID_HEADER, Headers, serialize_headers, with_failure_headers
-from bridge.log_fields import about
 from bridge.messages import (
     UNREADABLE_ROW,
     Delivered,
@@ -37,6 +36,7 @@ from bridge.messages import (
     Reject,
     SubscribersUnknown,
     Unit,
+    about,
 )
 from bridge.processing_host import processing_host
 from bridge.retry_policy import gives_up_after, next_attempt_at, waited_too_long
@@ -384,7 +384,12 @@ class Settlement:
         reason, a repeated reason held by `repeated_lines`); after the commit."""
         for database, count in self._waiting.items():
             # The outage itself is logged once, when it starts (bridge.outages).
-            log.info("%d message(s) wait in retry storage for database '%s'", count, database)
+            log.info(
+                "%d message(s) wait in retry storage for database '%s'",
+                count,
+                database,
+                extra=about(forwarder=self._forwarder.name, database=database),
+            )
         for (destination, error, due), count in self._retried.items():
             log.warning(
                 "%d message(s) to %s not delivered: %s; next attempt at %s UTC",
@@ -392,6 +397,7 @@ class Settlement:
                 destination,
                 error,
                 due,
+                extra=about(forwarder=self._forwarder.name),
             )
         for (level, subject, code), ids in self._dead_lettered.items():
             self._repeated_lines.tell(

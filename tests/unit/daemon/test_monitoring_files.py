@@ -93,3 +93,16 @@ def test_the_dashboard_is_grafana_json_with_a_query_in_every_panel() -> None:
         for target in panel["targets"]:
             assert "sfbridge_" in target["expr"], panel["title"]
             assert target["datasource"]["uid"].strip("${}") in variables
+
+
+def test_the_dashboard_picks_instances_and_shows_readiness() -> None:
+    dashboard = json.loads((CONFIG / "grafana-dashboard.json").read_text())
+    [instance] = [v for v in dashboard["templating"]["list"] if v["name"] == "instance"]
+    assert instance["query"]["query"] == "label_values(sfbridge_build_info, instance)"
+    assert instance["multi"] and instance["includeAll"]
+    expressions = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
+    for expression in expressions:
+        # Every series the dashboard reads is of the instances picked, none of the others.
+        names = expression.count("sfbridge_")
+        assert expression.count('{instance=~"$instance"') == names, expression
+    assert any(expression.startswith("sfbridge_ready{") for expression in expressions)

@@ -95,4 +95,4 @@ def test_a_worker_process_passes_every_tell_on() -> None:
     told: list[tuple[object, ...]] = []
     repeats = RepeatedLines(Clock(), relay=lambda *args: told.append(args))
     repeats.tell(LOG, logging.ERROR, ["orders", "x"], WHOSE, "x", 5, ["a", "b", "c", "d"], 60)
-    assert told == [(LOG, logging.ERROR, ("orders", "x"), WHOSE, "x", 5, ["a", "b", "c"], 60)]
+    assert told == [(LOG, logging.ERROR, ("orders", "x"), WHOSE, "x", 5, ["a", "b", "c"], 60, {})]
