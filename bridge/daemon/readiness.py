@@ -52,6 +52,7 @@ _TROUBLE_WORDS = {
     "read-only": "does not accept writes (read-only)",
     "not-ready": "is not ready for the bridge",
     "auth-failed": "refuses the login",
+    "not checked yet": "is not checked yet",
 }
 
 
@@ -244,7 +245,8 @@ def _database_entry(
     delivers to."""
     check = seen.destination_checks.get(database)
     forwarding = any(f.database == database for f in config.forwarders)
-    if check is None and not forwarding:
+    destination = database in destination_databases(config)
+    if not destination and not forwarding:
         return None
     entry: dict[str, Any] = {"state": "up"}
     tracked = seen.databases.get(database)
@@ -252,6 +254,9 @@ def _database_entry(
         entry = {"state": tracked.state, "since": f"{tracked.since:%Y-%m-%dT%H:%M:%S}Z"}
         if tracked.last_error:
             entry["error"] = for_terminal(tracked.last_error)
+    elif destination and (check is None or not (check.passed or check.error)):
+        # Before its first check has ended (the checks start with the workers).
+        entry = {"state": "not checked yet"}
     unanswered = False
     for what, state in (("heartbeat", beats), ("check", check)):
         if state is None:

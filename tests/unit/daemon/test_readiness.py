@@ -147,3 +147,9 @@ def test_destinations_are_checked_on_a_connection_of_their_own() -> None:
     assert destination_databases(config()) == ["receiver"]
     assert reserved(config(), "receiver") == 2  # upkeep and the readiness check
     assert reserved(config(), "sender") == 4  # upkeep, the sampler, watcher and heartbeat
+
+
+def test_a_destination_not_checked_yet_is_not_ready() -> None:
+    ready, body = readiness(config(), seen(destination_checks={}), HEARTBEAT)
+    assert not ready and body["databases"]["receiver"] == {"state": "not checked yet"}
+    assert body["not_ready"] == ["database 'receiver' is not checked yet"]
