@@ -132,6 +132,10 @@ class Connections:
             self._open[(database, role)] = connection
         return connection
 
+    def is_open(self, database: str, role: str = "") -> bool:
+        """Whether a connection to `database` is held (`get` would not log in)."""
+        return (database, role) in self._open
+
     def discard(self, database: str, role: str = "") -> None:
         """Drop a connection that failed; the next `get` opens a new one."""
         connection = self._open.pop((database, role), None)

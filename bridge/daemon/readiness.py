@@ -145,13 +145,9 @@ class DestinationChecks:
         if self._tracker.in_trouble(database):
             self.checks.end(database, None)  # the tracker's probe looks after it
             return
-        connections = self._connections[database]
         self.checks.begin(database)
         try:
-            connection = connections.get(database)
-            require_writes(
-                connection, dialect_for(self._config.databases[database].dialect), database
-            )
+            self._ask(database)
         except DatabaseReadOnly as error:
             self._failed(database, "read-only", str(error))
         except AuthenticationFailed as error:
@@ -161,6 +157,23 @@ class DestinationChecks:
             self._failed(database, "unreachable", str(error))
         else:
             self.checks.end(database, None)
+
+    def _ask(self, database: str) -> None:
+        """Whether `database` takes writes, on the kept connection; a kept connection that
+        fails is asked again on a new one, and only that answer counts: a session ended by an
+        administrator, a pooler or a failover is no outage (the workers reconnect too)."""
+        connections = self._connections[database]
+        dialect = dialect_for(self._config.databases[database].dialect)
+        kept = connections.is_open(database)
+        try:
+            require_writes(connections.get(database), dialect, database)
+        except DatabaseReadOnly:
+            raise
+        except DatabaseError:
+            if not kept:
+                raise
+            connections.discard(database)
+            require_writes(connections.get(database), dialect, database)
 
     def _failed(self, database: str, kind: str, error: str) -> None:
         self._connections[database].discard(database)
