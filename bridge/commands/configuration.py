@@ -16,9 +16,7 @@ def load(args: argparse.Namespace) -> BridgeConfig:
     """The configuration at `args.config`, its warnings logged and its logging level set.
     Raises ConfigError."""
     config = load_path(args.config)
-    setup_logging(
-        config.logging.level, verbose=args.verbose, log_format=config.logging.format
-    )
+    setup_logging(config.logging.level, verbose=args.verbose, log_format=config.logging.format)
     return config
 
 
