@@ -219,10 +219,12 @@ class _Jobs:
         config, reporter = self._config, self._reporter
         health = {state.forwarder: state for state in self._health.states()}
         counts: dict[str, int] = {}
+        counted: set[str] = set()  # databases whose error queues were counted
         for database in dict.fromkeys(f.database for f in config.forwarders):
             try:
                 for queue_count in read_error_counts(config, database, connections.get(database)):
                     counts.update(queue_count.by_forwarder)
+                counted.add(database)
             except DatabaseError as error:
                 connections.discard(database)
                 log.debug(
@@ -241,9 +243,10 @@ class _Jobs:
                     "servicecontrol: cannot read the pauses of '%s': %s", forwarder.name, error
                 )
             results.append(forwarder_result(forwarder.name, pauses, health.get(forwarder.name)))
-            count = counts.get(forwarder.name)
-            if count is None:
+            if forwarder.database not in counted:
                 continue
+            # A forwarder none of whose messages are there is not among the counts.
+            count = counts.get(forwarder.name, 0)
             tables = forwarder_tables(config, forwarder)
             error_queue = dialect_for(config.databases[forwarder.database].dialect).grammar.render(
                 tables.error_queue
