@@ -9,7 +9,9 @@ Who connects to a database X, at most at once:
 - X's watcher (`bridge.daemon.watcher`) and heartbeat (`bridge.daemon.heartbeat`), one each,
   when X is a forwarding database;
 - upkeep: the scheduled jobs run one at a time, each with at most one connection per
-  database (`UPKEEP_CONNECTIONS`), and the metrics sampler holds one more while metrics are on.
+  database (`UPKEEP_CONNECTIONS`), and the metrics sampler holds one more while metrics are on;
+- with `servicecontrol`, its checks (one connection per database at a time) and, to
+  ServiceControl's database, its heartbeat (`SERVICECONTROL_CONNECTIONS`).
 
 A pool is as large as its forwarders' `concurrency` adds up to, made smaller one worker at a
 time (the largest pool first) until every database's sum fits its `max_connections`. Worker
@@ -29,6 +31,7 @@ from bridge.dialects import dialect_for
 UPKEEP_CONNECTIONS = 1
 WATCHER_CONNECTIONS = 1
 HEARTBEAT_CONNECTIONS = 1
+SERVICECONTROL_CONNECTIONS = 1
 # `daemon.processes: auto` starts no more processes than this: each costs an interpreter (tens
 # of MiB), and the first two lift the most.
 MAX_AUTO_PROCESSES = 4
@@ -47,7 +50,12 @@ def reserved(config: BridgeConfig, database: str) -> int:
     forwarding = any(f.database == database for f in config.forwarders)
     metrics = 1 if config.metrics.listen is not None else 0
     own = WATCHER_CONNECTIONS + HEARTBEAT_CONNECTIONS
-    return UPKEEP_CONNECTIONS + metrics + (own if forwarding else 0)
+    servicecontrol = 0
+    if config.servicecontrol is not None:
+        servicecontrol = SERVICECONTROL_CONNECTIONS * (
+            2 if config.servicecontrol.database == database else 1
+        )
+    return UPKEEP_CONNECTIONS + metrics + servicecontrol + (own if forwarding else 0)
 
 
 def pool_sizes(config: BridgeConfig) -> dict[str, int]:
