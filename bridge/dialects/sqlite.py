@@ -391,7 +391,6 @@ STATEMENTS: dict[str, str] = {
     "error_queue_read_many": """
         SELECT Id AS id, Headers AS headers, RowVersion AS seq FROM {queue}
         WHERE RowVersion IN ({rows})""",
-    "error_queue_count": "SELECT count(*) AS messages FROM {queue}",
     # The retry tools (see the PostgreSQL dialect) without its locks: SQLite has one writer at
     # a time, so a row a batch has taken is already gone when these run.
     "retry_due_now_many": """

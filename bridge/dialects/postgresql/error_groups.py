@@ -30,17 +30,19 @@ _HEX = "[0-9a-fA-F]"
 # `\uXXXX` but for `\u0000` and the surrogates D800-DFFF, which jsonb refuses alone.
 _ESCAPE = (
     rf"\\([\x22\\/bfnrt]|u(0{_HEX}{_HEX}[1-9a-fA-F]|0{_HEX}[1-9a-fA-F]0|0[1-9a-fA-F]00"
-    rf"|[1-9a-cefA-CEF]{_HEX}{{3}}|[dD][0-7]{_HEX}{_HEX}))"
+    rf"|[1-9a-cefA-CEF]{_HEX}{_HEX}{_HEX}|[dD][0-7]{_HEX}{_HEX}))"
 )
 _STRING = rf"\x22([^\x22\\\x01-\x1f]|{_ESCAPE})*\x22"
 _MEMBER = rf"{_WS}{_STRING}{_WS}:{_WS}({_STRING}|null){_WS}"
 # A JSON object of string or null values, nothing else: what jsonb reads without an error.
-_STRING_OBJECT = rf"^{_WS}\{{({_MEMBER}(,{_MEMBER})*|{_WS})\}}{_WS}$"
+_STRING_OBJECT = rf"^{_WS}\x7b({_MEMBER}(,{_MEMBER})*|{_WS})\x7d{_WS}$"
 
 
 def _pattern(regex: str) -> str:
-    """`regex` as a literal in a statement template, whose braces name placeholders."""
-    return "'" + regex.replace("{", "{{").replace("}", "}}") + "'"
+    """`regex` as a literal; it has no brace (`\\x7b`, `\\x7d`), which templates reserve for
+    their placeholders."""
+    assert "{" not in regex and "}" not in regex and "'" not in regex
+    return f"'{regex}'"
 
 
 def _groups(parsed: str) -> str:
@@ -84,5 +86,4 @@ ERROR_GROUP_STATEMENTS: dict[str, str] = {
         OFFSET 0"""
     ),
     "error_queue_read_many": "SELECT id, headers, seq FROM {queue} WHERE seq IN ({rows})",
-    "error_queue_count": "SELECT count(*) AS messages FROM {queue}",
 }

@@ -13,7 +13,7 @@ value over 4,000 characters, which no header the grouping reads comes near.
 from __future__ import annotations
 
 _READABLE = """CASE
-    WHEN ISJSON(Headers) = 0 OR LEFT(LTRIM(Headers), 1) <> N'{{' THEN 0
+    WHEN ISJSON(Headers) = 0 OR LEFT(LTRIM(Headers), 1) <> NCHAR(123) THEN 0
     WHEN EXISTS (SELECT 1 FROM OPENJSON(Headers) WHERE type NOT IN (0, 1)) THEN 0
     WHEN (SELECT COUNT(*) - COUNT(DISTINCT [key]) FROM OPENJSON(Headers)) <> 0 THEN 0
     ELSE 1 END"""
