@@ -11,6 +11,10 @@ failed messages in it (which `where` reads by headers: error queues are not inde
 is asserted; rerun it to compare. The databases are dropped at the end.
 
     .venv/bin/python bench/operator_queries.py [--failed 100000] [--rows 1000000] [--repeat 5]
+        [--baseline /path/to/another/checkout]
+
+With `--baseline`, each whole command is also timed with that checkout's code (the same
+databases and config, back to back), and the ratio printed.
 
 PostgreSQL at 127.0.0.1:5432 (user postgres, trust) or SFBRIDGE_BENCH_PG (an ODBC prefix).
 """
@@ -42,12 +46,15 @@ from throughput.databases import (  # noqa: E402
     pg_connection_string,
 )
 
+from bridge.commands.error_groups import count_groups  # noqa: E402
+from bridge.commands.error_queues import error_queues  # noqa: E402
 from bridge.commands.errors import read_error_queues  # noqa: E402
 from bridge.commands.failure_groups import summarize  # noqa: E402
 from bridge.commands.selection import Selection  # noqa: E402
 from bridge.commands.where import find_everywhere  # noqa: E402
 from bridge.config import load_config  # noqa: E402
 from bridge.connections import Connections  # noqa: E402
+from bridge.dialects import dialect_for  # noqa: E402
 from bridge.exceptions import DatabaseError  # noqa: E402
 from bridge.storage.tables import forwarder_tables  # noqa: E402
 
@@ -100,8 +107,9 @@ def median_ms(action: Callable[[], object], repeat: int) -> tuple[float, float, 
     return statistics.median(times), min(times), max(times)
 
 
-def cli(config: Path, *args: str) -> Callable[[], None]:
-    environment = {**os.environ, "PYTHONPATH": str(REPO)}
+def cli(config: Path, *args: str, repo: Path = REPO, expect: str = "") -> Callable[[], None]:
+    """Run a command in a new process; `expect`: text its output must hold (its counts)."""
+    environment = {**os.environ, "PYTHONPATH": str(repo)}
 
     def run() -> None:
         result = subprocess.run(
@@ -110,8 +118,19 @@ def cli(config: Path, *args: str) -> Callable[[], None]:
         )  # fmt: skip
         if result.returncode not in (0, 1):
             raise SystemExit(f"sfbridge {' '.join(args)} failed: {result.stderr}")
+        if expect not in result.stdout:
+            raise SystemExit(f"sfbridge {' '.join(args)} did not say {expect!r}: {result.stdout}")
 
     return run
+
+
+def whole(args: argparse.Namespace, config: Path, label: str, *command: str, expect: str) -> None:
+    """Time a whole command, and with `--baseline` the same with the baseline's code."""
+    figures = median_ms(cli(config, *command, expect=expect), args.repeat)
+    show(label, figures)
+    if args.baseline is not None:
+        before = median_ms(cli(config, *command, repo=args.baseline, expect=expect), args.repeat)
+        show(f"  baseline ({args.baseline}): {before[0] / figures[0]:.1f}x this", before)
 
 
 def show(label: str, figures: tuple[float, float, float]) -> None:
@@ -129,6 +148,9 @@ def main() -> int:
     parser.add_argument("--failed", type=int, default=100_000, help="failed messages")
     parser.add_argument("--rows", type=int, default=1_000_000, help="retry and ledger rows")
     parser.add_argument("--repeat", type=int, default=5, help="timed runs (median)")
+    parser.add_argument(
+        "--baseline", type=Path, help="another checkout to time each whole command with too"
+    )
     args = parser.parse_args()
     prefix = os.environ.get("SFBRIDGE_BENCH_PG", DEFAULT_PG_PREFIX)
     tag = uuid.uuid4().hex[:8]
@@ -223,13 +245,21 @@ def _run(args: argparse.Namespace, sender: str, receiver: str) -> int:
             )
             assert not problems and sum(g.count for g in groups) == args.failed
 
-        show("reading and grouping (open connection), --by exception",
+        def grouped_in_database() -> None:
+            queue = error_queues(config)[0]
+            dialect = dialect_for(config.databases[queue.database].dialect)
+            grouped = count_groups(connections.get(queue.database), dialect, queue, "exception")
+            assert grouped is not None and grouped.total == args.failed
+
+        show("reading and grouping every row in the tools (open connection), --by exception",
              median_ms(summary_in_process, args.repeat))  # fmt: skip
+        show("grouping in the database (open connection), --by exception",
+             median_ms(grouped_in_database, args.repeat))  # fmt: skip
         for by in ("reason", "exception", "destination", "type"):
-            summary = cli(config_path, "errors", "summary", "--by", by)
-            show(f"whole command, --by {by}", median_ms(summary, args.repeat))
-        show("whole command, errors list (first 50)",
-             median_ms(cli(config_path, "errors", "list"), args.repeat))  # fmt: skip
+            whole(args, config_path, f"whole command, --by {by}", "errors", "summary", "--by", by,
+                  expect=f"{args.failed} failed message(s)")  # fmt: skip
+        whole(args, config_path, "whole command, errors list (first 50)", "errors", "list",
+              expect=f"{args.failed} message(s), the first 50 shown")  # fmt: skip
         where_figures(f"and {args.failed:,} messages in the error queue")
     finally:
         connections.close()

@@ -250,6 +250,12 @@ class ValueNotConvertible(DatabaseError):
     read as raw bytes (the dialects' `*_raw` claim statements)."""
 
 
+class MalformedValue(DatabaseError):
+    """The server could not read a text as the type a statement casts it to (PostgreSQL
+    22P02: an error queue's Headers column that is not JSON, cast to `jsonb`). The statement
+    failed as a whole; a form that checks each row first can be asked instead."""
+
+
 class TableNotFound(DatabaseError):
     """A table the statement needs does not exist (a queue, a ledger, any table)."""
 

@@ -67,6 +67,18 @@ def parse_group(text: str) -> tuple[str, str]:
     return by, value
 
 
+@dataclass(frozen=True)
+class Counted:
+    """Messages a database counted together: `count` of them, alike in all a grouping reads
+    (`message`, a stand-in holding only those headers, and the forwarder that owns them), and
+    the times of failure that tell their first and last (the least and greatest wire date,
+    and every time of failure written otherwise)."""
+
+    message: FailedMessage
+    count: int
+    times: tuple[str, ...]
+
+
 @dataclass
 class Group:
     """One group of a summary: its value, how many messages, the first and last failure
@@ -89,8 +101,18 @@ class Group:
         self.count += 1
         self.replayable += message.replayable
         text = message.header(TIME_OF_FAILURE_HEADER)
-        if text is None:
-            return
+        if text is not None:
+            self._see(text)
+
+    def add_counted(self, counted: Counted) -> None:
+        """Add messages the database counted together (`bridge.commands.error_groups`)."""
+        self.count += counted.count
+        self.replayable += counted.count * counted.message.replayable
+        for text in counted.times:
+            self._see(text)
+
+    def _see(self, text: str) -> None:
+        """Take a time of failure into account."""
         if len(text) == _WIRE_DATE_LENGTH and text.endswith(" Z") and len(self._texts) < 2:
             self._texts.append(text)
         elif len(text) == _WIRE_DATE_LENGTH and text.endswith(" Z"):
@@ -114,13 +136,20 @@ class Group:
 
 
 def summarize(
-    by: str, entries: Iterable[tuple[FailedMessage, Callable[[FailedMessage], str | None]]]
+    by: str,
+    entries: Iterable[tuple[FailedMessage | Counted, Callable[[FailedMessage], str | None]]],
 ) -> list[Group]:
-    """The groups of `entries`, largest first, then by name: each a message and what tells
-    its destination (`ErrorQueue.destination_of`, asked only when grouping by destination)."""
+    """The groups of `entries`, largest first, then by name: each a message (or messages the
+    database counted, `Counted`) and what tells its destination (`ErrorQueue.destination_of`,
+    asked only when grouping by destination)."""
     groups: dict[str, Group] = {}
-    for message, destination_of in entries:
+    for entry, destination_of in entries:
+        message = entry.message if isinstance(entry, Counted) else entry
         destination = destination_of(message) if by == "destination" else None
         value = group_value(by, message, destination)
-        groups.setdefault(value, Group(by, value)).add(message)
+        group = groups.setdefault(value, Group(by, value))
+        if isinstance(entry, Counted):
+            group.add_counted(entry)
+        else:
+            group.add(message)
     return sorted(groups.values(), key=lambda group: (-group.count, group.value))

@@ -28,6 +28,7 @@ from bridge.config.model import FixedDestination, RouteConfig
 from bridge.config.problems import ProblemLog
 from bridge.config.proxy_addresses import fixed_destination_address
 from bridge.config.schema import DELIVERY, LEDGER, RETRIES, ROUTES, SUBSCRIPTIONS
+from bridge.config.servicecontrol import check_servicecontrol
 from bridge.config.walker import Document, Entry, Item
 from bridge.dialects.registry import dialects, grammar_for
 from bridge.exceptions import AddressError
@@ -65,6 +66,7 @@ def check_across_keys(document: Document, log: ProblemLog) -> None:
     check_subscriptions(document, log)
     check_subscription_tables(document, log)
     check_retries(document, log)
+    check_servicecontrol(document, log)
 
 
 def _seen_before(first: dict[object, str], value: object, path: str) -> str | None:

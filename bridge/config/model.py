@@ -259,6 +259,30 @@ class MetricsConfig:
 
 
 @dataclass(frozen=True)
+class ServiceControlConfig:
+    """Heartbeats and custom checks sent to ServiceControl (`bridge.daemon.servicecontrol`).
+
+    `queue` None: the table `Particular.ServiceControl` in `database`'s default schema;
+    `time_to_be_received` None: four intervals (heartbeat or check) of each message's kind.
+    """
+
+    database: str
+    queue: str | None = None
+    endpoint: str = "sfbridge"
+    heartbeat_interval: float = 10.0
+    time_to_be_received: float | None = None
+    check_interval: float = 30.0
+
+    @property
+    def heartbeat_ttl(self) -> float:
+        return self.time_to_be_received or 4 * self.heartbeat_interval
+
+    @property
+    def check_ttl(self) -> float:
+        return self.time_to_be_received or 4 * self.check_interval
+
+
+@dataclass(frozen=True)
 class BridgeConfig:
     databases: Mapping[str, DatabaseConfig]
     forwarders: tuple[ForwarderConfig, ...]
@@ -272,6 +296,7 @@ class BridgeConfig:
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     sentry: SentryConfig = field(default_factory=SentryConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    servicecontrol: ServiceControlConfig | None = None  # None: no ServiceControl
     # Topic (an event type's full name, without assembly) -> subscriber addresses, written in
     # the grammar of the forwarding database (like destination headers).
     subscriptions: Mapping[str, tuple[str, ...]] = field(default_factory=dict)

@@ -30,6 +30,7 @@ from bridge.config.model import (
     RetryConfig,
     RouteConfig,
     SentryConfig,
+    ServiceControlConfig,
     SubscriptionTableConfig,
 )
 from bridge.config.problems import Problem, ProblemLog
@@ -79,6 +80,11 @@ def _build(document: Document, source_path: str | None) -> BridgeConfig:
         logging=LoggingConfig(**mappings["logging"]),
         sentry=SentryConfig(**_resolved(mappings["sentry"], "dsn")),
         metrics=MetricsConfig(**mappings["metrics"]),
+        servicecontrol=(
+            ServiceControlConfig(**mappings["servicecontrol"])
+            if "servicecontrol" in mappings
+            else None
+        ),
         subscriptions=types.MappingProxyType(
             {
                 topic: tuple(item.value for item in items)

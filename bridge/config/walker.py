@@ -130,8 +130,9 @@ class _Walker:
         if value is None:
             if sec.required:
                 self.log.error(path, f"required key is missing; {self.section_shape_text(sec)}")
-            elif sec.shape == "mapping":
+            elif sec.shape == "mapping" and not any(key.required for key in sec.keys):
                 self.document.mappings[sec.name] = self.entry(sec, {}, path)
+            # A mapping section with a required key (`servicecontrol`) is off when absent.
             return
         if sec.shape == "mapping":
             self.document.mappings[sec.name] = self.entry(sec, value, path)

@@ -11,7 +11,9 @@ Who connects to a database X, at most at once:
 - upkeep: the scheduled jobs run one at a time, each with at most one connection per
   database (`UPKEEP_CONNECTIONS`); while metrics are on, the metrics sampler holds one more to
   a forwarding database, and the destination checks of `/readyz` one more to a destination
-  (`bridge.daemon.readiness`).
+  (`bridge.daemon.readiness`);
+- with `servicecontrol`, its checks (one connection per database at a time) and, to
+  ServiceControl's database, its heartbeat (`SERVICECONTROL_CONNECTIONS`).
 
 A pool is as large as its forwarders' `concurrency` adds up to, made smaller one worker at a
 time (the largest pool first) until every database's sum fits its `max_connections`. Worker
@@ -32,6 +34,7 @@ from bridge.dialects import dialect_for
 UPKEEP_CONNECTIONS = 1
 WATCHER_CONNECTIONS = 1
 HEARTBEAT_CONNECTIONS = 1
+SERVICECONTROL_CONNECTIONS = 1
 # `daemon.processes: auto` starts no more processes than this: each costs an interpreter (tens
 # of MiB), and the first two lift the most.
 MAX_AUTO_PROCESSES = 4
@@ -51,7 +54,12 @@ def reserved(config: BridgeConfig, database: str) -> int:
     checked = database in destination_databases(config)
     metrics = max(1, forwarding + checked) if config.metrics.listen is not None else 0
     own = WATCHER_CONNECTIONS + HEARTBEAT_CONNECTIONS
-    return UPKEEP_CONNECTIONS + metrics + (own if forwarding else 0)
+    servicecontrol = 0
+    if config.servicecontrol is not None:
+        servicecontrol = SERVICECONTROL_CONNECTIONS * (
+            2 if config.servicecontrol.database == database else 1
+        )
+    return UPKEEP_CONNECTIONS + metrics + servicecontrol + (own if forwarding else 0)
 
 
 def pool_sizes(config: BridgeConfig) -> dict[str, int]:

@@ -50,6 +50,7 @@ from bridge.daemon.pools import STOP_GRACE_SECONDS, Pools, progress_limit, start
 from bridge.daemon.probes import PROBE_TICK, probe_databases
 from bridge.daemon.processes import WorkerProcesses
 from bridge.daemon.readiness import DestinationChecks, Liveness, Seen, readiness
+from bridge.daemon.servicecontrol.reporter import ServiceControlReporter
 from bridge.daemon.state_publisher import StatePublisher
 from bridge.daemon.systemd import notify, watchdog_interval
 from bridge.daemon.upkeep import HEARTBEAT_LANE, Upkeep
@@ -97,6 +98,8 @@ class Daemon:
         self._outages: OutageTracker | None = None
         # This process in every forwarding database's daemons table, for `status`.
         self.heartbeat = Heartbeat(config)
+        # Heartbeats and custom checks for ServiceControl, when configured.
+        self.servicecontrol = ServiceControlReporter()
         # Worker threads still inside a database call when the daemon stopped (see `stop`).
         self.abandoned: list[str] = []
         # What `/healthz` and `/readyz` answer (`bridge.daemon.readiness`).
@@ -332,6 +335,7 @@ class Daemon:
                 at_once=True,
                 lane=HEARTBEAT_LANE,
             )
+        self.servicecontrol.schedule(upkeep, self.config, outages, self.health, stop)
         self._upkeep = upkeep
         upkeep.start()
         if self._processes is not None:

@@ -7,6 +7,9 @@ Jobs run in lanes (APScheduler executors, each a pool of threads):
   needs and closes it before the next runs. A job that runs long delays the others.
 - `heartbeats`: a thread per forwarding database, so a database that does not answer delays
   only its own heartbeat (`bridge.daemon.heartbeat`).
+- `servicecontrol`: two threads, the ServiceControl heartbeat and checks
+  (`bridge.daemon.servicecontrol`), so a ServiceControl that does not answer delays neither
+  upkeep nor the bridge's own heartbeats.
 
 Every job has `max_instances=1` and `coalesce=True`: a run never overlaps the one before, and
 runs missed meanwhile become one, never a burst to catch up. A run that cannot start within
@@ -29,6 +32,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 UPKEEP_LANE = "upkeep"
 HEARTBEAT_LANE = "heartbeats"
+SERVICECONTROL_LANE = "servicecontrol"
 
 
 class _ExpectedSkips(logging.Filter):
@@ -49,7 +53,10 @@ class _ExpectedSkips(logging.Filter):
 _EXPECTED_SKIPS = _ExpectedSkips()
 for _logger in (
     "apscheduler.scheduler",
-    *(f"apscheduler.executors.{lane}" for lane in (UPKEEP_LANE, HEARTBEAT_LANE)),
+    *(
+        f"apscheduler.executors.{lane}"
+        for lane in (UPKEEP_LANE, HEARTBEAT_LANE, SERVICECONTROL_LANE)
+    ),
 ):
     logging.getLogger(_logger).addFilter(_EXPECTED_SKIPS)
 
@@ -59,7 +66,9 @@ class Upkeep:
 
     def __init__(self, *, heartbeats: int = 0) -> None:
         """`heartbeats`: how many heartbeat jobs the process runs (one thread each)."""
-        executors = {UPKEEP_LANE: ThreadPoolExecutor(1)}
+        # The servicecontrol lane's threads start only with its first job (none without
+        # the `servicecontrol` section).
+        executors = {UPKEEP_LANE: ThreadPoolExecutor(1), SERVICECONTROL_LANE: ThreadPoolExecutor(2)}
         if heartbeats:
             executors[HEARTBEAT_LANE] = ThreadPoolExecutor(heartbeats)
         # UTC: the scheduler then never asks tzlocal for the machine's zone, and a change of

@@ -93,6 +93,18 @@ _NOW = "strftime('%Y-%m-%d %H:%M:%f', 'now')"
 _SIZE = "COALESCE(length(Body), 0) + COALESCE(length(Headers), 0)"
 _EXPIRED = f"coalesce(Expires <= {_NOW}, 0)"
 
+# A row `errors summary` groups in the database (see "error_queue_groups" below); CASE, so
+# that json_each never sees text that is not JSON.
+_READABLE = """CASE
+    WHEN coalesce(json_valid(Headers), 0) = 0 OR json_type(Headers) <> 'object' THEN 0
+    WHEN length(Id) <> 36 OR length(replace(Id, '-', '')) <> 32
+         OR lower(replace(Id, '-', '')) GLOB '*[^0-9a-f]*' THEN 0
+    WHEN lower(Headers) GLOB '*\\u0000*' OR lower(Headers) GLOB '*\\ud[89abcdef]*' THEN 0
+    ELSE (SELECT count(*) = count(DISTINCT key)
+              AND coalesce(sum(type NOT IN ('text', 'null')), 0) = 0
+          FROM json_each(Headers))
+    END"""
+
 STATEMENTS: dict[str, str] = {
     **BASE_STATEMENTS,
     "create_schema": "",  # SQLite has no schemas
@@ -350,6 +362,35 @@ STATEMENTS: dict[str, str] = {
                     THEN json_extract(Headers, '$."NServiceBus.FailedQ"') END AS failed_queue,
                count(*) AS messages
         FROM {queue} GROUP BY 1""",
+    # `errors summary` and `errors list` (see bridge/dialects/postgresql/error_groups.py).
+    # SQLite reads JSON without failing a statement, so one form does: a row is grouped when
+    # its Headers are a JSON object of distinct keys with string or null values and no escape
+    # that json_extract decodes otherwise than the tools (NUL, surrogates), and its Id is a
+    # UUID (as the tools require of a row they replay); the tools read the others themselves.
+    "error_queue_groups": f"""
+        SELECT readable, failed_queue, value, other_value, count(*) AS messages,
+               min(tof) FILTER (WHERE wire) AS first_failure,
+               max(tof) FILTER (WHERE wire) AS last_failure,
+               json_group_array(DISTINCT tof) FILTER (WHERE NOT wire) AS other_times,
+               json_group_array(seq) FILTER (WHERE NOT readable) AS unreadable
+        FROM (
+            SELECT seq, readable, failed_queue, value, other_value, tof,
+                   length(tof) = 28 AND substr(tof, -2) = ' Z' AS wire
+            FROM (
+                SELECT seq, readable,
+                       CASE WHEN readable
+                            THEN json_extract(h, '$."NServiceBus.FailedQ"') END AS failed_queue,
+                       CASE WHEN readable THEN json_extract(h, '$."' || ? || '"') END AS value,
+                       CASE WHEN readable
+                            THEN json_extract(h, '$."' || ? || '"') END AS other_value,
+                       CASE WHEN readable
+                            THEN json_extract(h, '$."NServiceBus.TimeOfFailure"') END AS tof
+                FROM (SELECT RowVersion AS seq, Headers AS h, {_READABLE} AS readable
+                      FROM {{queue}}) AS checked) AS row_values) AS grouped
+        GROUP BY readable, failed_queue, value, other_value""",
+    "error_queue_read_many": """
+        SELECT Id AS id, Headers AS headers, RowVersion AS seq FROM {queue}
+        WHERE RowVersion IN ({rows})""",
     # The retry tools (see the PostgreSQL dialect) without its locks: SQLite has one writer at
     # a time, so a row a batch has taken is already gone when these run.
     "retry_due_now_many": """
@@ -413,6 +454,8 @@ STATEMENTS: dict[str, str] = {
         SELECT name, sql FROM sqlite_master WHERE type = 'index' AND tbl_name = ?2
         AND coalesce(?1, '') = coalesce(?1, '')""",
 }
+# SQLite reads any text as JSON without failing the statement: nothing to check first.
+STATEMENTS["error_queue_groups_checked"] = STATEMENTS["error_queue_groups"]
 
 _TIMESTAMP_FORMAT = "%Y-%m-%d %H:%M:%S.%f"
 

@@ -14,6 +14,7 @@ from bridge.exceptions import (
     DatabaseReadOnly,
     DuplicateKey,
     LockTimeout,
+    MalformedValue,
     NotSupported,
     PermissionDenied,
     QueryTimeout,
@@ -61,6 +62,8 @@ _QUERY_TIMEOUT_STATES = {"57014", "HYT00"}
 # 22021 character_not_in_repertoire, 22P05 untranslatable_character: text the server cannot
 # send in the client's encoding (a SQL_ASCII database read as UTF-8 through psqlODBC).
 _NOT_CONVERTIBLE_STATES = {"22021", "22P05"}
+# 22P02 invalid_text_representation: a cast of text that is not of the type (`'x'::jsonb`).
+_MALFORMED_STATES = {"22P02"}
 _MISSING_TABLE_STATES = {"42P01", "42S02"}
 _DUPLICATE_STATES = {"23505"}
 # 42P07 duplicate table (and index), 42P06 duplicate schema, 42710 duplicate object.
@@ -82,6 +85,7 @@ _CLASSES: tuple[tuple[type[DatabaseError], set[str]], ...] = (
     (LockTimeout, _LOCK_TIMEOUT_STATES),
     (QueryTimeout, _QUERY_TIMEOUT_STATES),
     (ValueNotConvertible, _NOT_CONVERTIBLE_STATES),
+    (MalformedValue, _MALFORMED_STATES),
     (UndefinedObject, _UNDEFINED_OBJECT_STATES),
     (NotSupported, _NOT_SUPPORTED_STATES),
 )

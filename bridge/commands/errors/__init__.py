@@ -10,12 +10,13 @@ says per message why it leaves them.
 from __future__ import annotations
 
 from bridge.commands.error_queues import ErrorQueue, error_queues, read_failed_messages
-from bridge.commands.failed_messages import FailedMessage
+from bridge.commands.failed_messages import FailedMessage, describe
 from bridge.commands.selection import Found, Selection, missing_ids, read_each
 from bridge.config.model import BridgeConfig
 from bridge.connections import Connections
-from bridge.dialects import Dialect
-from bridge.exceptions import DatabaseError, RequestError
+from bridge.dialects import Dialect, dialect_for
+from bridge.drivers import Connection
+from bridge.exceptions import DatabaseError, RequestError, TableNotFound
 
 FoundFailed = Found[ErrorQueue, FailedMessage]
 
@@ -52,3 +53,49 @@ def read_error_queues(
             f"{unread}; 'sfbridge errors list' shows the ids; nothing was changed"
         )
     return found
+
+
+def read_first_messages(
+    config: BridgeConfig, connections: Connections, problems: list[DatabaseError], limit: int
+) -> tuple[list[FoundFailed], int]:
+    """Every error queue with its first messages, `limit` in all (the first queues first),
+    each queue counted and paged in its database rather than read whole; and how many were
+    left out. For a selection of every message (`Selection()`)."""
+    found: list[FoundFailed] = []
+    hidden = 0
+    for queue in error_queues(config):
+        dialect = dialect_for(config.databases[queue.database].dialect)
+        left = limit - sum(len(each.messages) for each in found)
+        try:
+            read = _first_rows(connections.get(queue.database), dialect, queue, left)
+        except DatabaseError as error:
+            connections.discard(queue.database)
+            problems.append(error)
+            continue
+        total, messages = read if read is not None else (0, [])
+        hidden += total - len(messages)
+        found.append(
+            Found(queue, dialect, queue.describe(), messages, total, read is not None, total)
+        )
+    return found, hidden
+
+
+def _first_rows(
+    connection: Connection, dialect: Dialect, queue: ErrorQueue, limit: int
+) -> tuple[int, list[FailedMessage]] | None:
+    """(how many rows `queue` holds, its first `limit` described), in one read transaction;
+    None when the table does not exist."""
+    try:
+        connection.begin_read()
+        [counted] = connection.query_named(dialect.sql("error_queue_count", queue=queue.address))
+        rows = []
+        if limit > 0:
+            rows = connection.query_named(
+                dialect.sql("error_queue_page", queue=queue.address), (0, limit)
+            )
+    except TableNotFound:
+        return None
+    finally:
+        connection.rollback()
+    messages = [describe(row["id"], int(row["seq"]), row["headers"], queue.owners) for row in rows]
+    return int(counted["messages"]), messages

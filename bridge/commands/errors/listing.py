@@ -8,9 +8,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from bridge.commands.configuration import load
-from bridge.commands.errors import FoundFailed, read_error_queues
+from bridge.commands.errors import FoundFailed, read_error_queues, read_first_messages
 from bridge.commands.failed_messages import FailedMessage, one_line
 from bridge.commands.selection import (
+    Selection,
     add_json_argument,
     add_limit_argument,
     add_selection_arguments,
@@ -52,10 +53,15 @@ def run(args: argparse.Namespace) -> int:
     connections = Connections(config.databases)
     problems: list[DatabaseError] = []
     try:
-        found = read_error_queues(config, selection, connections, problems)
+        if args.limit and selection == Selection(given=selection.given):
+            # Every message, the first few shown: counted and paged in the database.
+            found, hidden = read_first_messages(config, connections, problems, args.limit)
+        else:
+            found, hidden = limit_found(
+                read_error_queues(config, selection, connections, problems), args.limit
+            )
     finally:
         connections.close()
-    found, hidden = limit_found(found, args.limit)
     if args.json:
         print_json([_as_json(each, m) for each in found for m in each.messages])
     else:

@@ -6,13 +6,18 @@ with its count and its first and last failure. A group's name (`reason:unroutabl
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
 from bridge.commands.configuration import load
+from bridge.commands.error_groups import count_groups
+from bridge.commands.error_queues import ErrorQueue, error_queues
 from bridge.commands.errors import read_error_queues
-from bridge.commands.failure_groups import GROUP_BY, Group, summarize
+from bridge.commands.failed_messages import FailedMessage
+from bridge.commands.failure_groups import GROUP_BY, Counted, Group, summarize
 from bridge.commands.selection import (
+    Selection,
     add_json_argument,
     add_limit_argument,
     add_selection_arguments,
@@ -23,8 +28,12 @@ from bridge.commands.selection import (
     say,
     selection_from,
 )
+from bridge.config.model import BridgeConfig
 from bridge.connections import Connections
+from bridge.dialects import dialect_for
 from bridge.exceptions import DatabaseError, ExitCode
+
+Entry = tuple[FailedMessage | Counted, Callable[[FailedMessage], str | None]]
 
 _HEADINGS = ("GROUP", "COUNT", "REPLAYABLE", "FIRST FAILURE (UTC)", "LAST FAILURE (UTC)")
 
@@ -49,26 +58,70 @@ def run(args: argparse.Namespace) -> int:
     connections = Connections(config.databases)
     problems: list[DatabaseError] = []
     try:
-        found = read_error_queues(config, selection, connections, problems)
+        if _in_the_database(selection):
+            places, entries = _count_in_databases(config, selection, connections, problems, args.by)
+        else:
+            found = read_error_queues(config, selection, connections, problems)
+            places = [each.where for each in found]
+            entries = [(m, each.place.destination_of) for each in found for m in each.messages]
     finally:
         connections.close()
-    groups = summarize(
-        args.by,
-        ((m, each.place.destination_of) for each in found for m in each.messages),
-    )
+    groups = summarize(args.by, entries)
     shown = groups[: args.limit] if args.limit else groups
     if args.json:
         print_json([_as_json(group) for group in shown])
     else:
         total = sum(group.count for group in groups)
-        places = ", ".join(each.where for each in found) or "no error queue"
-        say(f"{total} failed message(s) in {len(groups)} group(s) by {args.by}: {places}")
+        where = ", ".join(places) or "no error queue"
+        say(f"{total} failed message(s) in {len(groups)} group(s) by {args.by}: {where}")
         if shown:
             rows = [_HEADINGS, *(_row(group) for group in shown)]
             for line in columns(rows):
                 say("  " + line)
     report_hidden(len(groups) - len(shown), as_json=args.json, what="group(s)")
     return finish("errors summary", problems, ExitCode.OK)
+
+
+def _in_the_database(selection: Selection) -> bool:
+    """Whether the database can group what `selection` chooses: every message, or a
+    forwarder's (which the grouping's FailedQ tells); other filters read each message."""
+    return selection == Selection(forwarder=selection.forwarder, given=selection.given)
+
+
+def _count_in_databases(
+    config: BridgeConfig,
+    selection: Selection,
+    connections: Connections,
+    problems: list[DatabaseError],
+    by: str,
+) -> tuple[list[str], list[Entry]]:
+    """Every error queue `selection` may reach, grouped in its database (`count_groups`):
+    the queues, as a person reads them, and what was counted in them."""
+    places: list[str] = []
+    entries: list[Entry] = []
+    for queue in error_queues(config, selection.forwarder):
+        dialect = dialect_for(config.databases[queue.database].dialect)
+        try:
+            grouped = count_groups(connections.get(queue.database), dialect, queue, by)
+        except DatabaseError as error:
+            connections.discard(queue.database)
+            problems.append(error)
+            continue
+        places.append(queue.describe())
+        if grouped is not None:
+            entries += _chosen(queue, selection, grouped.counted + grouped.unreadable)
+    return places, entries
+
+
+def _chosen(
+    queue: ErrorQueue, selection: Selection, messages: list[Counted | FailedMessage]
+) -> list[Entry]:
+    chosen: list[Entry] = []
+    for each in messages:
+        message = each.message if isinstance(each, Counted) else each
+        if selection.forwarder is None or message.forwarder == selection.forwarder:
+            chosen.append((each, queue.destination_of))
+    return chosen
 
 
 def _time(moment: datetime | None) -> str:

@@ -36,6 +36,7 @@ from bridge.config.schema.forwarding import (
     SUBSCRIPTIONS,
 )
 from bridge.config.schema.operations import DAEMON, LOGGING, METRICS, SENTRY
+from bridge.config.schema.servicecontrol import SERVICECONTROL
 
 __all__ = [
     "CATALOG_DIALECTS",
@@ -62,6 +63,7 @@ __all__ = [
     "SCHEMA_DIALECTS",
     "SENTRY",
     "SERVER_DIALECTS",
+    "SERVICECONTROL",
     "SUBSCRIPTIONS",
     "SUBSCRIPTION_TABLES",
     "section",
@@ -83,6 +85,7 @@ SCHEMA: Final[tuple[Section, ...]] = (
     LOGGING,
     SENTRY,
     METRICS,
+    SERVICECONTROL,
 )
 
 

@@ -89,6 +89,9 @@ BASE_STATEMENTS: dict[str, str] = {
     # The rows of the error-queue and retry tools' multi-row statements: one sequence value.
     "error_queue_claim_row": "?",
     "error_queue_delete_row": "?",
+    "error_queue_read_row": "?",
+    # How many rows an error queue holds (`sfbridge errors list`, which pages in the database).
+    "error_queue_count": "SELECT count(*) AS messages FROM {queue}",
     "retry_due_now_row": "?",
     "retry_take_row": "?",
     # The retry tools (`sfbridge retries`): a page of retry storage after a sequence value.

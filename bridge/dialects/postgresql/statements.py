@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from bridge.dialects.base.statements import BASE_STATEMENTS
+from bridge.dialects.postgresql.error_groups import ERROR_GROUP_STATEMENTS
 
 _NOW = "(now() AT TIME ZONE 'UTC')"
 # What a row weighs for a batch's byte budget: its body and headers (lengths, which PostgreSQL
@@ -545,6 +546,7 @@ STATEMENTS: dict[str, str] = {
         WHERE table_schema = ? AND table_name = ?""",
     "table_indexes": """
         SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = ? AND tablename = ?""",
+    **ERROR_GROUP_STATEMENTS,
 }
 
 

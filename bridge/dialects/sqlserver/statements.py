@@ -10,6 +10,7 @@ from bridge.dialects.sqlserver.bridge_tables import (
     STATE_STATEMENTS,
     create_if_missing,
 )
+from bridge.dialects.sqlserver.error_groups import ERROR_GROUP_STATEMENTS
 
 # --------------------------------------------------------------------------------------------
 # SQL
@@ -543,6 +544,7 @@ def _raw_claim(statement: str) -> str:
 
 STATEMENTS.update(STATE_STATEMENTS)
 STATEMENTS.update(LOOKUP_STATEMENTS)
+STATEMENTS.update(ERROR_GROUP_STATEMENTS)
 STATEMENTS.update(
     {
         f"{name}_raw": _raw_claim(STATEMENTS[name])

@@ -29,7 +29,7 @@ FREEZE_SECONDS = float(os.environ.get("SFBRIDGE_TEST_FAULT_SECONDS", "5"))
 # error queue within the freeze.
 RETRIES = {"delay": "1s", "max_attempts": 3}
 
-TWO_PHASE = pytest.mark.xdist_group("two-phase")
+TWO_PHASE = pytest.mark.xdist_group("two-phase-faults")
 
 
 def _database_name(connection_string: str) -> str:

@@ -54,7 +54,7 @@ def test_killed_sessions_lose_and_duplicate_nothing_with_the_ledger(
     check_storm(tmp_path, pair, postgres.admin)
 
 
-@pytest.mark.xdist_group("two-phase")
+@pytest.mark.xdist_group("two-phase-faults")
 def test_killed_sessions_lose_and_duplicate_nothing_with_two_phase(
     tmp_path: Path, two_phase_postgres: Any
 ) -> None:

@@ -52,7 +52,7 @@ def test_the_source_server_restarted_twice_loses_and_duplicates_nothing_with_the
     restart_twice(tmp_path, pair, private_postgres)
 
 
-@pytest.mark.xdist_group("two-phase")
+@pytest.mark.xdist_group("two-phase-faults")
 def test_the_source_server_restarted_twice_loses_and_duplicates_nothing_with_two_phase(
     tmp_path: Path, private_postgres: Any, two_phase_postgres: Any
 ) -> None:

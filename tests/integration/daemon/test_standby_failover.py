@@ -180,7 +180,7 @@ class FailoverSender:
     "transaction",
     # Two-phase: the destination on the cluster that allows prepared transactions; the
     # decisions about what it prepared are in the forwarding database that fails over.
-    ["ledger", pytest.param("two-phase", marks=pytest.mark.xdist_group("two-phase"))],
+    ["ledger", pytest.param("two-phase", marks=pytest.mark.xdist_group("two-phase-servers"))],
 )
 def test_a_promoted_standby_of_the_forwarding_database_forwards_every_message_once(
     tmp_path: Path,

@@ -126,7 +126,7 @@ def test_transaction_pooling_forwards_exactly_once_and_polls(
     ) in text
 
 
-@pytest.mark.xdist_group("two-phase")  # the cluster that allows prepared transactions
+@pytest.mark.xdist_group("two-phase-servers")  # the cluster that allows prepared transactions
 @pytest.mark.parametrize(
     ("pool_mode", "logged"),
     [("session", PUSHING), ("transaction", POLLING)],

@@ -135,7 +135,7 @@ def test_a_batch_that_cannot_meet_the_deadline_is_delivered_in_halves_exactly_on
     run_full_batch(pg_pair_factory(**OPTIONS), tmp_path)
 
 
-@pytest.mark.xdist_group("two-phase")
+@pytest.mark.xdist_group("two-phase-servers")
 def test_a_two_phase_batch_that_cannot_meet_the_deadline_is_delivered_in_halves_exactly_once(
     two_phase_postgres: Any, tmp_path: Path
 ) -> None:

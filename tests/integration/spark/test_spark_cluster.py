@@ -128,13 +128,20 @@ def test_a_drain_that_loses_its_cluster_ends_with_exit_4_and_a_rerun_finishes_it
     with log.open("w") as output:
         drain = subprocess.Popen(
             [sys.executable, "-m", "bridge", "-c", str(world["config"]), "spark", "drain",
-             "--master", spark_standalone.url, "--wait-for-executors", "5s"],
+             "--master", spark_standalone.url, "--wait-for-executors", "15s"],
             stdout=output, stderr=subprocess.STDOUT, env={**os.environ, **SPARK_ENV},
         )  # fmt: skip
+        # The wait covers the executors' start too, which on a loaded two-core machine took
+        # more than 5 s: a shorter one cancelled the drain before it began (CI, 2026-11-28).
+
+        def delivering() -> bool:
+            assert drain.poll() is None, f"the drain ended early:\n{log.read_text()}"
+            return pg_count(world["receiver"], RECEIVER) >= 1000
+
         try:
-            wait_until(lambda: pg_count(world["receiver"], RECEIVER) >= 1000, 120, "the drain")
+            wait_until(delivering, 120, "the drain")
             spark_standalone.kill_worker()
-            # The watchdog gives up 5 s after the last executor went; a hang fails here.
+            # The watchdog gives up 15 s after the last executor went; a hang fails here.
             assert drain.wait(timeout=120) == 4, log.read_text()
         finally:
             if drain.poll() is None:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import bridge.commands.demo
-from bridge.commands.cli import VERBS, build_parser, main
+from bridge.commands.cli import VERBS, build_parser, main, named_verb
 from bridge.commands.selection import Selection
 from bridge.config.environment import unset_variable_advice
 from bridge.dialects import dialect_for
@@ -185,3 +185,23 @@ def test_a_waiting_message_is_selected_as_a_failed_one_is(
 ) -> None:
     grammar = dialect_for("postgresql").grammar
     assert selection.selects_waiting(_waiting(), grammar) is selected
+
+
+@pytest.mark.parametrize(
+    ("argv", "verb"),
+    [
+        (["where", "x"], "where"),
+        (["-c", "errors", "status"], "status"),
+        (["--config", "f.yaml", "-v", "errors", "list", "--limit", "5"], "errors list"),
+        (["errors", "-c", "f.yaml", "summary"], "errors summary"),
+        (["errors"], None),
+        (["-vc", "f.yaml", "where", "x"], None),
+        (["--version"], None),
+        (["erors", "list"], None),
+    ],
+)
+def test_the_verb_is_read_ahead_only_where_it_is_certain(argv: list[str], verb: str | None) -> None:
+    assert named_verb(argv) == verb
+    if verb is not None:
+        parsed = build_parser(only=verb).parse_args(argv)
+        assert parsed.verb == verb and callable(parsed.run)

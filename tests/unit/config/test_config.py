@@ -69,11 +69,15 @@ def minimal() -> dict[str, Any]:
 
 
 def with_entries() -> dict[str, Any]:
-    """`minimal()` plus one entry, of required keys only, in every list section it lacks."""
+    """`minimal()` plus one entry, of required keys only, in every list section it lacks, and
+    the mapping sections that are off without their required keys (`servicecontrol`)."""
     raw = minimal()
     for section in SCHEMA:
+        required = {k.name: k.example for k in section.keys if k.required}
         if section.shape == "list" and section.name not in raw:
-            raw[section.name] = [{k.name: k.example for k in section.keys if k.required}]
+            raw[section.name] = [required]
+        elif section.shape == "mapping" and required:
+            raw[section.name] = required
     return raw
 
 
@@ -289,6 +293,7 @@ def test_schema_sections_are_the_top_level_keys_of_the_contract() -> None:
         "logging",
         "sentry",
         "metrics",
+        "servicecontrol",
     ]
 
 
@@ -336,6 +341,8 @@ def _place_example(section: Section, key: Key) -> dict[str, Any]:
         return with_(raw, f"databases.{database}.{key.name}", key.example)
     if section.shape == "list":
         return with_(with_entries(), f"{section.name}[0].{key.name}", key.example)
+    if any(other.required for other in section.keys):
+        return with_(with_entries(), f"{section.name}.{key.name}", key.example)
     return with_(minimal(), f"{section.name}.{key.name}", key.example)
 
 
@@ -431,7 +438,7 @@ def test_unknown_key_without_a_near_match_lists_the_expected_keys() -> None:
     assert the_error(with_(minimal(), "zzz", 1)) == (
         "zzz: unknown key (expected one of: databases, forwarders, routes, subscriptions, "
         "subscription_tables, publish, retries, delivery, install, ledger, error_archive, daemon, "
-        "logging, sentry, metrics)"
+        "logging, sentry, metrics, servicecontrol)"
     )
 
 

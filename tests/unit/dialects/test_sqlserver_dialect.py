@@ -643,6 +643,10 @@ QUEUE_TABLE_HINTS = {
     ("error_queue_page", "queue"): ["READPAST"],
     ("error_queue_row", "queue"): ["READPAST"],
     ("error_queue_failed_queues", "queue"): ["READPAST"],
+    ("error_queue_groups", "queue"): ["READPAST"],
+    ("error_queue_groups_checked", "queue"): ["READPAST"],
+    ("error_queue_read_many", "queue"): ["READPAST"],
+    ("error_queue_count", "queue"): ["READPAST"],
     ("queue_find_id", "queue"): ["READPAST"],
     ("queue_find_headers", "queue"): ["READPAST"],
 }
