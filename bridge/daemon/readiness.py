@@ -181,8 +181,13 @@ class DestinationChecks:
         self._tracker.record_trouble(database, kind, error)  # type: ignore[arg-type]
 
     def close(self) -> None:
-        for connections in self._connections.values():
-            connections.close()
+        """Close the connections, but those of a check still waiting for an answer: closing
+        them could wait as long (they go with the thread, or the process)."""
+        states = self.checks.states()
+        for database, connections in self._connections.items():
+            state = states.get(database)
+            if state is None or state.running_since is None:
+                connections.close()
 
 
 @dataclass(frozen=True)
