@@ -76,6 +76,10 @@ class Run:
     check: Callable[[Any], bool] = lambda result: True
 
 
+def _four_in_groups(rows: Any) -> bool:
+    return sum(int(row[4]) for row in rows) == 4 and all(row[0] for row in rows)
+
+
 def _id() -> uuid.UUID:
     return uuid.uuid4()
 
@@ -130,6 +134,13 @@ def _runs() -> list[tuple[str, Run]]:
             "error_queue_failed_queues",
             Run(query=True, check=lambda rows: [tuple(r) for r in rows] == [(None, 4)]),
         ),
+        ("error_queue_count", Run(query=True, check=lambda rows: rows[0][0] == 4)),
+        # Grouped by two headers none of the rows has: one readable group of all four.
+        *(
+            (name, Run(("Missing.One", "Missing.Two"), query=True, check=_four_in_groups))
+            for name in ("error_queue_groups", "error_queue_groups_checked")
+        ),
+        ("error_queue_read_many", Run((1, 2), rows=2, query=True, check=_rows(2))),
         # Takes RowVersion 1, the first send; then the rest go through the receives.
         ("error_queue_claim_many", Run((1, 999), rows=2, query=True, check=_one_row)),
         ("receive_batch", Run((1, 10_000_000), query=True, check=_one_row)),
