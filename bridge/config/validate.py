@@ -31,6 +31,7 @@ from bridge.config.model import (
     RouteConfig,
     SentryConfig,
     SubscriptionTableConfig,
+    TracingConfig,
 )
 from bridge.config.problems import Problem, ProblemLog
 from bridge.config.schema import SUBSCRIPTIONS
@@ -79,6 +80,7 @@ def _build(document: Document, source_path: str | None) -> BridgeConfig:
         logging=LoggingConfig(**mappings["logging"]),
         sentry=SentryConfig(**_resolved(mappings["sentry"], "dsn")),
         metrics=MetricsConfig(**mappings["metrics"]),
+        tracing=TracingConfig(**mappings["tracing"]),
         subscriptions=types.MappingProxyType(
             {
                 topic: tuple(item.value for item in items)

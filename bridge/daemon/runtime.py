@@ -51,8 +51,9 @@ from bridge.daemon.probes import PROBE_TICK, probe_databases
 from bridge.daemon.processes import WorkerProcesses
 from bridge.daemon.state_publisher import StatePublisher
 from bridge.daemon.systemd import notify, watchdog_interval
+from bridge.daemon.tracing import ProcessTracer, start_tracing, stop_tracing
 from bridge.daemon.upkeep import HEARTBEAT_LANE, Upkeep
-from bridge.exceptions import ExitCode, MetricsStartError
+from bridge.exceptions import ExitCode, MetricsStartError, TracingUnavailable
 from bridge.forwarding.in_doubt import SETTLE_INTERVAL_MAX, needs_resolving, resolve_in_doubt
 from bridge.forwarding.notices import Notices
 from bridge.forwarding.spine import probe_interval
@@ -98,6 +99,7 @@ class Daemon:
         self.heartbeat = Heartbeat(config)
         # Worker threads still inside a database call when the daemon stopped (see `stop`).
         self.abandoned: list[str] = []
+        self.tracer: ProcessTracer | None = None  # made by `run` when tracing is on
 
     # -- control -------------------------------------------------------------------------
 
@@ -126,17 +128,25 @@ class Daemon:
     def run(self) -> int:
         """Run until stopped. Returns the process exit code (0: clean stop; 1: it could not
         start, said in the log)."""
+        try:
+            # Made once, for the process's life, like the metrics: a reload keeps it.
+            self.tracer = start_tracing(self.config)
+        except TracingUnavailable as error:
+            log.error("cannot start: %s; %s", error, error.advice)
+            return ExitCode.FAILED
         if self.metrics is not None and self.config.metrics.listen is not None:
             try:
                 self.metrics.serve(self.config.metrics.listen)
             except MetricsStartError as error:
                 log.error("cannot start: %s", error)
+                stop_tracing(self.tracer)
                 return ExitCode.FAILED
         try:
             return self._run_started()
         finally:
             if self.metrics is not None:
                 self.metrics.close()
+            stop_tracing(self.tracer)
 
     def _run_started(self) -> int:
         self.start()
@@ -239,6 +249,7 @@ class Daemon:
             relay=self._processes.mark if self._processes is not None else None,
             backlog=self._processes.backlog if self._processes is not None else None,
             notices=notices,
+            tracer=self.tracer,
         )
         if self._processes is not None:
             self._processes.mark_here = self._pools.mark
@@ -378,6 +389,12 @@ class Daemon:
                 log.error("  %s", line)
             notify("READY=1")
             return
+        if new_config.tracing.enabled != self.config.tracing.enabled:
+            log.warning(
+                "tracing.enabled changed to %s: that takes a restart; tracing stays %s",
+                str(new_config.tracing.enabled).lower(),
+                "on" if self.tracer is not None else "off",
+            )
         if new_config.metrics.listen != self.config.metrics.listen:
             log.warning(
                 "metrics.listen changed (%s -> %s): that takes a restart; metrics stay %s",

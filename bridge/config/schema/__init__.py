@@ -35,7 +35,7 @@ from bridge.config.schema.forwarding import (
     SUBSCRIPTION_TABLES,
     SUBSCRIPTIONS,
 )
-from bridge.config.schema.operations import DAEMON, LOGGING, METRICS, SENTRY
+from bridge.config.schema.operations import DAEMON, LOGGING, METRICS, SENTRY, TRACING
 
 __all__ = [
     "CATALOG_DIALECTS",
@@ -64,6 +64,7 @@ __all__ = [
     "SERVER_DIALECTS",
     "SUBSCRIPTIONS",
     "SUBSCRIPTION_TABLES",
+    "TRACING",
     "section",
 ]
 
@@ -83,6 +84,7 @@ SCHEMA: Final[tuple[Section, ...]] = (
     LOGGING,
     SENTRY,
     METRICS,
+    TRACING,
 )
 
 
