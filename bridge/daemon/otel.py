@@ -1,5 +1,5 @@
-"""The OpenTelemetry side of tracing: one process's tracer provider, its OTLP/HTTP exporter, and
-a span per hop. Imported only when `tracing.enabled` (`bridge.daemon.tracing`).
+"""The OpenTelemetry side of tracing: a span per hop, sampled and exported as the standard
+`OTEL_*` variables say. Imported only when `tracing.enabled` (`bridge.daemon.tracing`).
 
 A hop's span (the messaging semantic conventions, for a `send` that is not the message's
 creation context, hence kind CLIENT): named `send <destination queue>` (`publish ...` for a
@@ -9,22 +9,36 @@ the message's `traceparent`/`tracestate`, or, when the sender asked for a new tr
 an NServiceBus receiver does; a root when the message carries no trace. The headers themselves
 are forwarded unchanged: the receiver stays a child of the sender's span, the bridge's a
 sibling of it.
+
+The SDK gives the resource (`OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`) and the sampler
+(`OTEL_TRACES_SAMPLER`); the spans are encoded and sent by `bridge.daemon.otlp`, which says why.
+With the default sampler (`parentbased_always_on`) a span is sampled when its sender's was, or
+when it is a root, without asking the sampler per message.
 """
 
 from __future__ import annotations
 
 import os
+import random
+import re
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from opentelemetry.context import Context
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
-from opentelemetry.trace import Link, SpanKind, Status, StatusCode, get_current_span
-from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-from opentelemetry.util.types import AttributeValue
+from opentelemetry.sdk.trace import TracerProvider, sampling
+from opentelemetry.trace import (
+    Link,
+    NonRecordingSpan,
+    SpanContext,
+    SpanKind,
+    TraceFlags,
+    TraceState,
+    set_span_in_context,
+)
 
+from bridge import __version__
+from bridge.daemon import otlp
 from bridge.exceptions import TracingUnavailable
 from bridge.forwarding.hops import FAILED_OUTCOMES, Hop
 from bridge.messages import Source
@@ -35,11 +49,41 @@ MESSAGING_SYSTEM = "nservicebus_sql"
 INSTRUMENTATION = "sfbridge"
 SERVICE_NAME = "sfbridge"
 
+# W3C trace context, version 00 and later ones (which may add fields), as the SDK reads it.
+_TRACEPARENT = re.compile(r"\s*([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?\s*")
+_NO_TRACE, _NO_SPAN = "0" * 32, "0" * 16
+# A message id's attribute, its key encoded once.
+_MESSAGE_ID_KEY = otlp.text(1, "messaging.message.id")
+_BYTE = [bytes((number,)) for number in range(128)]
+
+
+class SenderContext(NamedTuple):
+    """The span context of a message's sender, read from its `traceparent`."""
+
+    trace_id: bytes
+    span_id: bytes
+    sampled: bool
+    state: str | None
+
+
+def sender_context(traceparent: str, tracestate: str | None) -> SenderContext | None:
+    """The context `traceparent` gives, None when it is not a valid one (then the span is a
+    root, as if there were none)."""
+    match = _TRACEPARENT.fullmatch(traceparent)
+    if match is None:
+        return None
+    version, trace_id, span_id, flags, rest = match.groups()
+    if version == "ff" or (version == "00" and rest) or trace_id == _NO_TRACE:
+        return None
+    if span_id == _NO_SPAN:
+        return None
+    return SenderContext(
+        bytes.fromhex(trace_id), bytes.fromhex(span_id), int(flags, 16) & 1 == 1, tracestate
+    )
+
 
 class OtlpHopTracer:
-    """Spans of hops, batched and exported over OTLP/HTTP (protobuf) by a background thread of
-    the SDK (`OTEL_BSP_*`); sampled as `OTEL_TRACES_SAMPLER` says (`parentbased_always_on`
-    unless set)."""
+    """Spans of hops, queued and posted over OTLP/HTTP by a thread of their own."""
 
     def __init__(self, exporter: str = "otlp") -> None:
         """Raises TracingUnavailable for an exporter or protocol other than OTLP/HTTP."""
@@ -62,14 +106,20 @@ class OtlpHopTracer:
         resource = Resource.create({"process.pid": os.getpid()})
         if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
             resource = resource.merge(Resource({"service.name": SERVICE_NAME}))
-        # Shut down by `bridge.daemon.tracing.stop_tracing`, bounded: not at exit, where a
-        # collector that does not answer would hold the process.
-        self._provider = TracerProvider(resource=resource, shutdown_on_exit=False)
-        exporter_ = OTLPSpanExporter()
-        self.endpoint: str = getattr(exporter_, "_endpoint", "the OTLP endpoint")
-        self._provider.add_span_processor(BatchSpanProcessor(exporter_))
-        self._tracer = self._provider.get_tracer(INSTRUMENTATION)
-        self._propagator = TraceContextTextMapPropagator()
+        # The SDK's reading of OTEL_TRACES_SAMPLER(_ARG); the provider itself makes no spans.
+        self._sampler = TracerProvider(shutdown_on_exit=False).sampler
+        self._default_sampler = (
+            self._sampler.get_description() == sampling.DEFAULT_ON.get_description()
+        )
+        settings = otlp.export_settings()
+        self.endpoint = settings.shown_endpoint
+        self._sender = otlp.SpanSender(
+            settings,
+            otlp.resource_field(dict(resource.attributes)),  # type: ignore[arg-type]
+            otlp.scope_field(INSTRUMENTATION, __version__),
+        )
+        self._random = random.Random(os.urandom(32))  # ids: fast, and distinct per process
+        self._common: dict[tuple[str, str, str], bytes] = {}
 
     def traced(
         self,
@@ -80,49 +130,124 @@ class OtlpHopTracer:
         started_ns: int,
         ended_ns: int,
     ) -> None:
-        common: dict[str, AttributeValue] = {
-            "messaging.system": MESSAGING_SYSTEM,
-            "messaging.operation.type": "send",
-            "sfbridge.forwarder": forwarder,
-            "sfbridge.source": source,
-            "sfbridge.source.queue": source_queue,
-        }
-        tracer, root = self._tracer, Context()
-        for hop in hops:
-            parent, links = root, None
-            if hop.trace_headers is not None:
-                extracted = self._propagator.extract(hop.trace_headers)
-                if hop.new_trace:
-                    sender = get_current_span(extracted).get_span_context()
-                    links = [Link(sender)] if sender.is_valid else None
-                else:
-                    parent = extracted
-            attributes = {
-                **common,
-                "messaging.operation.name": hop.operation,
-                "messaging.destination.name": hop.destination,
-                "sfbridge.attempt": hop.attempt,
-                "sfbridge.outcome": hop.outcome,
-            }
-            if hop.message_id:
-                attributes["messaging.message.id"] = hop.message_id
-            if hop.destination_database is not None:
-                attributes["sfbridge.destination.database"] = hop.destination_database
-            if hop.error_type is not None:
-                attributes["error.type"] = hop.error_type
-            span = tracer.start_span(
-                f"{hop.operation} {hop.destination}",
-                context=parent,
-                kind=SpanKind.CLIENT,
-                attributes=attributes,
-                links=links,
-                start_time=started_ns,
+        common = self._common.get((forwarder, source, source_queue))
+        if common is None:
+            common = self._common[(forwarder, source, source_queue)] = otlp.attributes(
+                9,
+                {
+                    "messaging.system": MESSAGING_SYSTEM,
+                    "messaging.operation.type": "send",
+                    "sfbridge.forwarder": forwarder,
+                    "sfbridge.source": source,
+                    "sfbridge.source.queue": source_queue,
+                },
             )
-            for event in hop.events:
-                span.add_event(event.name, dict(event.attributes), timestamp=ended_ns)
-            if hop.outcome in FAILED_OUTCOMES:
-                span.set_status(Status(StatusCode.ERROR, hop.error_type))
-            span.end(end_time=ended_ns)
+        times = otlp.fixed64(7, started_ns) + otlp.fixed64(8, ended_ns)
+        # What the hops of a batch share (name, attributes, status) is encoded once.
+        shared: dict[tuple[object, ...], bytes] = {}
+        spans: list[bytes] = []
+        random_bits = self._random.getrandbits
+        for hop in hops:
+            key = (hop.operation, hop.destination, hop.destination_database, hop.attempt,
+                   hop.outcome, hop.error_type)  # fmt: skip
+            fields = shared.get(key)
+            if fields is None:
+                fields = shared[key] = times + common + _hop_fields(hop)
+            sender = None
+            if hop.traceparent is not None:
+                sender = sender_context(hop.traceparent, hop.tracestate)
+            if sender is not None and not hop.new_trace:  # the sender's span is the parent
+                trace_id = sender.trace_id
+                if not (sender.sampled if self._default_sampler else self._sample(hop, sender)):
+                    continue
+                context = b"\x22\x08" + sender.span_id  # parent_span_id
+                if sender.state:
+                    context += otlp.trace_state(sender.state)
+            else:  # a root: of a trace of its own, linked to the sender's when it asked so
+                trace_id = (random_bits(128) or 1).to_bytes(16, "big")
+                if not (self._default_sampler or self._sample(hop, None, trace_id, sender)):
+                    continue
+                context = b""
+                if sender is not None:
+                    context = otlp.link(sender.trace_id, sender.span_id, sender.state)
+            span_id = (random_bits(64) or 1).to_bytes(8, "big")
+            body = b"".join(
+                (b"\x0a\x10", trace_id, b"\x12\x08", span_id, fields, context,
+                 _message_id(hop.message_id) if hop.message_id else b"")
+            )  # fmt: skip
+            if hop.events:
+                body += b"".join(
+                    otlp.event(ended_ns, event.name, dict(event.attributes)) for event in hop.events
+                )
+            spans.append(otlp.span(body))
+        if spans:
+            self._sender.add(spans)
+
+    def _sample(
+        self,
+        hop: Hop,
+        sender: SenderContext | None,
+        trace_id: bytes | None = None,
+        linked: SenderContext | None = None,
+    ) -> bool:
+        """What a sampler other than the default decides for the span of `hop`: a child of
+        `sender`, or a root of trace `trace_id` (linked to `linked`)."""
+        parent = Context()
+        if sender is not None:
+            parent = set_span_in_context(NonRecordingSpan(_span_context(sender)), parent)
+            trace_id = sender.trace_id
+        assert trace_id is not None
+        links = [Link(_span_context(linked))] if linked is not None else None
+        result = self._sampler.should_sample(
+            parent,
+            int.from_bytes(trace_id, "big"),
+            f"{hop.operation} {hop.destination}",
+            SpanKind.CLIENT,
+            None,
+            links,
+        )
+        return result.decision.is_sampled()
 
     def shutdown(self) -> None:
-        self._provider.shutdown()
+        self._sender.shutdown()
+
+
+def _span_context(sender: SenderContext) -> SpanContext:
+    return SpanContext(
+        int.from_bytes(sender.trace_id, "big"),
+        int.from_bytes(sender.span_id, "big"),
+        is_remote=True,
+        trace_flags=TraceFlags(TraceFlags.SAMPLED if sender.sampled else TraceFlags.DEFAULT),
+        trace_state=TraceState.from_header([sender.state]) if sender.state else None,
+    )
+
+
+def _hop_fields(hop: Hop) -> bytes:
+    """Name, kind, the hop's own attributes and its status, as Span fields."""
+    values: dict[str, otlp.AttributeValue] = {
+        "messaging.operation.name": hop.operation,
+        "messaging.destination.name": hop.destination,
+        "sfbridge.attempt": hop.attempt,
+        "sfbridge.outcome": hop.outcome,
+    }
+    if hop.destination_database is not None:
+        values["sfbridge.destination.database"] = hop.destination_database
+    if hop.error_type is not None:
+        values["error.type"] = hop.error_type
+    encoded = otlp.text(5, f"{hop.operation} {hop.destination}") + b"\x30\x03"  # kind CLIENT
+    encoded += otlp.attributes(9, values)
+    if hop.outcome in FAILED_OUTCOMES:
+        encoded += otlp.status_error(hop.error_type)
+    return encoded
+
+
+def _message_id(message_id: str) -> bytes:
+    """The `messaging.message.id` attribute (Span field 9)."""
+    encoded = message_id.encode("utf-8", "surrogatepass")
+    size = len(encoded)
+    if size < 100:  # every length below fits one byte: three fields spelled out
+        return b"".join(
+            (b"\x4a", _BYTE[size + 26], _MESSAGE_ID_KEY, b"\x12", _BYTE[size + 2], b"\x0a",
+             _BYTE[size], encoded)
+        )  # fmt: skip
+    return otlp.field(9, _MESSAGE_ID_KEY + otlp.field(2, otlp.field(1, encoded)))

@@ -47,12 +47,12 @@ OUTAGE_WAIT = "sfbridge.outage_wait"
 RETRY_SCHEDULED = "sfbridge.retry_scheduled"
 SENT_TO_ERROR_QUEUE = "sfbridge.sent_to_error_queue"
 
-# The headers NServiceBus carries a trace's context in (W3C trace context), and the one by
-# which a sender asks the receiver to start a new trace, linked to the sender's.
-TRACE_CONTEXT_HEADERS = ("traceparent", "tracestate")
+# The header by which an NServiceBus sender asks the receiver to start a new trace, linked to
+# the sender's (the trace context itself is in W3C `traceparent` and `tracestate`).
 START_NEW_TRACE_HEADER = "NServiceBus.OpenTelemetry.StartNewTrace"
 
 EventValue = str | int
+_NO_EVENTS: tuple[HopEvent, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,13 +63,15 @@ class HopEvent:
     attributes: tuple[tuple[str, EventValue], ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+# Built once per unit of every traced batch, so not frozen: a frozen dataclass costs about
+# three times as much to build (bridge/messages.py says the same). Nothing assigns to them.
+@dataclass(slots=True)
 class Hop:
     """One unit's way through the batch.
 
-    `trace_headers`: the message's trace context headers (`traceparent`, `tracestate`) as
-    they are, None when it has none (or its headers cannot be read); `new_trace`: the sender
-    asked for a new trace (`NServiceBus.OpenTelemetry.StartNewTrace` is `True`). `operation`
+    `traceparent`, `tracestate`: the message's trace context headers as they are (None when it
+    has no `traceparent`, or its headers cannot be read); `new_trace`: the sender asked for a
+    new trace (`NServiceBus.OpenTelemetry.StartNewTrace` is `True`). `operation`
     is `send`, or `publish` for a subscriber's copy of an event. `destination` is the queue it
     was routed to (canonical), or for a message that never had one the error queue it went to
     or the forwarding queue it came from. `attempt` counts this one: 1 for a message from the
@@ -77,7 +79,8 @@ class Hop:
     `error_type` a short code when it was not delivered (`outage`, `delivery-failed`, ...).
     """
 
-    trace_headers: dict[str, str] | None
+    traceparent: str | None
+    tracestate: str | None
     new_trace: bool
     operation: str
     destination: str
@@ -117,10 +120,33 @@ def hops_of(
 ) -> list[Hop]:
     """One `Hop` per unit, given the batch's delivery `results` and settle's inputs (what it
     decided is decided again: `fate_of` is pure)."""
-    return [
-        hop_of(unit, result, policy, no_subscribers, now, forwarding_queue, error_queue)
-        for unit, result in zip(units, results, strict=True)
-    ]
+    hops: list[Hop] = []
+    for unit, result in zip(units, results, strict=True):
+        decision = unit.decision
+        if type(result) is Delivered and type(decision) is Forward:
+            # Nearly every unit, and every traced message pays for this: `hop_of`, shortened.
+            headers, destination = decision.headers, decision.destination
+            traceparent = headers.get("traceparent") or None
+            hops.append(
+                Hop(
+                    traceparent,
+                    headers.get("tracestate") or None if traceparent else None,
+                    traceparent is not None and headers.get(START_NEW_TRACE_HEADER) == "True",
+                    "send" if unit.copy_row_id is None else "publish",
+                    destination.canonical,
+                    destination.database,
+                    headers.get(MESSAGE_ID_HEADER),
+                    unit.message.attempts + 1,
+                    DELIVERED,
+                    None,
+                    _NO_EVENTS,
+                )
+            )
+        else:
+            hops.append(
+                hop_of(unit, result, policy, no_subscribers, now, forwarding_queue, error_queue)
+            )
+    return hops
 
 
 def hop_of(
@@ -140,16 +166,24 @@ def hop_of(
     if isinstance(decision, Forward):
         destination, database = decision.destination.canonical, decision.destination.database
     operation = "publish" if unit.copy_row_id is not None else "send"
-    if type(result) is Delivered:  # nearly every unit, as in settle
-        fate: object = Count(DELIVERED)
+    if type(result) is Delivered:  # nearly every unit, as in settle: nothing to work out
+        outcome, error_type, events = DELIVERED, None, _NO_EVENTS
     else:
-        fate = fate_of(unit, result, policy, no_subscribers, now)
-    outcome, error_type, events = _told(fate, database)
+        outcome, error_type, events = _told(
+            fate_of(unit, result, policy, no_subscribers, now), database
+        )
     if destination is None:
         destination = error_queue if outcome == ERRORS else forwarding_queue
-    trace_headers, new_trace = _trace_context(headers)
+    traceparent = tracestate = None
+    new_trace = False
+    if headers and (traceparent := headers.get("traceparent") or None):
+        tracestate = headers.get("tracestate") or None
+        # Compared as an NServiceBus receiver compares it: exactly `True`; anything else
+        # continues the sender's trace.
+        new_trace = headers.get(START_NEW_TRACE_HEADER) == "True"
     return Hop(
-        trace_headers=trace_headers,
+        traceparent=traceparent,
+        tracestate=tracestate,
         new_trace=new_trace,
         operation=operation,
         destination=destination,
@@ -203,15 +237,6 @@ def _headers_of(unit: Unit) -> Headers | None:
         return parse_headers(unit.message.headers_text)
     except PoisonHeaders:
         return None
-
-
-def _trace_context(headers: Headers | None) -> tuple[dict[str, str] | None, bool]:
-    if not headers or not headers.get("traceparent"):
-        return None, False
-    context = {name: value for name in TRACE_CONTEXT_HEADERS if (value := headers.get(name))}
-    # Compared as an NServiceBus receiver compares it: exactly `True`; anything else
-    # continues the sender's trace.
-    return context, headers.get(START_NEW_TRACE_HEADER) == "True"
 
 
 # The outcomes a span is marked failed for: the hop did not get the message where it was going.

@@ -229,7 +229,7 @@ def test_sigterm_does_not_wait_long_for_a_collector_that_does_not_answer(
     pair = pg_pair_factory(**TRACING)
     receiver.stall.set()
     send_traced(pair, 5)
-    daemon = start_daemon(pair.config, env=receiver.env(OTEL_EXPORTER_OTLP_TIMEOUT="60"))
+    daemon = start_daemon(pair.config, env=receiver.env(OTEL_EXPORTER_OTLP_TIMEOUT="60000"))
     wait_until(lambda: pair.delivered() == 5, 30, "delivery")
     wait_until(lambda: receiver.requests >= 1, 30, "an export that hangs")
     started = time.monotonic()
