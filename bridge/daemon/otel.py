@@ -52,6 +52,7 @@ SERVICE_NAME = "sfbridge"
 # W3C trace context, version 00 and later ones (which may add fields), as the SDK reads it.
 _TRACEPARENT = re.compile(r"\s*([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?\s*")
 _NO_TRACE, _NO_SPAN = "0" * 32, "0" * 16
+_ODD = frozenset("13579bdf")
 # A message id's attribute, its key encoded once.
 _MESSAGE_ID_KEY = otlp.text(1, "messaging.message.id")
 _BYTE = [bytes((number,)) for number in range(128)]
@@ -77,9 +78,9 @@ def sender_context(traceparent: str, tracestate: str | None) -> SenderContext | 
         return None
     if span_id == _NO_SPAN:
         return None
-    return SenderContext(
-        bytes.fromhex(trace_id), bytes.fromhex(span_id), int(flags, 16) & 1 == 1, tracestate
-    )
+    # The sampled flag is the lowest bit of the flags' last hex digit.
+    sampled = flags[1] in _ODD
+    return SenderContext(bytes.fromhex(trace_id), bytes.fromhex(span_id), sampled, tracestate)
 
 
 class OtlpHopTracer:

@@ -243,7 +243,7 @@ class SpanSender:
         self._lock = threading.Condition()
         self._stopping = False
         self._dropped = 0
-        self._next_log = 0.0
+        self._next_log: dict[str, float] = {}
         self._connection: http.client.HTTPConnection | None = None
         parts = urllib.parse.urlsplit(settings.endpoint)
         self._https = parts.scheme == "https"
@@ -281,12 +281,12 @@ class SpanSender:
                 stopping, dropped = self._stopping, self._dropped
                 self._dropped = 0
             if dropped:
-                self._tell(f"{dropped} span(s) dropped: the span queue was full")
+                self._tell("dropped", f"{dropped} span(s) dropped: the span queue was full")
             if batch:
                 try:
                     self._post(request(self._resource, self._scope, batch), len(batch))
                 except Exception as error:  # the export thread must not die
-                    self._tell(f"cannot export {len(batch)} span(s): {error!r}")
+                    self._tell("failed", f"cannot export {len(batch)} span(s): {error!r}")
             elif stopping:
                 self._close()
                 return
@@ -311,7 +311,9 @@ class SpanSender:
             retryable = status is None or status in _RETRYABLE
             if not retryable or time.monotonic() + wait >= deadline:
                 said = f"HTTP {status} {reason}" if status is not None else reason
-                self._tell(f"cannot export {count} span(s) to {settings.shown_endpoint}: {said}")
+                self._tell(
+                    "failed", f"cannot export {count} span(s) to {settings.shown_endpoint}: {said}"
+                )
                 return
             time.sleep(wait)
             wait *= 2
@@ -340,8 +342,9 @@ class SpanSender:
             self._connection.close()
             self._connection = None
 
-    def _tell(self, what: str) -> None:
+    def _tell(self, kind: str, what: str) -> None:
+        """Log `what`, once a minute at most for each `kind` of trouble."""
         now = time.monotonic()
-        if now >= self._next_log:
-            self._next_log = now + _LOG_INTERVAL
+        if now >= self._next_log.get(kind, 0.0):
+            self._next_log[kind] = now + _LOG_INTERVAL
             log.warning("tracing: %s (said at most once a minute)", what)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+import bridge.daemon
 from bridge.addressing import TableAddress
 from bridge.config.model import (
     BridgeConfig,
@@ -101,6 +102,7 @@ def test_tracing_without_opentelemetry_installed_says_to_install_the_extra(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setitem(sys.modules, "bridge.daemon.otel", None)  # import fails
+    monkeypatch.delattr(bridge.daemon, "otel", raising=False)  # as if never imported
     with pytest.raises(TracingUnavailable) as raised:
         start_tracing(TRACED)
     assert "pip install 'sfbridge[otel]'" in raised.value.advice

@@ -15,6 +15,7 @@ from bridge.forwarding.hops import (
     SENT_TO_ERROR_QUEUE,
     Hop,
     HopEvent,
+    hop_of,
     hops_of,
 )
 from bridge.messages import (
@@ -170,3 +171,27 @@ def test_an_event_without_subscribers_keeps_its_senders_trace() -> None:
     found = hop(NoSubscribers(publish))
     assert found.outcome == "published-without-subscribers"
     assert found.traceparent == TRACEPARENT and found.message_id == "m-1"
+
+
+def test_the_short_path_of_delivered_units_says_what_the_long_one_says() -> None:
+    variants: list[dict[str, str | None]] = [
+        HEADERS,
+        {"NServiceBus.MessageId": "m-2"},
+        {"NServiceBus.MessageId": "m-3", "tracestate": "a=b"},
+        {**HEADERS, "NServiceBus.OpenTelemetry.StartNewTrace": "True"},
+        {"NServiceBus.OpenTelemetry.StartNewTrace": "True", "traceparent": ""},
+    ]
+    units = [
+        Unit(claimed(attempts), forward(headers), "{}", uuid.uuid4() if copy else None)
+        for headers in variants
+        for attempts in (0, 4)
+        for copy in (False, True)
+    ]
+    results: list[DeliveryResult | None] = [Delivered()] * len(units)
+    short = hops_of(units, results, POLICY, "drop", NOW, **QUEUES)
+    long = [
+        hop_of(unit, Delivered(), POLICY, "drop", NOW, QUEUES["forwarding_queue"],
+               QUEUES["error_queue"])
+        for unit in units
+    ]  # fmt: skip
+    assert short == long
