@@ -21,6 +21,9 @@ from __future__ import annotations
 import os
 import random
 import re
+import threading
+import time
+from collections import deque
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -40,8 +43,7 @@ from opentelemetry.trace import (
 from bridge import __version__
 from bridge.daemon import otlp
 from bridge.exceptions import TracingUnavailable
-from bridge.forwarding.hops import FAILED_OUTCOMES, Hop
-from bridge.messages import Source
+from bridge.forwarding.hops import FAILED_OUTCOMES, CommittedBatch, Hop
 
 # `messaging.system`: the queues are tables of NServiceBus's SQL transports (SQL Server,
 # PostgreSQL), which the conventions list no value for.
@@ -56,6 +58,8 @@ _ODD = frozenset("13579bdf")
 # A message id's attribute, its key encoded once.
 _MESSAGE_ID_KEY = otlp.text(1, "messaging.message.id")
 _BYTE = [bytes((number,)) for number in range(128)]
+# Hops encoded between two chances for the workers to take the interpreter lock.
+_CHUNK = 64
 
 
 class SenderContext(NamedTuple):
@@ -121,16 +125,58 @@ class OtlpHopTracer:
         )
         self._random = random.Random(os.urandom(32))  # ids: fast, and distinct per process
         self._common: dict[tuple[str, str, str], bytes] = {}
+        self._batches: deque[CommittedBatch] = deque()
+        self._queued = 0  # messages in `_batches`
+        self._max_queued = settings.max_queue
+        self._waiting = threading.Condition()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="tracing-spans", daemon=True)
+        self._thread.start()
 
-    def traced(
+    def traced(self, batch: CommittedBatch) -> None:
+        """Queue `batch` for the encoding thread; a batch that does not fit (the queue holds
+        `OTEL_BSP_MAX_QUEUE_SIZE` messages) is dropped and counted."""
+        with self._waiting:
+            if self._queued + len(batch.units) > self._max_queued:
+                self._sender.drop(len(batch.units))
+                return
+            self._batches.append(batch)
+            self._queued += len(batch.units)
+            self._waiting.notify()
+
+    def _run(self) -> None:
+        """The encoding thread: each queued batch's hops to spans, for the sender."""
+        while True:
+            with self._waiting:
+                while not self._batches and not self._stopping:
+                    self._waiting.wait()
+                if not self._batches:
+                    return
+                batch = self._batches.popleft()
+                self._queued -= len(batch.units)
+            try:
+                hops = batch.hops()
+                for first in range(0, len(hops), _CHUNK):
+                    chunk = hops[first : first + _CHUNK]
+                    spans = self._spans(batch.forwarder, batch.source, batch.source_queue,
+                                        chunk, batch.started_ns, batch.ended_ns)  # fmt: skip
+                    if spans:
+                        self._sender.add(spans)
+                    # A worker back from the database waits for the interpreter lock while
+                    # this thread holds it, up to the switch interval (5 ms): let it go first.
+                    time.sleep(0)
+            except Exception:  # the thread must not die; delivery is not concerned
+                self._sender.failed(f"cannot trace a batch of {len(batch.units)} message(s)")
+
+    def _spans(
         self,
         forwarder: str,
-        source: Source,
+        source: str,
         source_queue: str,
         hops: Sequence[Hop],
         started_ns: int,
         ended_ns: int,
-    ) -> None:
+    ) -> list[bytes]:
         common = self._common.get((forwarder, source, source_queue))
         if common is None:
             common = self._common[(forwarder, source, source_queue)] = otlp.attributes(
@@ -181,8 +227,7 @@ class OtlpHopTracer:
                     otlp.event(ended_ns, event.name, dict(event.attributes)) for event in hop.events
                 )
             spans.append(otlp.span(body))
-        if spans:
-            self._sender.add(spans)
+        return spans
 
     def _sample(
         self,
@@ -210,6 +255,10 @@ class OtlpHopTracer:
         return result.decision.is_sampled()
 
     def shutdown(self) -> None:
+        with self._waiting:
+            self._stopping = True
+            self._waiting.notify()
+        self._thread.join()
         self._sender.shutdown()
 
 

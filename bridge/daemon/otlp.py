@@ -263,6 +263,15 @@ class SpanSender:
             if len(self._queue) >= self.settings.max_batch:
                 self._lock.notify()
 
+    def drop(self, count: int) -> None:
+        """Count `count` spans dropped before they were made (told like those dropped here)."""
+        with self._lock:
+            self._dropped += count
+
+    def failed(self, what: str) -> None:
+        """Tell of a failure before the sending (once a minute at most)."""
+        self._tell("failed", what)
+
     def shutdown(self) -> None:
         """Post what is queued and stop; blocks while the collector takes it (with retries up
         to the timeout per batch): `bridge.daemon.tracing.stop_tracing` bounds the wait."""

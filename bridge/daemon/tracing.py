@@ -13,13 +13,11 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Sequence
 from typing import Protocol
 
 from bridge.config.model import BridgeConfig
 from bridge.exceptions import TracingUnavailable
-from bridge.forwarding.hops import Hop
-from bridge.messages import Source
+from bridge.forwarding.hops import CommittedBatch
 
 log = logging.getLogger(__name__)
 
@@ -30,15 +28,7 @@ FLUSH_SECONDS = 5.0
 class ProcessTracer(Protocol):
     """A `HopTracer` that one process owns, and closes when it stops."""
 
-    def traced(
-        self,
-        forwarder: str,
-        source: Source,
-        source_queue: str,
-        hops: Sequence[Hop],
-        started_ns: int,
-        ended_ns: int,
-    ) -> None: ...
+    def traced(self, batch: CommittedBatch) -> None: ...
 
     def shutdown(self) -> None:
         """Export what is queued and stop exporting; may block on the collector."""

@@ -92,20 +92,45 @@ class Hop:
     events: tuple[HopEvent, ...]
 
 
-class HopTracer(Protocol):
-    """Told the hops of every batch whose source transaction committed."""
+@dataclass(slots=True)
+class CommittedBatch:
+    """A batch whose source transaction committed, as a tracer is handed it: what its hops
+    are is worked out only when asked (`hops`), on the tracer's own thread.
 
-    def traced(
-        self,
-        forwarder: str,
-        source: Source,
-        source_queue: str,
-        hops: Sequence[Hop],
-        started_ns: int,
-        ended_ns: int,
-    ) -> None:
-        """`hops` of one batch of `forwarder`, claimed from `source` (`source_queue`, its
-        canonical name) at `started_ns` and committed at `ended_ns` (Unix epoch nanoseconds)."""
+    `source_queue` is the forwarding queue (canonical), the batch claimed from `source`
+    (`queue` or `retry`) at `started_ns` and committed at `ended_ns` (Unix epoch ns); the rest
+    is what settle was given. Nothing here is changed after the commit."""
+
+    forwarder: str
+    source: Source
+    source_queue: str
+    error_queue: str
+    units: Sequence[Unit]
+    results: Sequence[DeliveryResult | None]
+    policy: RetryConfig
+    no_subscribers: NoSubscribersPolicy
+    now: datetime
+    started_ns: int
+    ended_ns: int
+
+    def hops(self) -> list[Hop]:
+        return hops_of(
+            self.units,
+            self.results,
+            self.policy,
+            self.no_subscribers,
+            self.now,
+            forwarding_queue=self.source_queue,
+            error_queue=self.error_queue,
+        )
+
+
+class HopTracer(Protocol):
+    """Told every batch whose source transaction committed."""
+
+    def traced(self, batch: CommittedBatch) -> None:
+        """Called by the worker right after the commit: returns at once, leaving the work
+        (`batch.hops()`, spans) to a thread of the tracer's."""
 
 
 def hops_of(

@@ -11,7 +11,6 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -30,9 +29,9 @@ from bridge.connections import Connections
 from bridge.daemon.tracing import start_tracing, stop_tracing
 from bridge.exceptions import TracingUnavailable
 from bridge.forwarding.batch import Batch
-from bridge.forwarding.hops import Hop
+from bridge.forwarding.hops import CommittedBatch
 from bridge.forwarding.spine import BatchForwarder
-from bridge.messages import ClaimedMessage, Delivered, Forward, Source, Unit, utcnow
+from bridge.messages import ClaimedMessage, Delivered, Forward, Unit, utcnow
 from bridge.routing import Destination
 
 BRIDGE = Path(__file__).resolve().parents[3] / "bridge"
@@ -146,20 +145,12 @@ def test_stopping_gives_up_on_a_collector_that_does_not_answer(
 class Recording:
     def __init__(self, fail: bool = False) -> None:
         self.fail = fail
-        self.told: list[tuple[str, Source, str, Sequence[Hop], int, int]] = []
+        self.told: list[CommittedBatch] = []
 
-    def traced(
-        self,
-        forwarder: str,
-        source: Source,
-        source_queue: str,
-        hops: Sequence[Hop],
-        started_ns: int,
-        ended_ns: int,
-    ) -> None:
+    def traced(self, batch: CommittedBatch) -> None:
         if self.fail:
             raise RuntimeError("tracer bug")
-        self.told.append((forwarder, source, source_queue, hops, started_ns, ended_ns))
+        self.told.append(batch)
 
 
 def committed_batch() -> Batch:
@@ -178,15 +169,11 @@ def test_the_tracer_is_told_the_batch_from_its_claim_to_now() -> None:
         CONFIG, CONFIG.forwarders[0], Connections(CONFIG.databases), tracer=tracer
     )
     forwarder._trace(committed_batch(), tracer)
-    [(name, source, queue, [hop], started, ended)] = tracer.told
-    assert (name, source, queue, hop.message_id, hop.outcome) == (
-        "f",
-        "queue",
-        '"public"."forward"',
-        "m",
-        "delivered",
-    )
-    assert 0.4e9 < ended - started < 5e9
+    [told] = tracer.told
+    assert (told.forwarder, told.source, told.source_queue) == ("f", "queue", '"public"."forward"')
+    [hop] = told.hops()
+    assert (hop.message_id, hop.outcome, hop.destination) == ("m", "delivered", '"public"."R"')
+    assert 0.4e9 < told.ended_ns - told.started_ns < 5e9
 
 
 def test_a_tracer_that_fails_is_logged_and_does_not_fail_the_committed_batch(
