@@ -16,7 +16,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
 from bridge.daemon import otlp
-from bridge.daemon.otel import SenderContext, sender_context
+from bridge.daemon.otel import sender_context
 
 TRACE = bytes(range(1, 17))
 SPAN = bytes(range(20, 28))
@@ -93,11 +93,24 @@ def test_a_span_with_every_field_the_tracer_writes_decodes_to_what_was_meant() -
 
 def test_a_traceparent_is_read_as_the_w3c_specification_says() -> None:
     trace, span = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
-    assert sender_context(f"00-{trace}-{span}-01", "a=b") == SenderContext(
-        bytes.fromhex(trace), bytes.fromhex(span), True, "a=b"
+    assert sender_context(f"00-{trace}-{span}-01", "a=b") == (
+        bytes.fromhex(trace),
+        bytes.fromhex(span),
+        True,
+        "a=b",
     )
-    assert sender_context(f"00-{trace}-{span}-02", None).sampled is False  # type: ignore[union-attr]
-    assert sender_context(f"01-{trace}-{span}-03-more", None) is not None  # a later version
+    assert sender_context(f"00-{trace}-{span}-02", None) == (
+        bytes.fromhex(trace),
+        bytes.fromhex(span),
+        False,
+        None,
+    )
+    assert sender_context(f"01-{trace}-{span}-03-more", None) == (  # a later version
+        bytes.fromhex(trace),
+        bytes.fromhex(span),
+        True,
+        None,
+    )
     for invalid in (
         f"00-{trace}-{span}-01-more",  # version 00 has four fields
         f"ff-{trace}-{span}-01",
@@ -105,6 +118,8 @@ def test_a_traceparent_is_read_as_the_w3c_specification_says() -> None:
         f"00-{trace}-{'0' * 16}-01",
         f"00-{trace.upper()}-{span}-01",
         f"00-{trace}-{span}",
+        f"00-{trace[:-2]} 1-{span}-01",
+        f"00-{trace}-{span}-0g",
         "garbage",
     ):
         assert sender_context(invalid, None) is None, invalid
