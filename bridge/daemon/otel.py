@@ -60,7 +60,7 @@ _NO_TRACE_ID, _NO_SPAN_ID = bytes(16), bytes(8)
 _MESSAGE_ID_KEY = otlp.text(1, "messaging.message.id")
 _BYTE = [bytes((number,)) for number in range(128)]
 # Hops encoded between two chances for the workers to take the interpreter lock.
-_CHUNK = 64
+_CHUNK = 256
 
 
 # The span context of a message's sender, read from its `traceparent`: trace id, span id,
@@ -149,13 +149,13 @@ class OtlpHopTracer:
 
     def traced(self, batch: CommittedBatch) -> None:
         """Queue `batch` for the encoding thread; a batch that does not fit (the queue holds
-        `OTEL_BSP_MAX_QUEUE_SIZE` messages) is dropped and counted."""
+        `OTEL_BSP_MAX_QUEUE_SIZE` hops) is dropped and counted."""
         with self._waiting:
-            if self._queued + len(batch.units) > self._max_queued:
-                self._sender.drop(len(batch.units))
+            if self._queued + len(batch.hops) > self._max_queued:
+                self._sender.drop(len(batch.hops))
                 return
             self._batches.append(batch)
-            self._queued += len(batch.units)
+            self._queued += len(batch.hops)
             self._waiting.notify()
 
     def _run(self) -> None:
@@ -167,9 +167,9 @@ class OtlpHopTracer:
                 if not self._batches:
                     return
                 batch = self._batches.popleft()
-                self._queued -= len(batch.units)
+                self._queued -= len(batch.hops)
             try:
-                hops = batch.hops()
+                hops = batch.hops
                 for first in range(0, len(hops), _CHUNK):
                     chunk = hops[first : first + _CHUNK]
                     spans = self._spans(batch.forwarder, batch.source, batch.source_queue,
@@ -180,7 +180,7 @@ class OtlpHopTracer:
                     # this thread holds it, up to the switch interval (5 ms): let it go first.
                     time.sleep(0)
             except Exception:  # the thread must not die; delivery is not concerned
-                self._sender.failed(f"cannot trace a batch of {len(batch.units)} message(s)")
+                self._sender.failed(f"cannot trace a batch of {len(batch.hops)} message(s)")
 
     def _spans(
         self,

@@ -94,43 +94,25 @@ class Hop:
 
 @dataclass(slots=True)
 class CommittedBatch:
-    """A batch whose source transaction committed, as a tracer is handed it: what its hops
-    are is worked out only when asked (`hops`), on the tracer's own thread.
-
-    `source_queue` is the forwarding queue (canonical), the batch claimed from `source`
-    (`queue` or `retry`) at `started_ns` and committed at `ended_ns` (Unix epoch ns); the rest
-    is what settle was given. Nothing here is changed after the commit."""
+    """A batch whose source transaction committed, as a tracer is handed it: its `hops`, of
+    `forwarder`, claimed from `source` (`queue` or `retry`; `source_queue` is the forwarding
+    queue, canonical) at `started_ns` and committed at `ended_ns` (Unix epoch ns). The hops
+    hold no message bodies: a tracer may keep them a while."""
 
     forwarder: str
     source: Source
     source_queue: str
-    error_queue: str
-    units: Sequence[Unit]
-    results: Sequence[DeliveryResult | None]
-    policy: RetryConfig
-    no_subscribers: NoSubscribersPolicy
-    now: datetime
+    hops: list[Hop]
     started_ns: int
     ended_ns: int
-
-    def hops(self) -> list[Hop]:
-        return hops_of(
-            self.units,
-            self.results,
-            self.policy,
-            self.no_subscribers,
-            self.now,
-            forwarding_queue=self.source_queue,
-            error_queue=self.error_queue,
-        )
 
 
 class HopTracer(Protocol):
     """Told every batch whose source transaction committed."""
 
     def traced(self, batch: CommittedBatch) -> None:
-        """Called by the worker right after the commit: returns at once, leaving the work
-        (`batch.hops()`, spans) to a thread of the tracer's."""
+        """Called by the worker right after the commit: returns at once, leaving the spans to
+        a thread of the tracer's."""
 
 
 def hops_of(

@@ -43,7 +43,7 @@ from bridge.forwarding.classify import classify
 from bridge.forwarding.deliver import Destinations
 from bridge.forwarding.fan_out import PublishedEvents
 from bridge.forwarding.healing import TableHealer
-from bridge.forwarding.hops import CommittedBatch, HopTracer
+from bridge.forwarding.hops import CommittedBatch, HopTracer, hops_of
 from bridge.forwarding.observers import ForwardingObserver, safe_observer
 from bridge.forwarding.outgoing import Outgoing
 from bridge.forwarding.proxies import forwarder_router
@@ -325,21 +325,26 @@ class BatchForwarder:
             self._trace(batch, self._tracer)
 
     def _trace(self, batch: Batch, tracer: HopTracer) -> None:
-        """Hand `tracer` the committed batch, from its claim to now. What fails here is logged
+        """Hand `tracer` the committed batch's hops (worked out here, so that no message body
+        is kept for it), from its claim to now. What fails here is logged
         (once a minute at most), never raised: the batch is committed, and watching it must
         not make it look failed."""
         try:
-            ended = time.time_ns()
-            committed = CommittedBatch(
-                self.forwarder.name,
-                batch.source,
-                self.tables.queue_canonical,
-                self._error_queue,
+            hops = hops_of(
                 batch.units,
                 batch.results,
                 self.config.retries,
                 self.config.publish.no_subscribers,
                 batch.now,
+                forwarding_queue=self.tables.queue_canonical,
+                error_queue=self._error_queue,
+            )
+            ended = time.time_ns()
+            committed = CommittedBatch(
+                self.forwarder.name,
+                batch.source,
+                self.tables.queue_canonical,
+                hops,
                 ended - int((time.monotonic() - batch.claimed_at) * 1e9),
                 ended,
             )

@@ -171,7 +171,7 @@ def test_the_tracer_is_told_the_batch_from_its_claim_to_now() -> None:
     forwarder._trace(committed_batch(), tracer)
     [told] = tracer.told
     assert (told.forwarder, told.source, told.source_queue) == ("f", "queue", '"public"."forward"')
-    [hop] = told.hops()
+    [hop] = told.hops
     assert (hop.message_id, hop.outcome, hop.destination) == ("m", "delivered", '"public"."R"')
     assert 0.4e9 < told.ended_ns - told.started_ns < 5e9
 
