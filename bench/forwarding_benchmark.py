@@ -56,6 +56,7 @@ from throughput.scenarios import (
     run_scenario,
     standard_rows,
     stderr,
+    tracing_row,
     transaction_mode_rows,
 )
 
@@ -169,7 +170,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--rows",
         help="only these rows of pg-pg, sqlite-pg and pg-sqlite, e.g. 'previous,defaults' (of "
-        "previous, previous-settings, defaults, best, naive); the ceiling always runs, since "
+        "previous, previous-settings, defaults, best, naive, catch-up, tracing); the ceiling "
+        "always runs, since "
         "every ratio is to it",
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
@@ -333,6 +335,8 @@ def run_benchmark(args: argparse.Namespace, run: Run) -> dict[str, Any]:
             wanted = args.row_keys is None or "catch-up" in args.row_keys
             if key == "pg-pg" and args.catch_up_rate > 0 and wanted:
                 specs[-2:-2] = [catch_up_row(args.catch_up_rate)]
+            if key == "pg-pg" and (args.row_keys is None or "tracing" in args.row_keys):
+                specs[-2:-2] = [tracing_row()]
             rows = run_scenario(scenario, specs, messages, body, args.repeat)
             summary["scenarios"].append(
                 {

@@ -392,6 +392,11 @@ class MetricsStartError(SfbridgeError):
     the daemon does not start."""
 
 
+class TracingUnavailable(SfbridgeError):
+    """`tracing.enabled` is set but OpenTelemetry cannot be loaded (the `otel` extra is not
+    installed): the daemon does not start."""
+
+
 class SparkUnavailable(SfbridgeError):
     """PySpark or Java is missing, or the settings cannot work; the message says what to do."""
 

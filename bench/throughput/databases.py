@@ -8,6 +8,7 @@ statements never go through the bridge's SQL, so the bridge cannot hide a mistak
 from __future__ import annotations
 
 import json
+import secrets
 import sqlite3
 import uuid
 from collections.abc import Iterable, Sequence
@@ -51,11 +52,13 @@ def pg_connect(connection_string: str, *, autocommit: bool) -> pyodbc.Connection
 
 def new_messages(count: int, queues: Sequence[str] = (RECEIVER,)) -> list[tuple[str, str]]:
     """`count` (message id, serialized headers) pairs as `sfbridge send` writes them, sent to
-    each of `queues` in turn."""
+    each of `queues` in turn, each in a trace of its own (a `traceparent`, as NServiceBus 10
+    sends by default; what the tracing row's spans are children of)."""
     messages = []
     for number in range(count):
         queue = queues[number % len(queues)]
-        headers = test_message_headers(queue, "Bench.Message", {}, now=datetime.now(UTC))
+        traceparent = {"traceparent": f"00-{secrets.token_hex(16)}-{secrets.token_hex(8)}-01"}
+        headers = test_message_headers(queue, "Bench.Message", traceparent, now=datetime.now(UTC))
         messages.append((str(headers[MESSAGE_ID]), serialize_headers(headers)))
     return messages
 

@@ -47,9 +47,23 @@ def summarize_rows(rows: Sequence[RowRuns]) -> list[dict[str, Any]]:
             "peak_rss_mb": _median(row.rss_mb),
             "exactly_once": row.checks,
             "config": {**row.spec.forwarder_keys, **row.spec.postgresql_keys},
+            **(_against_defaults(row, by_key["defaults"]) if tracing(row, by_key) else {}),
         }
         for row in rows
     ]
+
+
+def tracing(row: RowRuns, by_key: dict[str, RowRuns]) -> bool:
+    return row.spec.tracing and "defaults" in by_key
+
+
+def _against_defaults(row: RowRuns, defaults: RowRuns) -> dict[str, Any]:
+    """The tracing row against the defaults row (tracing off) of the same rounds."""
+    return {
+        "vs_defaults": _ratio(row.msg_per_s, defaults.msg_per_s),
+        "vs_defaults_runs": _ratios(row.rates, defaults.rates),
+        "defaults_cpu_ms": _median(defaults.cpu_ms),
+    }
 
 
 def _ratios(rates: Sequence[float], bases: Sequence[float]) -> list[float]:
@@ -97,6 +111,12 @@ def print_scenario(scenario: dict[str, Any]) -> None:
             print(
                 f"      steady rate {steady:.0f} msg/s against the limit {limit:.0f} "
                 f"({steady / limit - 1:+.1%}; within 10 % passes)"
+            )
+        if row.get("vs_defaults") is not None:
+            print(
+                f"      tracing on / off (the defaults row): {row['vs_defaults']:.3f} "
+                f"(runs {_spread(row['vs_defaults_runs'])}; CPU ms/msg "
+                f"{_number(row['cpu_ms_per_msg'])} against {_number(row['defaults_cpu_ms'])})"
             )
         for failure in sorted({check for check in checks if check != "ok"}):
             print(f"      {failure}")

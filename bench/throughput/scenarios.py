@@ -49,6 +49,9 @@ class RowSpec:
     destination_keys: dict[str, Any] = field(default_factory=dict)  # the destination database's
     # A rate (msg/s) the row's steady rate is checked against, within `RATE_TOLERANCE`.
     expected_rate: float | None = None
+    # `tracing.enabled`, exporting to a sink on loopback (`throughput.otlp_sink`); every
+    # message's span must reach it.
+    tracing: bool = False
 
 
 # How far a row's steady rate may be from its `expected_rate` (a catch-up limit) and pass.
@@ -102,6 +105,14 @@ def catch_up_row(rate: int) -> RowSpec:
         "daemon",
         destination_keys={"max_messages_per_second": rate},
         expected_rate=float(rate),
+    )
+
+
+def tracing_row() -> RowSpec:
+    """The defaults with `tracing.enabled` (issue 36), the default sampler, OTLP/HTTP to a
+    sink on loopback: against the defaults row of the same round, tracing's cost."""
+    return RowSpec(
+        "tracing", "defaults, tracing.enabled (OTLP to loopback)", "daemon", tracing=True
     )
 
 
@@ -163,6 +174,7 @@ class Scenario:
         self.workdir, self.driver_key, self.progress = workdir, driver_key, progress
         self.environment = {**source.environment(), **destination.environment()}
         self.kinds = {source.kind, destination.kind}
+        self._sink: Any = None  # the tracing row's OTLP sink, started for its first run
         defaults = write_config(workdir / "install.yaml", self.daemon_config({}, {}))
         result = subprocess.run(
             sfbridge_command(defaults, "install"),
@@ -263,14 +275,19 @@ class Scenario:
         config = self.daemon_config(
             spec.forwarder_keys, spec.postgresql_keys, spec.route_keys, spec.destination_keys
         )
+        environment = dict(self.environment)
+        if spec.code is not None:
+            environment["PYTHONPATH"] = spec.code
+        if spec.tracing:
+            config["tracing"] = {"enabled": True}
+            environment["OTEL_EXPORTER_OTLP_ENDPOINT"] = self.sink().endpoint
+            self.sink().take_count()
         path = write_config(self.workdir / f"{spec.key}.yaml", config)
         poll = 0.02 if len(ids) > 1000 else 0.05
         try:
             run = time_daemon(
                 path,
-                self.environment
-                if spec.code is None
-                else {**self.environment, "PYTHONPATH": spec.code},
+                environment,
                 self.workdir / f"{spec.key}.log",
                 messages,
                 self.arrived,
@@ -300,7 +317,16 @@ class Scenario:
                 )
         if run.exit_code != 0:
             check = f"FAILED: exit code {run.exit_code} after SIGTERM; {check}"
+        if spec.tracing and (spans := self.sink().take_count()) != messages:
+            check = f"FAILED: {spans} spans reached the collector for {messages} messages; {check}"
         row.checks.append(check)
+
+    def sink(self) -> Any:
+        if self._sink is None:
+            from throughput.otlp_sink import OtlpSink
+
+            self._sink = OtlpSink()
+        return self._sink
 
 
 def run_scenario(

@@ -13,6 +13,7 @@ from bridge.config.model import (
     RouteConfig,
     SentryConfig,
     SubscriptionTableConfig,
+    TracingConfig,
 )
 from bridge.config.problems import Problem
 from bridge.config.validate import validate
@@ -31,6 +32,7 @@ __all__ = [
     "RouteConfig",
     "SentryConfig",
     "SubscriptionTableConfig",
+    "TracingConfig",
     "load_config",
     "parse_duration",
     "validate",

@@ -283,6 +283,14 @@ class ServiceControlConfig:
 
 
 @dataclass(frozen=True)
+class TracingConfig:
+    """OpenTelemetry traces of each forwarded message (`bridge.daemon.tracing`), exported as
+    the standard `OTEL_*` environment variables say; `enabled` False: none."""
+
+    enabled: bool = False
+
+
+@dataclass(frozen=True)
 class BridgeConfig:
     databases: Mapping[str, DatabaseConfig]
     forwarders: tuple[ForwarderConfig, ...]
@@ -297,6 +305,7 @@ class BridgeConfig:
     sentry: SentryConfig = field(default_factory=SentryConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     servicecontrol: ServiceControlConfig | None = None  # None: no ServiceControl
+    tracing: TracingConfig = field(default_factory=TracingConfig)
     # Topic (an event type's full name, without assembly) -> subscriber addresses, written in
     # the grammar of the forwarding database (like destination headers).
     subscriptions: Mapping[str, tuple[str, ...]] = field(default_factory=dict)

@@ -32,6 +32,7 @@ from bridge.config.model import (
     SentryConfig,
     ServiceControlConfig,
     SubscriptionTableConfig,
+    TracingConfig,
 )
 from bridge.config.problems import Problem, ProblemLog
 from bridge.config.schema import SUBSCRIPTIONS
@@ -85,6 +86,7 @@ def _build(document: Document, source_path: str | None) -> BridgeConfig:
             if "servicecontrol" in mappings
             else None
         ),
+        tracing=TracingConfig(**mappings["tracing"]),
         subscriptions=types.MappingProxyType(
             {
                 topic: tuple(item.value for item in items)

@@ -25,6 +25,7 @@ from bridge.daemon.catch_up import SharedCatchUp
 from bridge.daemon.forwarder_health import ForwarderHealth
 from bridge.daemon.watcher import WorkWatcher
 from bridge.daemon.workers import PoolWorker
+from bridge.forwarding.hops import HopTracer
 from bridge.forwarding.notices import Notices
 from bridge.forwarding.observers import ForwardingObserver
 from bridge.forwarding.writes import QueueWriter
@@ -103,12 +104,14 @@ def start_pools(
     relay: Callable[[str, list[Key]], None] | None = None,
     backlog: Callable[[str, Key], None] | None = None,
     notices: Notices | None = None,
+    tracer: HopTracer | None = None,
 ) -> Pools:
     """Start the workers of `share`, and a watcher for each database of `watched` (every
     forwarder of it, on this process's board or not), which tells `relay` what it marks that
     no worker here can start on now; `backlog` is told of each source that turns into a
     backlog here (the daemon's other processes join in: `bridge.daemon.board`);
     `notices` says what the workers learn of tables (one for all of a daemon's processes);
+    `tracer` is told the hops of every committed batch (None: tracing is off);
     returns at once. The watchers start with `Pools.start_watchers`, once every board they
     mark is there."""
     pools = Pools()
@@ -158,6 +161,7 @@ def start_pools(
                 observer,
                 catch_up=catch_up,
                 repeats=notices.repeats if notices is not None else None,
+                tracer=tracer,
             )
             for index in range(size)
         ]

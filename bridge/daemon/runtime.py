@@ -53,8 +53,9 @@ from bridge.daemon.readiness import DestinationChecks, Liveness, Seen, readiness
 from bridge.daemon.servicecontrol.reporter import ServiceControlReporter
 from bridge.daemon.state_publisher import StatePublisher
 from bridge.daemon.systemd import notify, watchdog_interval
+from bridge.daemon.tracing import ProcessTracer, start_tracing, stop_tracing
 from bridge.daemon.upkeep import HEARTBEAT_LANE, Upkeep
-from bridge.exceptions import ExitCode, MetricsStartError
+from bridge.exceptions import ExitCode, MetricsStartError, TracingUnavailable
 from bridge.forwarding.in_doubt import SETTLE_INTERVAL_MAX, needs_resolving, resolve_in_doubt
 from bridge.forwarding.notices import Notices
 from bridge.forwarding.spine import probe_interval
@@ -106,6 +107,7 @@ class Daemon:
         self.liveness = Liveness()
         self._checks: DestinationChecks | None = None
         self._started = False
+        self.tracer: ProcessTracer | None = None  # made by `run` when tracing is on
 
     # -- control -------------------------------------------------------------------------
 
@@ -134,17 +136,25 @@ class Daemon:
     def run(self) -> int:
         """Run until stopped. Returns the process exit code (0: clean stop; 1: it could not
         start, said in the log)."""
+        try:
+            # Made once, for the process's life, like the metrics: a reload keeps it.
+            self.tracer = start_tracing(self.config)
+        except TracingUnavailable as error:
+            log.error("cannot start: %s; %s", error, error.advice)
+            return ExitCode.FAILED
         if self.metrics is not None and self.config.metrics.listen is not None:
             try:
                 self.metrics.serve(self.config.metrics.listen, self.liveness.check, self.readiness)
             except MetricsStartError as error:
                 log.error("cannot start: %s", error)
+                stop_tracing(self.tracer)
                 return ExitCode.FAILED
         try:
             return self._run_started()
         finally:
             if self.metrics is not None:
                 self.metrics.close()
+            stop_tracing(self.tracer)
 
     def _run_started(self) -> int:
         self.start()
@@ -267,6 +277,7 @@ class Daemon:
             relay=self._processes.mark if self._processes is not None else None,
             backlog=self._processes.backlog if self._processes is not None else None,
             notices=notices,
+            tracer=self.tracer,
         )
         if self._processes is not None:
             self._processes.mark_here = self._pools.mark
@@ -426,6 +437,12 @@ class Daemon:
                 log.error("  %s", line)
             notify("READY=1")
             return
+        if new_config.tracing.enabled != self.config.tracing.enabled:
+            log.warning(
+                "tracing.enabled changed to %s: that takes a restart; tracing stays %s",
+                str(new_config.tracing.enabled).lower(),
+                "on" if self.tracer is not None else "off",
+            )
         if new_config.metrics.listen != self.config.metrics.listen:
             log.warning(
                 "metrics.listen changed (%s -> %s): that takes a restart; metrics stay %s",

@@ -26,6 +26,8 @@ from bridge.daemon.budget import Share
 from bridge.daemon.forwarder_health import ForwarderHealth
 from bridge.daemon.observability import flush_sentry, setup_logging, setup_sentry
 from bridge.daemon.pools import STOP_GRACE_SECONDS, progress_limit, start_pools
+from bridge.daemon.tracing import ProcessTracer, start_tracing, stop_tracing
+from bridge.exceptions import TracingUnavailable
 from bridge.forwarding.notices import Notices
 from bridge.forwarding.spine import probe_interval, tune_garbage_collection
 from bridge.outages import OutageTracker
@@ -151,9 +153,14 @@ def serve(
     setup_sentry(config.sentry)
     tune_garbage_collection()
     link = DaemonLink(connection)
-    code = _serve(config, share, link, stop, metrics)
+    try:  # the daemon has made its own first and said what fails
+        tracer = start_tracing(config, quiet=True)
+    except TracingUnavailable:
+        tracer = None
+    code = _serve(config, share, link, stop, metrics, tracer)
     if signalled:
         link.send("signalled", signalled[0])
+    stop_tracing(tracer)
     flush_sentry()
     logging.shutdown()
     sys.stderr.flush()
@@ -163,7 +170,12 @@ def serve(
 
 
 def _serve(
-    config: BridgeConfig, share: Share, link: DaemonLink, stop: threading.Event, metrics: bool
+    config: BridgeConfig,
+    share: Share,
+    link: DaemonLink,
+    stop: threading.Event,
+    metrics: bool,
+    tracer: ProcessTracer | None,
 ) -> int:
     # Probed by the daemon only: this process hears from it when a database is usable again.
     outages = OutageTracker(probe_interval(config), external_probe=True, quiet=True)
@@ -183,7 +195,15 @@ def _serve(
     # A backlog here: the daemon marks it on its own board and the other processes' boards.
     backlog = partial(link.send, "backlog")
     pools = start_pools(
-        config, share, stop, outages, health, observer, backlog=backlog, notices=notices
+        config,
+        share,
+        stop,
+        outages,
+        health,
+        observer,
+        backlog=backlog,
+        notices=notices,
+        tracer=tracer,
     )
     boards.update(pools.boards)
     link.send("ready")

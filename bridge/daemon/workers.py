@@ -23,6 +23,7 @@ from bridge.daemon.forwarder_health import ForwarderHealth
 from bridge.daemon.observability import report_exception
 from bridge.exceptions import DatabaseError, DatabaseUnavailable, TableNotFound
 from bridge.forwarding.catch_up import CatchUpLimits
+from bridge.forwarding.hops import HopTracer
 from bridge.forwarding.observers import ForwardingObserver, safe_observer
 from bridge.forwarding.repeats import RepeatedLines
 from bridge.forwarding.spine import BatchForwarder
@@ -56,8 +57,10 @@ class PoolWorker(threading.Thread):
         *,
         catch_up: CatchUpLimits | None = None,
         repeats: RepeatedLines | None = None,
+        tracer: HopTracer | None = None,
     ) -> None:
-        """`repeats`: the daemon's failures that repeat (`Notices.repeats`), told once a window."""
+        """`repeats`: the daemon's failures that repeat (`Notices.repeats`), told once a window;
+        `tracer`: this process's (`bridge.daemon.tracing`), None when tracing is off."""
         super().__init__(name=f"{database}-{index}", daemon=True)
         self.config = config
         self.database = database
@@ -75,6 +78,7 @@ class PoolWorker(threading.Thread):
         self._lock = threading.Lock()
         self._source_down = False
         self._repeats = repeats
+        self._tracer = tracer
 
     def run(self) -> None:
         connections = Connections(self.config.databases, self._outages)
@@ -102,6 +106,7 @@ class PoolWorker(threading.Thread):
                         observer=self._observer,
                         catch_up=self._catch_up,
                         repeats=self._repeats,
+                        tracer=self._tracer,
                     )
                     forwarders[entry.forwarder] = batches
                 self._turn(entry, batches, connections)

@@ -43,6 +43,7 @@ from bridge.forwarding.classify import classify
 from bridge.forwarding.deliver import Destinations
 from bridge.forwarding.fan_out import PublishedEvents
 from bridge.forwarding.healing import TableHealer
+from bridge.forwarding.hops import CommittedBatch, HopTracer, hops_of
 from bridge.forwarding.observers import ForwardingObserver, safe_observer
 from bridge.forwarding.outgoing import Outgoing
 from bridge.forwarding.proxies import forwarder_router
@@ -87,9 +88,11 @@ class BatchForwarder:
         observer: ForwardingObserver | None = None,
         catch_up: CatchUpLimits | None = None,
         repeats: RepeatedLines | None = None,
+        tracer: HopTracer | None = None,
     ) -> None:
         """`repeats`: where failures that repeat are held and told (the daemon's, one for all
-        its workers); without it, each batch's are told in full."""
+        its workers); without it, each batch's are told in full. `tracer`: told each committed
+        batch's hops (`bridge.forwarding.hops`); None (tracing off): nothing is worked out."""
         self.config = config
         self._repeats = repeats
         self.forwarder = forwarder
@@ -121,6 +124,9 @@ class BatchForwarder:
         self._catch_up = catch_up or NoLimits()
         # Other databases with catch-up limits: those a batch may have to wait for.
         self._limited = limited_databases(config) - {forwarder.database}
+        self._tracer = tracer
+        self._error_queue = self.dialect.grammar.render(self.tables.error_queue)
+        self._next_tracer_log = 0.0
 
     def forward_batch(
         self,
@@ -315,6 +321,39 @@ class BatchForwarder:
                 batch.delivered_locally,
                 time.monotonic() - batch.claimed_at,
             )
+        if self._tracer is not None and batch.units:
+            self._trace(batch, self._tracer)
+
+    def _trace(self, batch: Batch, tracer: HopTracer) -> None:
+        """Hand `tracer` the committed batch's hops (worked out here, so that no message body
+        is kept for it), from its claim to now. What fails here is logged
+        (once a minute at most), never raised: the batch is committed, and watching it must
+        not make it look failed."""
+        try:
+            hops = hops_of(
+                batch.units,
+                batch.results,
+                self.config.retries,
+                self.config.publish.no_subscribers,
+                batch.now,
+                forwarding_queue=self.tables.queue_canonical,
+                error_queue=self._error_queue,
+            )
+            ended = time.time_ns()
+            committed = CommittedBatch(
+                self.forwarder.name,
+                batch.source,
+                self.tables.queue_canonical,
+                hops,
+                ended - int((time.monotonic() - batch.claimed_at) * 1e9),
+                ended,
+            )
+            tracer.traced(committed)
+        except Exception:
+            now = time.monotonic()
+            if now >= self._next_tracer_log:
+                self._next_tracer_log = now + 60.0
+                log.exception("tracing a batch failed; delivery goes on")
 
     # -- what the steps use ----------------------------------------------------------------
 

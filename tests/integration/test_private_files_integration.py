@@ -55,5 +55,3 @@ def test_install_creates_sqlite_files_0600_under_a_permissive_umask(tmp_path: Pa
         wal = tmp_path / "edge.db-wal"
         assert wal.exists() and mode(wal) == 0o600
         assert mode(tmp_path / "edge.db-shm") == 0o600
-
-

@@ -35,7 +35,7 @@ from bridge.config.schema.forwarding import (
     SUBSCRIPTION_TABLES,
     SUBSCRIPTIONS,
 )
-from bridge.config.schema.operations import DAEMON, LOGGING, METRICS, SENTRY
+from bridge.config.schema.operations import DAEMON, LOGGING, METRICS, SENTRY, TRACING
 from bridge.config.schema.servicecontrol import SERVICECONTROL
 
 __all__ = [
@@ -66,6 +66,7 @@ __all__ = [
     "SERVICECONTROL",
     "SUBSCRIPTIONS",
     "SUBSCRIPTION_TABLES",
+    "TRACING",
     "section",
 ]
 
@@ -86,6 +87,7 @@ SCHEMA: Final[tuple[Section, ...]] = (
     SENTRY,
     METRICS,
     SERVICECONTROL,
+    TRACING,
 )
 
 

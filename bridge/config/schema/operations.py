@@ -1,4 +1,5 @@
-"""The schema's sections about running the daemon: `daemon`, `logging`, `sentry` and `metrics`."""
+"""The schema's sections about running the daemon: `daemon`, `logging`, `sentry`, `metrics` and
+`tracing`."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from bridge.config.model import (
     LoggingConfig,
     MetricsConfig,
     SentryConfig,
+    TracingConfig,
 )
 
 DAEMON = Section(
@@ -142,6 +144,30 @@ METRICS = Section(
             "Changing it takes a restart, not a reload.",
             example="127.0.0.1:9464",
             default=None,
+        ),
+    ),
+)
+
+TRACING = Section(
+    name="tracing",
+    shape="mapping",
+    model=TracingConfig,
+    description=(
+        "OpenTelemetry traces of the forwarding hop: one span per forwarded message (per "
+        "subscriber copy of a published event), under the trace its sender started "
+        "(`traceparent`), exported over OTLP as the standard `OTEL_*` environment variables "
+        "say (`OTEL_EXPORTER_OTLP_ENDPOINT`, `OTEL_TRACES_SAMPLER`, ...); needs the `otel` "
+        "extra (`pip install 'sfbridge[otel]'`). Headers are forwarded unchanged either way. "
+        "See [tracing](operating.md#tracing-opentelemetry)."
+    ),
+    keys=(
+        Key(
+            "enabled",
+            "boolean",
+            "Trace every forwarded message. Off, the daemon does not load OpenTelemetry and "
+            "does no work per message for it. Changing it takes a restart, not a reload.",
+            example=True,
+            default=False,
         ),
     ),
 )

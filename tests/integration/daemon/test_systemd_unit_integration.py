@@ -62,5 +62,3 @@ def test_systemd_analyze_security_rates_the_unit_ok_or_better(tmp_path: Path) ->
     assert float(match.group(1)) <= 4.9 and match.group(2) in {"PERFECT", "SAFE", "OK"}, (
         match.group(0)
     )
-
-

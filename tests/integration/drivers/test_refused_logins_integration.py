@@ -69,5 +69,3 @@ def test_a_missing_database_or_server_is_not_a_refused_login(
         with pytest.raises(ConnectionFailed) as failure:
             DRIVERS[driver](text)
         assert not isinstance(failure.value, AuthenticationFailed), str(failure.value)
-
-

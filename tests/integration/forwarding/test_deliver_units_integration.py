@@ -46,5 +46,3 @@ print("leaving", flush=True)
     )
     assert result.stdout == "leaving\n", result.stderr
     assert time.monotonic() - started < 30
-
-

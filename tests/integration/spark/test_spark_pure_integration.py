@@ -20,5 +20,3 @@ def test_the_daemon_and_the_cli_never_import_pyspark() -> None:
 
 
 # -- Spark settings and failures ----------------------------------------------------------
-
-

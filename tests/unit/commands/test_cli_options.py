@@ -52,5 +52,3 @@ def test_a_missing_config_file_says_how_to_point_at_one(
         "-c FILE (before or after the command) or SFBRIDGE_CONFIG=FILE (default "
         "/etc/sfbridge/sfbridge.yaml); `sfbridge demo` needs none\n"
     )
-
-

@@ -48,5 +48,3 @@ def test_serial_sequences_are_named_as_postgresql_names_them(table: str, sequenc
     assert serial_sequences(TableAddress(table, "public"), ddl) == (
         TableAddress(sequence, "public"),
     )
-
-

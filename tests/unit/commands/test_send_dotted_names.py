@@ -29,5 +29,3 @@ def test_an_unquoted_dot_draws_a_warning_with_the_quoted_form() -> None:
 )
 def test_quoted_plain_or_unparsable_addresses_draw_none(address: str) -> None:
     assert dotted_name_warning(CONFIG, FORWARDER, address) is None
-
-

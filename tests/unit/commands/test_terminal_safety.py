@@ -21,5 +21,3 @@ def test_unit_inert_escapes_every_control_and_keeps_letters() -> None:
     assert ACTIVE.search(shown) is None and "\n" not in shown
     assert shown.endswith("\\x0d\\x0aFAKE LINE: all good Zürich 日本")
     assert "\\x1b[2J\\x1b]0;pwned\\x07 \\x9b31m \\u202eevil\\u2028 \\x7f" in shown
-
-

@@ -257,7 +257,9 @@ def test_databases_keep_the_order_of_the_file() -> None:
     assert list(build(minimal()).databases) == ["sender", "receiver", "edge"]
 
 
-@pytest.mark.parametrize("section", ["retries", "ledger", "logging", "sentry", "metrics"])
+@pytest.mark.parametrize(
+    "section", ["retries", "ledger", "logging", "sentry", "metrics", "tracing"]
+)
 def test_an_optional_section_that_is_null_means_all_defaults(section: str) -> None:
     config = build(with_(minimal(), section, None))
     assert config == build(minimal())
@@ -294,6 +296,7 @@ def test_schema_sections_are_the_top_level_keys_of_the_contract() -> None:
         "sentry",
         "metrics",
         "servicecontrol",
+        "tracing",
     ]
 
 
@@ -438,7 +441,7 @@ def test_unknown_key_without_a_near_match_lists_the_expected_keys() -> None:
     assert the_error(with_(minimal(), "zzz", 1)) == (
         "zzz: unknown key (expected one of: databases, forwarders, routes, subscriptions, "
         "subscription_tables, publish, retries, delivery, install, ledger, error_archive, daemon, "
-        "logging, sentry, metrics, servicecontrol)"
+        "logging, sentry, metrics, servicecontrol, tracing)"
     )
 
 

@@ -83,5 +83,3 @@ def test_a_quota_is_rounded_up_and_never_above_the_affinity_mask(tmp_path: Path)
         _write(fs / "a", cpu_max=f"{quota} 100000")
         cpus = usable_cpus(proc)
         assert (cpus.usable, cpus.affinity) == (usable, affinity), quota
-
-

@@ -33,5 +33,3 @@ def test_a_daemon_config_asks_for_processes_as_a_number_or_auto(tmp_path: Path) 
         write_config(path, pg_pair_config("Driver=x;", "Driver=y;", daemon={"processes": wrong}))
         with pytest.raises(ConfigError, match=r"daemon\.processes"):
             load_config(str(path))
-
-

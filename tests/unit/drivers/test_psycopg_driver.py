@@ -106,5 +106,3 @@ def test_driver_mistakes_are_named_with_their_key_path(
     with pytest.raises(ConfigError) as raised:
         load_config(_config(tmp_path, database))
     assert message in str(raised.value)
-
-

@@ -56,5 +56,3 @@ def test_ledger_cleanup_does_not_nag_about_a_database_that_is_down(
     assert ledger_records() == []  # known down: not even tried
     assert cleanup_ledgers(config) == 0
     assert ledger_records() == ["DEBUG"]  # tried, failed, said quietly
-
-

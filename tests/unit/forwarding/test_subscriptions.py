@@ -89,5 +89,3 @@ def test_an_unreadable_table_falls_back_to_the_last_list_or_raises_without_one(
     assert [s.address for s in stale.subscribers] == ["Shipping"]
     with pytest.raises(DatabaseError):
         directory.lookup(["Shared.Other"])
-
-
