@@ -141,7 +141,7 @@ def test_a_busy_queue_does_not_starve_the_others(
         batch_size=20,
         sender_database={"max_connections": 5},
     )
-    backlog = send_bulk(sender, 20_000, SAMPLES_RECEIVER, queue(0))
+    backlog = send_bulk(sender, 8_000, SAMPLES_RECEIVER, queue(0))
     with DaemonProcess(config, tmp_path / "daemon.log") as daemon:
         wait_until(lambda: pg_count(receiver, SAMPLES_RECEIVER) >= 200, 60, "the backlog to move")
         quiet = send_bulk(sender, 5, SAMPLES_RECEIVER, queue(1))

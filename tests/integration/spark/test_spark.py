@@ -41,9 +41,9 @@ def test_a_drain_beside_a_running_daemon_delivers_each_message_once_and_reports_
     tmp_path: Path, new_pg_database: Any
 ) -> None:
     world = spark_world(tmp_path, new_pg_database)
-    # CI drains 12,000 (the daemon joins after the first 1,000); scale is bench/'s
+    # CI drains 6,000 (the daemon joins after the first 1,000); scale is bench/'s
     # (bench/spark_benchmark.py), or here SFBRIDGE_TEST_SPARK_MESSAGES=200000.
-    good = send_bulk(world["sender"], int(os.environ.get("SFBRIDGE_TEST_SPARK_MESSAGES", "12000")))
+    good = send_bulk(world["sender"], int(os.environ.get("SFBRIDGE_TEST_SPARK_MESSAGES", "6000")))
     send_bulk(world["sender"], 7, destination='"public"."MissingQueue"')
     log = (tmp_path / "drain.log").open("w")
     drain = subprocess.Popen(
@@ -107,7 +107,7 @@ def test_a_drain_killed_with_sigkill_and_run_again_leaves_every_message_in_one_p
     tmp_path: Path, new_pg_database: Any
 ) -> None:
     world = spark_world(tmp_path, new_pg_database)
-    ids = send_bulk(world["sender"], 12000)  # killed after 2,000: most are still queued
+    ids = send_bulk(world["sender"], 6000)  # killed after 2,000: most are still queued
     log = (tmp_path / "drain.log").open("w")
     drain = subprocess.Popen(
         [sys.executable, "-m", "bridge", "-c", str(world["config"]), "spark", "drain",
@@ -154,7 +154,7 @@ def test_spark_task_retries_after_lost_connections_deliver_each_message_once(
     tmp_path: Path, new_pg_database: Any, postgres: Any
 ) -> None:
     world = spark_world(tmp_path, new_pg_database)
-    ids = send_bulk(world["sender"], 20000)
+    ids = send_bulk(world["sender"], 12000)
     sender_name = world["sender"].split("Database=")[1].rstrip(";")
     log = (tmp_path / "drain.log").open("w")
     # local[2,4]: like a cluster, a failed task is tried again (up to 4 times).
