@@ -130,8 +130,8 @@ def test_a_busy_queue_does_not_starve_the_others(
     tmp_path: Path, new_pg_database: Callable[[], str]
 ) -> None:
     sender, receiver = new_pg_database(), new_pg_database()
-    # Three pool workers (5 less the watcher and upkeep), and the busy forwarder may take all
-    # three: only taking turns lets the quiet one through.
+    # Two pool workers (6 less upkeep, the watcher, its listener and the heartbeat), and the
+    # busy forwarder may take both: only taking turns lets the quiet one through.
     config = many_forwarders(
         tmp_path,
         sender,
@@ -139,7 +139,7 @@ def test_a_busy_queue_does_not_starve_the_others(
         2,
         concurrency=4,
         batch_size=20,
-        sender_database={"max_connections": 5},
+        sender_database={"max_connections": 6},
     )
     backlog = send_bulk(sender, 20_000, SAMPLES_RECEIVER, queue(0))
     with DaemonProcess(config, tmp_path / "daemon.log") as daemon:
