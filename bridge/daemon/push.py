@@ -46,6 +46,9 @@ log = logging.getLogger(__name__)
 PUSH_POLL_INTERVAL = 5.0
 # The longest the listener waits for a notification in one go, so that it sees a stop.
 LISTEN_NAP = 1.0
+# The fewest `max_connections` with room for the listener's connection: upkeep, the watcher,
+# the heartbeat and one pool worker take the schema's minimum of 4 (`bridge.daemon.budget`).
+FEWEST_CONNECTIONS_TO_LISTEN = 5
 
 
 def push_off_reason(database: DatabaseConfig, dialect: Dialect) -> str | None:
@@ -57,6 +60,11 @@ def push_off_reason(database: DatabaseConfig, dialect: Dialect) -> str | None:
         return "its ODBC driver cannot listen for pushes"
     if database.pooler == "transaction":
         return "transaction pooler: LISTEN/NOTIFY does not pass it"
+    if database.max_connections < FEWEST_CONNECTIONS_TO_LISTEN:
+        return (
+            f"max_connections {database.max_connections} leaves no connection to listen on "
+            f"(it takes {FEWEST_CONNECTIONS_TO_LISTEN})"
+        )
     return None
 
 
