@@ -187,7 +187,7 @@ class PushListener(threading.Thread):
         self.listens = 0  # times listening started, for tests
         self.last_progress = time.monotonic()
         self._databases = databases
-        self._stop = stop
+        self._stopping = stop
         self._told = told
         self._changed = changed
         self._poll_interval = poll_interval
@@ -197,11 +197,11 @@ class PushListener(threading.Thread):
         connections = Connections(self._databases, self._logins)
         next_listen = 0.0
         try:
-            while not self._stop.is_set():
+            while not self._stopping.is_set():
                 self.last_progress = now = time.monotonic()
                 if not self.listening:
                     if now < next_listen:
-                        self._stop.wait(min(next_listen - now, LISTEN_NAP))
+                        self._stopping.wait(min(next_listen - now, LISTEN_NAP))
                         continue
                     if not self._listen(connections):
                         if self.unable:

@@ -214,4 +214,5 @@ def test_a_message_is_pushed_while_the_poll_waits_for_a_table_kept_locked(
             finally:
                 dba.rollback()
         assert daemon.stop() == 0, daemon.output()
+        assert "Traceback" not in daemon.output()  # the listener thread ended cleanly too
     assert pair.received() == Counter(sent)
