@@ -6,9 +6,10 @@ measures another checkout: `PYTHONPATH=DIR`) watches a database of N forwarders 
 `peek_interval` (50 ms). One message at a time goes into a queue drawn at random, committed;
 the time from its commit until the watcher has marked that forwarder on its board (what a
 pool worker waits for) is the notice time. The row is then deleted, as a worker would. Per
-dialect and N: notice p50 / p95 / max in ms, and the watcher's statements per second (its
-cost on the server). On PostgreSQL every forwarding queue's push trigger is dropped, so that
-every queue is polled; retry storage keeps its trigger, as `sfbridge install` leaves it.
+dialect and N: notice p50 / p95 / max in ms, the watcher's statements per second (its cost
+on the server) and this process's CPU (the watcher's, and the sends': % of one core). On
+PostgreSQL every forwarding queue's push trigger is dropped, so that every queue is polled;
+retry storage keeps its trigger, as `sfbridge install` leaves it.
 
     .venv/bin/python bench/notice_benchmark.py --forwarders 50,500 --messages 100
 """
@@ -72,6 +73,7 @@ def measure(
         while (entry := board.take(0)) is not None:
             board.finish(entry)
         queries, started = watcher.queries, time.perf_counter()
+        cpu = time.process_time()
         for _ in range(messages):
             time.sleep(random.uniform(0.05, 0.15))
             name = random.choice(names)
@@ -87,7 +89,9 @@ def measure(
             latencies.append(1000 * (time.perf_counter() - committed))
             remove(name)
             board.finish(entry)
-        per_second = (watcher.queries - queries) / (time.perf_counter() - started)
+        elapsed = time.perf_counter() - started
+        per_second = (watcher.queries - queries) / elapsed
+        cpu_percent = 100 * (time.process_time() - cpu) / elapsed
     finally:
         stop.set()
         board.close()
@@ -99,6 +103,7 @@ def measure(
         "p95_ms": statistics.quantiles(latencies, n=20, method="inclusive")[18],
         "max_ms": max(latencies),
         "statements_per_s": per_second,
+        "cpu_percent": cpu_percent,
     }
 
 
@@ -180,7 +185,8 @@ def main() -> int:
         print(
             f"  {row['dialect']:<28} {row['forwarders']:>4} forwarders  p50 {row['p50_ms']:6.1f}"
             f" ms  p95 {row['p95_ms']:6.1f} ms  max {row['max_ms']:6.1f} ms  "
-            f"{row['statements_per_s']:6.1f} statements/s"
+            f"{row['statements_per_s']:6.1f} statements/s  CPU {row['cpu_percent']:5.1f} % of a "
+            "core (this process: the watcher, and the sends)"
         )
     return 0
 
