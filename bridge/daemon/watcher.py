@@ -263,6 +263,8 @@ class WorkWatcher(threading.Thread):
             for indexes in self._slices
             if wanted is None or any(self._parts[index].key in wanted for index in indexes)
         ]
+        if not slices:
+            return True  # nothing wanted a look (a database not looked at is not seen up)
         with self._due_lock:
             # Looked at now, or (a failure) by the full poll after the backoff.
             for entries in slices:
