@@ -158,6 +158,14 @@ class WorkWatcher(threading.Thread):
         """Times listening started, for tests."""
         return self._listener.listens if self._listener is not None else 0
 
+    def listener_hung(self, now: float, limit: float) -> bool:
+        """Whether the listener runs but has not looped within `limit` seconds (a wait for
+        notifications that never returns), as `last_progress` tells of the watcher."""
+        listener = self._listener
+        return (
+            listener is not None and listener.is_alive() and now - listener.last_progress >= limit
+        )
+
     def wake(self) -> None:
         """Look again now (a stop, or a sign of new work)."""
         self._wake.set()
