@@ -7,7 +7,8 @@ Who connects to a database X, at most at once:
   worker, two where a crossing out of X keeps transaction records (`at-least-once`,
   `two-phase`: `bridge.forwarding.transactions` commits them on a second connection);
 - X's watcher (`bridge.daemon.watcher`) and heartbeat (`bridge.daemon.heartbeat`), one each,
-  when X is a forwarding database;
+  when X is a forwarding database, and the watcher's listener (`bridge.daemon.push`) one more
+  where it listens for pushes;
 - upkeep: the scheduled jobs run one at a time, each with at most one connection per
   database (`UPKEEP_CONNECTIONS`); while metrics are on, the metrics sampler holds one more to
   a forwarding database, and the destination checks of `/readyz` one more to a destination
@@ -28,11 +29,13 @@ from dataclasses import dataclass, field
 
 from bridge.config.model import BridgeConfig, ForwarderConfig
 from bridge.daemon.cpus import usable_cpus
+from bridge.daemon.push import push_off_reason
 from bridge.daemon.readiness import destination_databases
 from bridge.dialects import dialect_for
 
 UPKEEP_CONNECTIONS = 1
 WATCHER_CONNECTIONS = 1
+LISTENER_CONNECTIONS = 1
 HEARTBEAT_CONNECTIONS = 1
 SERVICECONTROL_CONNECTIONS = 1
 # `daemon.processes: auto` starts no more processes than this: each costs an interpreter (tens
@@ -51,9 +54,11 @@ def worker_count(config: BridgeConfig, forwarder: ForwarderConfig) -> int:
 def reserved(config: BridgeConfig, database: str) -> int:
     """Connections to `database` that are not pool workers'."""
     forwarding = any(f.database == database for f in config.forwarders)
+    spec = config.databases[database]
     checked = database in destination_databases(config)
     metrics = max(1, forwarding + checked) if config.metrics.listen is not None else 0
-    own = WATCHER_CONNECTIONS + HEARTBEAT_CONNECTIONS
+    listens = push_off_reason(spec, dialect_for(spec.dialect)) is None
+    own = WATCHER_CONNECTIONS + HEARTBEAT_CONNECTIONS + (LISTENER_CONNECTIONS if listens else 0)
     servicecontrol = 0
     if config.servicecontrol is not None:
         servicecontrol = SERVICECONTROL_CONNECTIONS * (

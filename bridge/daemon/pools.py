@@ -77,7 +77,9 @@ class Pools:
         is hung (a statement that never returns)."""
         now = time.monotonic()
         threads: list[PoolWorker | WorkWatcher] = [*self.workers, *self.watchers]
-        return all(t.is_alive() and now - t.last_progress < limit for t in threads)
+        return all(t.is_alive() and now - t.last_progress < limit for t in threads) and not any(
+            watcher.listener_hung(now, limit) for watcher in self.watchers
+        )
 
     def totals(self) -> Counter[str]:
         total: Counter[str] = Counter()

@@ -4,8 +4,10 @@
 storage) puts a statement-level trigger on each forwarding queue and on retry storage that
 notifies a channel of that table (`bridge.dialects.base.notify_channel`) once per INSERT
 statement, at commit. A watcher (`bridge.daemon.watcher`) listens on its database's channels on
-its own connection, so a message is marked for a worker milliseconds after its sender commits,
-and an idle daemon sends nothing but a slow fallback poll.
+its own connection, in a thread of its own (`PushListener`), so a message is marked for a
+worker milliseconds after its sender commits, and an idle daemon sends nothing but a slow
+fallback poll. The watcher's polls run on another connection, so a notification never waits
+for a poll, however long one takes (a thousand tables, or one kept locked by someone else).
 
 What is pushed is read from the database, not assumed: a table without the trigger (a DBA
 refused it, or dropped it, or the database was installed by an older sfbridge) is polled at the
@@ -22,21 +24,31 @@ and `sfbridge status` say so (`push_off_reason`).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from bridge.addressing import TableAddress
 from bridge.config.model import BridgeConfig, DatabaseConfig
+from bridge.connections import Connections
 from bridge.daemon.board import Key
 from bridge.dialects import Dialect, dialect_for
 from bridge.dialects.base import notify_channel
 from bridge.drivers import Connection
+from bridge.exceptions import DatabaseError
+from bridge.outages import OutageTracker
 
 log = logging.getLogger(__name__)
 
 # How often a database whose tables all push is polled all the same (a notification lost in
 # a way the bridge cannot see; retries coming due are timed, not polled for).
 PUSH_POLL_INTERVAL = 5.0
+# The longest the listener waits for a notification in one go, so that it sees a stop.
+LISTEN_NAP = 1.0
+# The fewest `max_connections` with room for the listener's connection: upkeep, the watcher,
+# the heartbeat and one pool worker take the schema's minimum of 4 (`bridge.daemon.budget`).
+FEWEST_CONNECTIONS_TO_LISTEN = 5
 
 
 def push_off_reason(database: DatabaseConfig, dialect: Dialect) -> str | None:
@@ -48,6 +60,11 @@ def push_off_reason(database: DatabaseConfig, dialect: Dialect) -> str | None:
         return "its ODBC driver cannot listen for pushes"
     if database.pooler == "transaction":
         return "transaction pooler: LISTEN/NOTIFY does not pass it"
+    if database.max_connections < FEWEST_CONNECTIONS_TO_LISTEN:
+        return (
+            f"max_connections {database.max_connections} leaves no connection to listen on "
+            f"(it takes {FEWEST_CONNECTIONS_TO_LISTEN})"
+        )
     return None
 
 
@@ -79,6 +96,11 @@ class PushChannels:
             self._keys.setdefault(channel, []).append(key)
         self.pushed: set[Key] = set()
         self._told_unpushed: frozenset[str] = frozenset()
+        self._reading = threading.Lock()  # the listener and the watcher both read triggers
+
+    @property
+    def tables(self) -> dict[Key, TableAddress]:
+        return self._tables
 
     @property
     def channels(self) -> Sequence[str]:
@@ -100,6 +122,10 @@ class PushChannels:
         except BaseException:
             connection.rollback()
             raise
+        with self._reading:
+            self._found_triggers(rows)
+
+    def _found_triggers(self, rows: Sequence[Sequence[Any]]) -> None:
         found = {(str(schema).casefold(), str(table).casefold()) for schema, table in rows}
         self.pushed = {
             key
@@ -132,3 +158,104 @@ class PushChannels:
     def keys(self, channels: Iterable[str]) -> list[Key]:
         """The sources the notified `channels` tell of."""
         return [key for channel in channels for key in self._keys.get(channel, ())]
+
+
+class PushListener(threading.Thread):
+    """Listens on one database's channels on a connection of its own and hands what it is told
+    to `told` (the sources notified), until `stop`.
+
+    `changed(listening)` is called when listening starts (the watcher then polls at once, for
+    what was sent while nobody listened) and when the connection is lost (the watcher then
+    polls every source at its fast interval until listening starts again, `PUSH_POLL_INTERVAL`
+    later at the latest). A driver that cannot listen ends the thread, `unable` set."""
+
+    def __init__(
+        self,
+        databases: Mapping[str, DatabaseConfig],
+        channels: PushChannels,
+        stop: threading.Event,
+        told: Callable[[list[Key]], None],
+        changed: Callable[[bool], None],
+        poll_interval: float,
+        logins: OutageTracker | None = None,
+    ) -> None:
+        super().__init__(name=f"listen-{channels.database}", daemon=True)
+        self.database = channels.database
+        self.channels = channels
+        self.listening = False
+        self.unable = False
+        self.listens = 0  # times listening started, for tests
+        self.last_progress = time.monotonic()
+        self._databases = databases
+        self._stopping = stop
+        self._told = told
+        self._changed = changed
+        self._poll_interval = poll_interval
+        self._logins = logins
+
+    def run(self) -> None:
+        connections = Connections(self._databases, self._logins)
+        next_listen = 0.0
+        try:
+            while not self._stopping.is_set():
+                self.last_progress = now = time.monotonic()
+                if not self.listening:
+                    if now < next_listen:
+                        self._stopping.wait(min(next_listen - now, LISTEN_NAP))
+                        continue
+                    if not self._listen(connections):
+                        if self.unable:
+                            return
+                        next_listen = now + PUSH_POLL_INTERVAL
+                        continue
+                try:
+                    notified = connections.get(self.database).notifications(LISTEN_NAP)
+                except DatabaseError as error:
+                    connections.discard(self.database)
+                    self.listening = False
+                    log.warning(
+                        "database '%s': the listening connection is lost (%s); polling every %g "
+                        "s until it is back",
+                        self.database,
+                        error,
+                        self._poll_interval,
+                    )
+                    self._changed(False)
+                    continue  # listen again at once; the watcher polls meanwhile
+                if notified:
+                    self._told(self.channels.keys(notified))
+        finally:
+            connections.close()
+
+    def _listen(self, connections: Connections) -> bool:
+        """Start listening; False when it cannot (now, or with this driver: `unable`)."""
+        try:
+            connection = connections.get(self.database)
+            if not connection.listens:
+                self.unable = True
+                log.info(
+                    "database '%s': polled every %g s (its driver cannot listen for pushes)",
+                    self.database,
+                    self._poll_interval,
+                )
+                self._changed(False)
+                return False
+            self.channels.listen(connection)
+        except DatabaseError as error:
+            connections.discard(self.database)
+            log.debug("database '%s': cannot listen yet: %s", self.database, error)
+            return False
+        self.listening = True
+        self.listens += 1
+        tables = self.channels.tables
+        log.info(
+            "database '%s': %d of %d table(s) push (LISTEN/NOTIFY); polled every %g s, "
+            "those without push every %g s",
+            self.database,
+            len({tables[key] for key in self.channels.pushed}),
+            len(set(tables.values())),
+            max(PUSH_POLL_INTERVAL, self._poll_interval),
+            self._poll_interval,
+        )
+        self._changed(True)
+        return True

@@ -1,15 +1,18 @@
 """Looking for work per database, not per worker.
 
-One `WorkWatcher` per forwarding database asks, with one statement (`Dialect.work_query`),
-which of the database's forwarding queues hold a row and when each forwarder's earliest retry
-is due, and marks those sources on the database's `WorkBoard` for its pool workers. Where the
-database pushes (`bridge.daemon.push`), the watcher listens on its connection between looks:
-a notified queue is marked at once, without a query, and every source is looked at only every
-`PUSH_POLL_INTERVAL`; sources that do not push, and all of them while the listening connection
-is down, are looked at every peek interval. An idle daemon thus sends at most one cheap query
-per database per poll, however many forwarders it has. A retry is looked for when it is due.
+One `WorkWatcher` per forwarding database asks, with a statement per `PARTS_PER_STATEMENT`
+sources (`Dialect.work_query`), which of the database's forwarding queues hold a row and when
+each forwarder's earliest retry is due, and marks those sources on the database's `WorkBoard`
+for its pool workers. Where the database pushes (`bridge.daemon.push`), a listener thread of
+the watcher's, on a connection of its own, marks a notified queue at once, without a query and
+without waiting for a poll; every source is then looked at only every `PUSH_POLL_INTERVAL`.
+Sources that do not push, and all of them while the listening connection is down, are looked
+at every peek interval. An idle daemon thus sends a few cheap statements per database per
+poll, their number growing with the forwarders but none of them taking longer. A retry is
+looked for when it is due, and retry storage a notification tells of at once (its slice
+only).
 
-A queue missing from the database fails the whole statement: the watcher then probes each
+A queue missing from the database fails its slice's statement: the watcher then probes each
 part alone, marks the missing ones (a worker heals them, or reports why it cannot) and leaves
 them out for `MISSING_TABLE_RETRY`. A database that cannot be reached marks every source, so
 that each forwarder's workers find out, report it and back off as they would alone.
@@ -29,7 +32,13 @@ from bridge.config.model import BridgeConfig
 from bridge.connections import Connections
 from bridge.daemon.board import Key, WorkBoard
 from bridge.daemon.forwarder_health import ForwarderHealth
-from bridge.daemon.push import PUSH_POLL_INTERVAL, PushChannels, push_off_reason
+from bridge.daemon.push import (
+    LISTEN_NAP,
+    PUSH_POLL_INTERVAL,
+    PushChannels,
+    PushListener,
+    push_off_reason,
+)
 from bridge.dialects import dialect_for
 from bridge.exceptions import DatabaseError, DatabaseUnavailable, TableNotFound
 from bridge.forwarding.observers import ForwardingObserver, safe_observer
@@ -47,6 +56,12 @@ MAX_BACKOFF = 10.0
 _NEVER = float("inf")
 # The longest the watcher sleeps in one go, so that `last_progress` shows it alive.
 LONGEST_NAP = 1.0
+# Sources (a forwarder's queue and its retry storage are two) per work statement. PostgreSQL's
+# planning time grows faster than the number of UNION ALL branches (about 0.13 ms a branch up
+# to 50, 0.5 ms at 200, 1.5-3 ms at 1,000: a poll of 500 forwarders in one statement took
+# 1.4-3 s before its plan was cached, docs/performance.md): slices keep each statement cheap
+# and its cost bounded whatever the number of forwarders.
+PARTS_PER_STATEMENT = 32
 
 
 @dataclass(frozen=True)
@@ -100,23 +115,56 @@ class WorkWatcher(threading.Thread):
             self._parts.append(
                 Part((forwarder.name, "retry"), "retry", tables.retry, (index + 1, forwarder.name))
             )
+        # Fixed slices of the parts, a statement each: a forwarder's two parts in one.
+        self._slices = [
+            range(first, min(first + PARTS_PER_STATEMENT, len(self._parts)))
+            for first in range(0, len(self._parts), PARTS_PER_STATEMENT)
+        ]
         self.poll_interval = min(f.peek_interval for f in forwarders)
-        self.listening = False
-        self.listens = 0  # times listening started, for tests
-        self._push_tables = {part.key: part.table for part in self._parts}
         # Why nobody listens here (None: the watcher listens), said once when it starts.
         self.push_off = push_off_reason(config.databases[database], self._dialect)
-        self._push: PushChannels | None = (
-            PushChannels(database, self._dialect, self._push_tables.items())
-            if self.push_off is None
-            else None
-        )
+        self._push: PushChannels | None = None
+        self._listener: PushListener | None = None
+        if self.push_off is None:
+            self._push = PushChannels(
+                database, self._dialect, [(part.key, part.table) for part in self._parts]
+            )
+            self._listener = PushListener(
+                config.databases,
+                self._push,
+                stop,
+                self._told,
+                self._listening_changed,
+                self.poll_interval,
+                logins,
+            )
         self._missing: dict[Key, float] = {}  # left out of the query until (monotonic)
-        self._next_due = _NEVER  # monotonic time of the earliest retry not yet due
+        # Retry storage to look at again at (monotonic): the earliest retry not yet due, or
+        # 0 for one the listener was told of.
+        self._due: dict[Key, float] = {}
+        self._due_lock = threading.Lock()
         self._statements: dict[tuple[int, ...], str] = {}
         self._database_up: bool | None = None
         self._reported = False
         self._look_again = False
+
+    @property
+    def listening(self) -> bool:
+        """Whether pushes are listened for now (`bridge.daemon.push.PushListener`)."""
+        return self._listener is not None and self._listener.listening
+
+    @property
+    def listens(self) -> int:
+        """Times listening started, for tests."""
+        return self._listener.listens if self._listener is not None else 0
+
+    def listener_hung(self, now: float, limit: float) -> bool:
+        """Whether the listener runs but has not looped within `limit` seconds (a wait for
+        notifications that never returns), as `last_progress` tells of the watcher."""
+        listener = self._listener
+        return (
+            listener is not None and listener.is_alive() and now - listener.last_progress >= limit
+        )
 
     def wake(self) -> None:
         """Look again now (a stop, or a sign of new work)."""
@@ -132,7 +180,6 @@ class WorkWatcher(threading.Thread):
         connections = Connections(self.config.databases, self._logins)
         backoff = FIRST_BACKOFF
         next_poll = next_fast = 0.0
-        next_listen = 0.0
         if self.push_off is not None and self._dialect.pushes:
             # A database that could push but is not listened to: said, so that nobody expects
             # the pickup in milliseconds that push gives.
@@ -142,38 +189,36 @@ class WorkWatcher(threading.Thread):
                 self.push_off,
                 self.poll_interval,
             )
+        if self._listener is not None:
+            self._listener.start()
         try:
             while not self.stop.is_set():
                 self.last_progress = now = time.monotonic()
                 if self._look_again:
                     self._look_again = False
                     next_poll = 0.0
-                if self._push is not None and not self.listening and now >= next_listen:
-                    if self._listen(connections):
-                        next_poll = 0.0  # what was sent while nobody listened
-                    else:
-                        next_listen = now + PUSH_POLL_INTERVAL
-                if now >= min(next_poll, self._next_due, next_fast):
-                    full = now >= min(next_poll, self._next_due)
-                    if self._poll(connections, full=full):
+                due = self._due_retries(now)
+                full, fast = now >= next_poll, now >= next_fast
+                if full or fast or due:
+                    wanted = None if full else {*(self._unpushed() if fast else ()), *due}
+                    if self._poll(connections, wanted):
                         backoff = FIRST_BACKOFF
                         now = time.monotonic()
                         if full:
                             next_poll = now + self._full_interval()
-                        next_fast = now + self.poll_interval if self._unpushed() else _NEVER
+                        if full or fast:
+                            next_fast = now + self.poll_interval if self._unpushed() else _NEVER
                     else:
                         next_poll = next_fast = time.monotonic() + backoff
                         backoff = min(backoff * 2, MAX_BACKOFF)
-                        next_listen = min(next_listen, next_poll)
-                wait = min(next_poll, self._next_due, next_fast) - time.monotonic()
+                wait = min(next_poll, next_fast, self._next_due()) - time.monotonic()
                 if wait > 0:
-                    was_listening = self.listening
-                    self._nap(connections, min(wait, LONGEST_NAP))
-                    if was_listening and not self.listening:
-                        # Listen again at once; until then, every source is polled.
-                        next_listen = next_fast = 0.0
+                    self._wake.wait(min(wait, LONGEST_NAP))
+                    self._wake.clear()
         finally:
             connections.close()
+            if self._listener is not None and self._listener.is_alive():
+                self._listener.join(2 * LISTEN_NAP)
 
     def _full_interval(self) -> float:
         """Every source is looked at this often: slowly while pushes tell of new rows."""
@@ -188,86 +233,64 @@ class WorkWatcher(threading.Thread):
             return [part.key for part in self._parts]
         return [part.key for part in self._parts if part.key not in self._push.pushed]
 
-    def _listen(self, connections: Connections) -> bool:
-        """Start listening on the watcher's connection; False (and polling) when it cannot."""
-        assert self._push is not None
-        try:
-            connection = connections.get(self.database)
-            if not connection.listens:
-                self._push = None  # this driver cannot: polling it is
-                log.info(
-                    "database '%s': polled every %g s (its driver cannot listen for pushes)",
-                    self.database,
-                    self.poll_interval,
-                )
-                return False
-            self._push.listen(connection)
-        except DatabaseError as error:
-            connections.discard(self.database)
-            log.debug("database '%s': cannot listen yet: %s", self.database, error)
-            return False
-        self.listening = True
-        self.listens += 1
-        log.info(
-            "database '%s': %d of %d table(s) push (LISTEN/NOTIFY); polled every %g s, "
-            "those without push every %g s",
-            self.database,
-            len({self._push_tables[key] for key in self._push.pushed}),
-            len(set(self._push_tables.values())),
-            self._full_interval(),
-            self.poll_interval,
-        )
-        return True
+    # -- what the listener is told ---------------------------------------------------------
 
-    def _nap(self, connections: Connections, seconds: float) -> None:
-        """Wait up to `seconds` for a notification (while listening) or a wake-up."""
-        if not self.listening or self._push is None:
-            self._wake.wait(seconds)
-            self._wake.clear()
-            return
-        try:
-            channels = connections.get(self.database).notifications(seconds)
-        except DatabaseError as error:
-            connections.discard(self.database)
-            self.listening = False
-            log.warning(
-                "database '%s': the listening connection is lost (%s); polling every %g s "
-                "until it is back",
-                self.database,
-                error,
-                self.poll_interval,
-            )
-            return
-        keys = self._push.keys(channels)
-        if any(source == "retry" for _, source in keys):
-            self._next_due = 0.0  # look when the new retries are due
+    def _told(self, keys: list[Key]) -> None:
+        """Notified sources (in the listener's thread): a queue is marked at once; retry
+        storage is looked at for when the new retries are due."""
+        retries = [key for key in keys if key[1] == "retry"]
+        if retries:
+            with self._due_lock:
+                for key in retries:
+                    self._due[key] = 0.0
+            self._wake.set()
         self._mark_board([key for key in keys if key[1] == "queue"])
+
+    def _listening_changed(self, listening: bool) -> None:
+        """Listening started (what was sent while nobody listened is polled for at once) or
+        stopped (every source is polled, at once and then every peek interval)."""
+        self.look_again()
 
     # -- one look --------------------------------------------------------------------------
 
-    def _poll(self, connections: Connections, *, full: bool = True) -> bool:
-        """Run the work query, over every source (`full`) or those that do not push, and mark
-        what has work. False when it failed."""
+    def _due_retries(self, now: float) -> set[Key]:
+        with self._due_lock:
+            return {key for key, due in self._due.items() if due <= now}
+
+    def _next_due(self) -> float:
+        """Monotonic time of the earliest retry not yet due (or told of, not yet looked at)."""
+        with self._due_lock:
+            return min(self._due.values(), default=_NEVER)
+
+    def _poll(self, connections: Connections, wanted: set[Key] | None) -> bool:
+        """Run the work query over every source (`wanted` None) or those `wanted`, slice by
+        slice, and mark what has work. False when it failed."""
         now = time.monotonic()
-        wanted = None if full else set(self._unpushed())
-        parts = [
-            (index, part)
-            for index, part in enumerate(self._parts)
-            if self._missing.get(part.key, 0.0) <= now and (wanted is None or part.key in wanted)
+        slices = [
+            [(index, self._parts[index]) for index in indexes]
+            for indexes in self._slices
+            if wanted is None or any(self._parts[index].key in wanted for index in indexes)
         ]
-        if full:
-            self._next_due = _NEVER
+        if not slices:
+            return True  # nothing wanted a look (a database not looked at is not seen up)
+        with self._due_lock:
+            # Looked at now, or (a failure) by the full poll after the backoff.
+            for entries in slices:
+                for _, part in entries:
+                    self._due.pop(part.key, None)
         try:
-            if full and self.listening and self._push is not None:
+            if wanted is None and self.listening and self._push is not None:
                 self._push.read_triggers(connections.get(self.database))
-            rows = self._query(connections, parts)
-        except TableNotFound:
-            connections.discard(self.database)
-            self.listening = False
-            rows = self._query_one_by_one(connections, parts)
+            for entries in slices:
+                parts = [(i, part) for i, part in entries if self._missing.get(part.key, 0) <= now]
+                try:
+                    rows = self._query(connections, parts)
+                except TableNotFound:
+                    connections.discard(self.database)
+                    rows = self._query_one_by_one(connections, parts)
+                self._mark(rows)
         except DatabaseError as error:
             connections.discard(self.database)
-            self.listening = False
             if isinstance(error, DatabaseUnavailable):
                 self._seen(False)
             log.debug("looking for work in database '%s' failed: %s", self.database, error)
@@ -275,7 +298,6 @@ class WorkWatcher(threading.Thread):
             self._mark_board([part.key for part in self._parts])
             return False
         self._seen(True)
-        self._mark(rows)
         if not self._reported:
             # Forwarders are well from the first look on; after that, their batches say.
             self._reported = True
@@ -318,7 +340,6 @@ class WorkWatcher(threading.Thread):
                 rows += self._query(connections, [entry])
             except TableNotFound:
                 connections.discard(self.database)
-                self.listening = False
                 self._missing[entry[1].key] = time.monotonic() + MISSING_TABLE_RETRY
                 self._mark_board([entry[1].key])
         return rows
@@ -339,7 +360,11 @@ class WorkWatcher(threading.Thread):
             if due_at <= now_utc:
                 marked.append(part.key)
             else:
-                self._next_due = min(self._next_due, now + (due_at - now_utc).total_seconds())
+                with self._due_lock:
+                    self._due[part.key] = min(
+                        self._due.get(part.key, _NEVER),
+                        now + (due_at - now_utc).total_seconds(),
+                    )
         self._mark_board(marked)
 
     def _mark_board(self, keys: list[Key]) -> None:

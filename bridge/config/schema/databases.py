@@ -120,7 +120,8 @@ DATABASES = Section(
             "integer",
             "The most connections the daemon holds to this database at once: its forwarders' "
             "shared worker pool (in all its processes, see `daemon.processes`), the connection "
-            "that watches its queues for work, the heartbeat's and one for upkeep (status, "
+            "that watches its queues for work (and one that listens for pushes, on "
+            "PostgreSQL), the heartbeat's and one for upkeep (status, "
             "ledger cleanup, probes; one more with `metrics`). The default "
             "leaves most of PostgreSQL's default `max_connections = 100` to other clients; "
             "`sfbridge check` warns when the configured databases of one server could take "

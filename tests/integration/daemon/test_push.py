@@ -11,10 +11,13 @@ from typing import Any
 
 import pytest
 from support import (
+    SAMPLES_RECEIVER,
     PgPair,
     nsb_message_headers,
     pg_connect,
+    pg_create_queue,
     pg_nsb_send,
+    pg_pair_config,
     pg_rows,
     sfbridge,
     wait_until,
@@ -171,3 +174,45 @@ def test_a_trigger_the_login_may_not_create_is_a_warning_and_the_queue_is_polled
                 dba.commit()
         with postgres.admin() as admin:
             admin.execute(f"DROP ROLE {role}")
+
+
+def test_a_message_is_pushed_while_the_poll_waits_for_a_table_kept_locked(
+    tmp_path: Path, new_pg_database: Any
+) -> None:
+    """The safety poll is stuck behind another client's lock on a second forwarder's queue
+    (for up to the 60 s of its query_timeout); a message to the first is picked up all the
+    same, while the poll still waits."""
+    sender, receiver = new_pg_database(), new_pg_database()
+    raw = pg_pair_config(sender, receiver, forwarder={"peek_interval": "1s"})
+    raw["databases"]["sender"]["query_timeout"] = "60s"
+    other = '"public"."Other.Forward"'
+    raw["forwarders"].append({"name": "other", "database": "sender", "queue": other})
+    config = write_config(tmp_path / "sfbridge.yaml", raw)
+    installed = sfbridge("-c", str(config), "install")
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+    pg_create_queue(receiver, SAMPLES_RECEIVER)
+    pair = PgPair(config, sender, receiver)
+    name = database_name(sender)
+    waiting_poll = (
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'sfbridge' "
+        f"AND datname = '{name}' AND wait_event_type = 'Lock' "
+        "AND query LIKE '%EXISTS (SELECT 1 FROM%'"
+    )
+
+    def poll_waits() -> bool:
+        return pg_rows(sender.replace(name, "postgres"), waiting_poll)[0][0] == 1
+
+    with pair.daemon(tmp_path / "daemon.log") as daemon:
+        daemon.wait_for_output(PUSHING)
+        with pg_connect(sender) as dba:
+            dba.execute(f"LOCK TABLE {other} IN ACCESS EXCLUSIVE MODE")
+            try:
+                # The next look at every source (5 s apart) runs into the lock.
+                wait_until(poll_waits, 15, "the watcher's poll to wait for the lock")
+                sent = picked_up_within(pair, 5)
+                assert poll_waits(), "the poll ended before the message came: nothing shown"
+            finally:
+                dba.rollback()
+        assert daemon.stop() == 0, daemon.output()
+        assert "Traceback" not in daemon.output()  # the listener thread ended cleanly too
+    assert pair.received() == Counter(sent)

@@ -29,3 +29,10 @@ def test_what_cannot_listen_is_said_too() -> None:
     odbc = DatabaseConfig("sender", "postgresql", connection=CONNECTION, driver="odbc")
     assert reason(odbc) == "its ODBC driver cannot listen for pushes"
     assert reason(DatabaseConfig("edge", "sqlite", path="/tmp/edge.db")) == "SQLite has no push"
+
+
+def test_a_budget_without_room_for_the_listening_connection_turns_push_off() -> None:
+    tight = DatabaseConfig("sender", "postgresql", connection=CONNECTION, max_connections=4)
+    assert reason(tight) == "max_connections 4 leaves no connection to listen on (it takes 5)"
+    roomy = DatabaseConfig("sender", "postgresql", connection=CONNECTION, max_connections=5)
+    assert reason(roomy) is None

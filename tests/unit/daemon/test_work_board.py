@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+from dataclasses import replace
 from typing import Any
 
 from support import wait_until
@@ -25,6 +26,7 @@ from bridge.daemon.budget import (
     most_connections,
     pool_sizes,
     process_count,
+    reserved,
     shares,
     worker_count,
 )
@@ -185,11 +187,11 @@ def _config(forwarders: int, **options: Any) -> BridgeConfig:
 
 def test_fifty_forwarders_share_a_pool_that_fits_max_connections() -> None:
     config = _config(50)
-    # 10 minus the watcher, the heartbeat and upkeep on the source; the destination has room
-    # for them.
-    assert pool_sizes(config) == {"src": 7}
+    # 10 minus the watcher, its listener, the heartbeat and upkeep on the source; the
+    # destination has room for them.
+    assert pool_sizes(config) == {"src": 6}
     assert most_connections(config, "src") == 10
-    assert most_connections(config, "dst") == 8  # 7 workers' deliveries and upkeep
+    assert most_connections(config, "dst") == 7  # 6 workers' deliveries and upkeep
     assert pool_sizes(_config(1)) == {"src": 2}  # never more than the forwarders want
 
 
@@ -198,9 +200,24 @@ def test_the_pool_fits_the_destination_too_and_records_count_twice() -> None:
     # At-least-once keeps its records on a second connection to the source.
     config = _config(50, mode="at-least-once")
     assert pool_sizes(config) == {"src": 3}
-    assert most_connections(config, "src") == 9  # a fourth worker would take two more
+    assert most_connections(config, "src") == 10
     with_metrics = _config(50, metrics="127.0.0.1:9464")
-    assert pool_sizes(with_metrics) == {"src": 6}
+    assert pool_sizes(with_metrics) == {"src": 5}
+
+
+def test_the_connection_that_listens_for_pushes_is_counted_only_where_the_daemon_listens() -> None:
+    pushed = _config(50)
+    assert reserved(pushed, "src") == 4  # upkeep, the watcher, its listener, the heartbeat
+    pooled = replace(
+        pushed,
+        databases={
+            **pushed.databases,
+            "src": replace(pushed.databases["src"], pooler="transaction"),
+        },
+    )
+    assert reserved(pooled, "src") == 3  # no LISTEN through a transaction pooler
+    assert pool_sizes(pooled) == {"src": 7}
+    assert reserved(pushed, "dst") == 1  # not a forwarding database: upkeep alone
 
 
 def test_a_proxy_counts_towards_its_destination() -> None:
@@ -235,8 +252,8 @@ def test_auto_takes_a_process_per_cpu_but_no_more_than_the_workers() -> None:
     assert process_count(one, cpus=2) == 2
     assert process_count(one, cpus=16) == 2  # a third would have nothing to do
     assert process_count(_config(50, processes="auto"), cpus=16) == MAX_AUTO_PROCESSES
-    # The pool, not the demand, is the limit: 5 connections leave room for 2 workers.
-    assert process_count(_config(50, processes="auto", src=5), cpus=16) == 2
+    # The pool, not the demand, is the limit: 6 connections leave room for 2 workers.
+    assert process_count(_config(50, processes="auto", src=6), cpus=16) == 2
     # A number is taken as given, but never above the workers there are.
     assert process_count(_config(1, processes="3"), cpus=1) == 2
     assert process_count(_config(50, processes="3"), cpus=1) == 3
@@ -246,12 +263,12 @@ def test_processes_split_the_pools_without_adding_connections() -> None:
     config = _config(50, processes="auto")
     count = process_count(config, cpus=2)
     assert count == 2
-    # The same seven workers as in one process, and the same connections.
-    assert pool_sizes(config) == {"src": 7}
+    # The same six workers as in one process, and the same connections.
+    assert pool_sizes(config) == {"src": 6}
     assert most_connections(config, "src") == 10
     parts = shares(config, count)
-    assert [part.pools for part in parts] == [{"src": 4}, {"src": 3}]
-    assert [part.first_worker for part in parts] == [{"src": 0}, {"src": 4}]
+    assert [part.pools for part in parts] == [{"src": 3}, {"src": 3}]
+    assert [part.first_worker for part in parts] == [{"src": 0}, {"src": 3}]
 
 
 def test_every_forwarder_keeps_its_concurrency_across_the_processes() -> None:
