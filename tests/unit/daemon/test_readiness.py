@@ -146,7 +146,8 @@ def test_liveness_is_the_main_loop_finding_the_workers_alive_lately() -> None:
 def test_destinations_are_checked_on_a_connection_of_their_own() -> None:
     assert destination_databases(config()) == ["receiver"]
     assert reserved(config(), "receiver") == 2  # upkeep and the readiness check
-    assert reserved(config(), "sender") == 4  # upkeep, the sampler, watcher and heartbeat
+    # upkeep, the sampler, the watcher, its push listener and the heartbeat
+    assert reserved(config(), "sender") == 5
 
 
 def test_a_destination_not_checked_yet_is_not_ready() -> None:
