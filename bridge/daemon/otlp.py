@@ -5,8 +5,8 @@ Why by hand: the SDK builds a span object, then a protobuf object per span, attr
 for every message; measured in `bench/forwarding_benchmark.py` that cost about 100 us of CPU per
 message, five times what forwarding it costs. Here the attributes a batch's spans share are
 encoded once per batch (`SpanEncoder`) and a span costs a few byte joins. What a collector
-receives is the same `ExportTraceServiceRequest` (tests/integration/daemon/test_tracing.py
-decodes it with the protocol's own classes).
+receives is the same `ExportTraceServiceRequest`
+(tests/integration/daemon/test_tracing_integration.py decodes it with the protocol's own classes).
 
 The sender (`SpanSender`) is configured by the standard `OTEL_EXPORTER_OTLP_*` variables
 (endpoint, headers, timeout, compression, certificates) and batches as `OTEL_BSP_*` say; a

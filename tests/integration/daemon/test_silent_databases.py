@@ -180,7 +180,14 @@ class Traffic:
 
     def worst_delay(self) -> float:
         """The longest a message to the healthy destination took to arrive (infinite if one
-        never did)."""
+        never did). Called once they are all in its queue, so the watch is given a moment to
+        see the last ones there (it looks every 0.1 s: on a loaded machine, the last message
+        was in the queue and not yet seen)."""
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(
+            m not in self.arrived_at for m in self.sent[QUEUE_B]
+        ):
+            time.sleep(0.1)
         return max(
             (self.arrived_at.get(m, float("inf")) - self.sent_at[m] for m in self.sent[QUEUE_B]),
             default=0.0,

@@ -32,7 +32,9 @@ def test_thousands_of_unroutable_messages_are_a_few_lines_with_counts_and_messag
 ) -> None:
     pair = pg_pair_factory(
         name="orders",
-        forwarder={"batch_size": 250},
+        # One batch at a time, so that the first line is of the first batch claimed (two at
+        # once, on a loaded machine the second could be told first).
+        forwarder={"batch_size": 250, "concurrency": 1},
         route={"match": "Samples.Receiver"},  # anything else is unroutable
         logging={"repeats": "3s"},
     )

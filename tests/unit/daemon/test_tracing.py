@@ -1,7 +1,7 @@
 """Tracing's switch and edges (bridge.daemon.tracing, the spine's hook): off costs no import and
 no work; what cannot trace says what to do; a collector or a tracer in trouble never holds up
 or fails the daemon. What the spans hold is tested against a real OTLP receiver
-(tests/integration/daemon/test_tracing.py)."""
+(tests/integration/daemon/test_tracing_integration.py)."""
 
 from __future__ import annotations
 
