@@ -17,7 +17,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import SQLSERVER_VARIABLE, DaemonProcess, PgPair, SqlServerTestServer, make_pg_pair
+from support import (
+    SPARK_ENV,
+    SQLSERVER_VARIABLE,
+    DaemonProcess,
+    PgPair,
+    SqlServerTestServer,
+    make_pg_pair,
+)
 from support.pairs import pg_pair_config
 from support.pgbouncer import PgBouncer, pgbouncer_binary, server_address
 
@@ -486,7 +493,7 @@ class SparkStandalone:
         self.port, self.ui_port = _free_port(), _free_port()
         self.url = f"spark://127.0.0.1:{self.port}"
         env = {**os.environ, "SPARK_HOME": str(home), "SPARK_LOCAL_IP": "127.0.0.1",
-               "SPARK_LOG_DIR": str(folder)}  # fmt: skip
+               "SPARK_LOG_DIR": str(folder), **SPARK_ENV}  # fmt: skip
         master = ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
                   "--port", str(self.port), "--webui-port", str(self.ui_port)]  # fmt: skip
         worker = ["org.apache.spark.deploy.worker.Worker", self.url, "--host", "127.0.0.1",

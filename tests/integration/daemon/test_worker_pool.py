@@ -105,9 +105,10 @@ def test_fifty_idle_forwarders_hold_at_most_max_connections_and_send_few_queries
         assert before - at_start <= 50, f"{before - at_start} transactions in the first 6 s"
         wait_until(lambda: time.monotonic() - idle_from >= 10, 15, "ten idle seconds")
         per_second = (transactions(sender) - before) / (time.monotonic() - idle_from)
-        # Pushes tell of new rows: a look every 5 s (the work query, the trigger check). Polling
-        # every peek interval (50 ms) would be 20 a second.
-        assert per_second <= 2, f"{per_second:.1f} transactions/s while idle"
+        # Pushes tell of new rows: a look every 5 s (the work query in 4 statements of 32
+        # sources, each a transaction, and the trigger check), the heartbeat, the states:
+        # about 2 a second (2.1 measured). Polling every peek interval (50 ms) would be 80.
+        assert per_second <= 3, f"{per_second:.1f} transactions/s while idle"
         assert bridge_connections(sender) <= 6
         # Traffic on every queue, so that every worker opens what it opens.
         sent: Counter[str] = Counter()
