@@ -22,7 +22,7 @@ import difflib
 import fnmatch
 import json
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Generic, Protocol, TypeVar
@@ -322,6 +322,7 @@ class Place(Protocol):
 
 PlaceT = TypeVar("PlaceT", bound=Place)
 MessageT = TypeVar("MessageT")
+ResultT = TypeVar("ResultT")
 
 
 @dataclass
@@ -339,6 +340,27 @@ class Found(Generic[PlaceT, MessageT]):
     selected: int | None = None
 
 
+def read_places(
+    config: BridgeConfig,
+    places: Iterable[PlaceT],
+    connections: Connections,
+    problems: list[DatabaseError],
+    read: Callable[[Connection, Dialect, PlaceT], ResultT],
+) -> Iterator[tuple[PlaceT, Dialect, ResultT]]:
+    """Each place with its dialect and what `read` made of it on its database's connection,
+    one place at a time; a database that fails adds its error to `problems`, its connection
+    is dropped, and the place is left out."""
+    for place in places:
+        dialect = dialect_for(config.databases[place.database].dialect)
+        try:
+            result = read(connections.get(place.database), dialect, place)
+        except DatabaseError as error:
+            connections.discard(place.database)
+            problems.append(error)
+            continue
+        yield place, dialect, result
+
+
 def read_each(
     config: BridgeConfig,
     places: Iterable[PlaceT],
@@ -351,14 +373,7 @@ def read_each(
     """Every place `read` (None: the table does not exist), keeping the messages `selects`
     chooses. A database that fails adds its error to `problems` and nothing to the result."""
     found = []
-    for place in places:
-        dialect = dialect_for(config.databases[place.database].dialect)
-        try:
-            rows = read(connections.get(place.database), dialect, place)
-        except DatabaseError as error:
-            connections.discard(place.database)
-            problems.append(error)
-            continue
+    for place, dialect, rows in read_places(config, places, connections, problems, read):
         chosen = [row for row in rows or () if selects(place, dialect, row)]
         found.append(
             Found(place, dialect, where(place, dialect), chosen, len(rows or ()), rows is not None)

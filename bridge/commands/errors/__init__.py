@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from bridge.commands.error_queues import ErrorQueue, error_queues, read_failed_messages
 from bridge.commands.failed_messages import FailedMessage, describe
-from bridge.commands.selection import Found, Selection, missing_ids, read_each
+from bridge.commands.selection import Found, Selection, missing_ids, read_each, read_places
 from bridge.config.model import BridgeConfig
 from bridge.connections import Connections
-from bridge.dialects import Dialect, dialect_for
+from bridge.dialects import Dialect
 from bridge.drivers import Connection
 from bridge.exceptions import DatabaseError, RequestError, TableNotFound
 
@@ -63,15 +63,16 @@ def read_first_messages(
     left out. For a selection of every message (`Selection()`)."""
     found: list[FoundFailed] = []
     hidden = 0
-    for queue in error_queues(config):
-        dialect = dialect_for(config.databases[queue.database].dialect)
+
+    def first_rows(
+        connection: Connection, dialect: Dialect, queue: ErrorQueue
+    ) -> tuple[int, list[FailedMessage]] | None:
+        # What is left of `limit` once the queues before this one are read.
         left = limit - sum(len(each.messages) for each in found)
-        try:
-            read = _first_rows(connections.get(queue.database), dialect, queue, left)
-        except DatabaseError as error:
-            connections.discard(queue.database)
-            problems.append(error)
-            continue
+        return _first_rows(connection, dialect, queue, left)
+
+    places = read_places(config, error_queues(config), connections, problems, first_rows)
+    for queue, dialect, read in places:
         total, messages = read if read is not None else (0, [])
         hidden += total - len(messages)
         found.append(

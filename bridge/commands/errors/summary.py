@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from bridge.commands.configuration import load
-from bridge.commands.error_groups import count_groups
+from bridge.commands.error_groups import QueueGroups, count_groups
 from bridge.commands.error_queues import ErrorQueue, error_queues
 from bridge.commands.errors import read_error_queues
 from bridge.commands.failed_messages import FailedMessage
@@ -24,13 +24,15 @@ from bridge.commands.selection import (
     columns,
     finish,
     print_json,
+    read_places,
     report_hidden,
     say,
     selection_from,
 )
 from bridge.config.model import BridgeConfig
 from bridge.connections import Connections
-from bridge.dialects import dialect_for
+from bridge.dialects import Dialect
+from bridge.drivers import Connection
 from bridge.exceptions import DatabaseError, ExitCode
 
 Entry = tuple[FailedMessage | Counted, Callable[[FailedMessage], str | None]]
@@ -99,14 +101,12 @@ def _count_in_databases(
     the queues, as a person reads them, and what was counted in them."""
     places: list[str] = []
     entries: list[Entry] = []
-    for queue in error_queues(config, selection.forwarder):
-        dialect = dialect_for(config.databases[queue.database].dialect)
-        try:
-            grouped = count_groups(connections.get(queue.database), dialect, queue, by)
-        except DatabaseError as error:
-            connections.discard(queue.database)
-            problems.append(error)
-            continue
+    queues = error_queues(config, selection.forwarder)
+
+    def count(connection: Connection, dialect: Dialect, queue: ErrorQueue) -> QueueGroups | None:
+        return count_groups(connection, dialect, queue, by)
+
+    for queue, _, grouped in read_places(config, queues, connections, problems, count):
         places.append(queue.describe())
         if grouped is not None:
             entries += _chosen(queue, selection, grouped.counted + grouped.unreadable)

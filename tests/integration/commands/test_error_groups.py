@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import nsb_message_headers
+from support import nsb_message_headers, write_config
 from support.error_world import (
     ERROR,
     FORWARD,
@@ -24,6 +24,7 @@ from support.error_world import (
 from bridge.config import load_config
 from bridge.connections import Connections
 from bridge.dialects import dialect_for
+from bridge.exceptions import ExitCode
 from bridge.messages import utcnow
 from bridge.storage.archive import expire_archives
 from bridge.storage.audit import read_entries
@@ -227,3 +228,28 @@ def test_every_list_and_show_takes_limit_and_json(world: World) -> None:
     assert shown[0]["message_id"] == a_message_id
     assert shown[0]["headers"]["$.sfbridge.failure-reason"] == "unroutable"
     assert shown[0]["body_text"] == '{"order": 1}'
+
+
+def test_a_database_that_cannot_be_reached_leaves_the_other_error_queues_listed_and_summed(
+    world: World,
+) -> None:
+    unroutable_in_error_queue(world, 3)
+    # A second forwarding database whose server refuses connections: its error queue cannot
+    # be read, the sender's still is, and the exit code says a database was unreachable.
+    world.config["databases"]["gone"] = {
+        "dialect": "postgresql",
+        "connection": "Driver={PostgreSQL Unicode};Server=127.0.0.1;Port=1;Uid=postgres;"
+        "Database=gone;",
+    }
+    world.config["forwarders"].append(
+        {"name": "gone", "database": "gone", "queue": '"public"."Gone.Forward"'}
+    )
+    write_config(world.path, world.config)
+    for verb, counted in (
+        (["errors", "list"], lambda records: len(records)),
+        (["errors", "summary"], lambda records: sum(r["count"] for r in records)),
+    ):
+        result = world.cli(*verb, "--json")
+        assert result.returncode == ExitCode.UNAVAILABLE, (verb, result.stderr)
+        assert counted(json.loads(result.stdout)) == 3, (verb, result.stdout)
+        assert f"sfbridge {' '.join(verb)}: " in result.stderr, (verb, result.stderr)
