@@ -4,8 +4,10 @@ A forwarder whose batches keep failing (its queue cannot be read: the forwarding
 down or silent, a table is locked or missing; or a batch fails the same way every time) forwards
 nothing, and a log line twice a second says so without saying it louder. So its workers report
 every batch here; the forwarder is *failing* from the first failed batch until one succeeds.
-That state is logged when it starts, when its error changes, every `REMINDER_SECONDS` while it
-lasts and when it ends; the daemon puts it in the systemd status line, the metric
+That state is logged when it starts, when it fails with an error not yet said in this run of
+failures, every `REMINDER_SECONDS` while it lasts and when it ends (a silent database alternates
+between "no answer" on open connections and "cannot connect" on new ones: said once each, not
+at every flip); the daemon puts it in the systemd status line, the metric
 `sfbridge_forwarder_failing` and the forwarder states table (`bridge.storage.destination_states`)
 that `sfbridge status` reads.
 """
@@ -24,6 +26,8 @@ log = logging.getLogger(__name__)
 
 # While a forwarder keeps failing with the same error, say so again this often.
 REMINDER_SECONDS = 60.0
+# Errors remembered per run of failures; past this many distinct texts only reminders speak.
+SAID_ERRORS = 16
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,7 @@ class ForwarderHealth:
         self._states: dict[str, ForwarderState] = {}
         self._started: dict[str, float] = {}  # monotonic, of a run of failures
         self._next_reminder: dict[str, float] = {}
+        self._said: dict[str, set[str]] = {}  # errors already logged in the current run
         self._lock = threading.Lock()
         self.version = 0  # grows with every change of state, for whoever publishes them
 
@@ -84,10 +89,13 @@ class ForwarderHealth:
                         extra=about(forwarder=forwarder),
                     )
                 self._next_reminder[forwarder] = now + REMINDER_SECONDS
+                self._said[forwarder] = {error}
                 self._states[forwarder] = ForwarderState(forwarder, True, utcnow(), 1, error)
                 self.version += 1
                 return True
-            logged = error != before.last_error or now >= self._next_reminder[forwarder]
+            said = self._said[forwarder]
+            new = error not in said and len(said) < SAID_ERRORS
+            logged = new or now >= self._next_reminder[forwarder]
             if logged and not quiet:
                 log.error(
                     "forwarder '%s' still cannot forward after %d failed batch(es) over %s: %s",
@@ -99,6 +107,7 @@ class ForwarderHealth:
                 )
             if logged:
                 self._next_reminder[forwarder] = now + REMINDER_SECONDS
+                said.add(error)
             if error != before.last_error:
                 self.version += 1
             self._states[forwarder] = ForwarderState(

@@ -75,3 +75,27 @@ def test_states_say_who_is_failing_since_when_and_with_what(clock: list[float]) 
     health.succeeded("orders")
     assert health.failing() == []
     assert health.version > seen
+
+
+def test_errors_that_take_turns_are_said_once_each_until_the_reminder(
+    caplog: pytest.LogCaptureFixture, clock: list[float]
+) -> None:
+    # A silent database: open connections get no answer, new ones cannot connect, in turns.
+    health = ForwarderHealth()
+    caplog.set_level(logging.INFO, logger="bridge.daemon.forwarder_health")
+    for _ in range(40):  # 20 s of batches twice a second, the error flipping each time
+        health.failed("orders", "no answer within 5 s")
+        clock[0] += 0.25
+        health.failed("orders", "cannot connect: connection timeout expired")
+        clock[0] += 0.25
+    assert len(messages(caplog)) == 2
+    assert "still cannot forward" in messages(caplog)[1]
+    assert "cannot connect" in messages(caplog)[1]
+    clock[0] += 45  # past a minute since the last line: one reminder, whichever error
+    health.failed("orders", "no answer within 5 s")
+    health.failed("orders", "cannot connect: connection timeout expired")
+    assert len(messages(caplog)) == 3
+    health.succeeded("orders")
+    health.failed("orders", "cannot connect: connection timeout expired")  # a new run
+    assert len(messages(caplog)) == 5
+    assert "forwarder 'orders' cannot forward" in messages(caplog)[-1]
