@@ -149,9 +149,9 @@ case "$command" in
             shift
             fast=1
             # The virtualenv as it is if it has this pyproject's test extras: nothing installed
-            # or linted.
+            # or linted. The unit tier is CPU-bound: one pytest process per core.
             if [ -f ".venv/.installed-test,spark-$(cat pyproject.toml | cksum | cut -d' ' -f1)" ]; then
-                exec .venv/bin/python -m pytest tests/unit -q "$@"
+                exec .venv/bin/python -m pytest tests/unit -q -n auto "$@"
             fi
         fi
         # unixODBC + psqlODBC for pyodbc; FreeTDS, which the SQL Server tests load (no SQL
@@ -159,7 +159,7 @@ case "$command" in
         # client and Java for the Spark tests (PySpark 4 needs 17 or later).
         need_debian_packages unixodbc odbc-postgresql tdsodbc procps
         setup_venv test,spark
-        if [ "$fast" = 1 ]; then exec .venv/bin/python -m pytest tests/unit -q "$@"; fi
+        if [ "$fast" = 1 ]; then exec .venv/bin/python -m pytest tests/unit -q -n auto "$@"; fi
         need_debian_packages postgresql postgresql-client systemd openjdk-17-jre-headless
         need_promtool
         need_pgbouncer

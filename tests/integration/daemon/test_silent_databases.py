@@ -46,9 +46,12 @@ QUEUE_A = '"public"."A.Receiver"'
 QUEUE_B = '"public"."B.Receiver"'
 FAULT_SECONDS = float(os.environ.get("SFBRIDGE_TEST_FAULT_SECONDS", "30"))
 QUERY_TIMEOUT = 5.0
-# How late a message to the healthy destination may arrive: the deadline, plus a few seconds
-# for the batch around it (claim, the other deliveries, settle, commit) on a loaded machine.
-ALLOWED_DELAY = QUERY_TIMEOUT + 5.0
+# How late a message to the healthy destination may arrive: the deadline its batch waits out,
+# plus the batch around it (claim, the other deliveries, settle, commit) and the test's own
+# look on a loaded machine: a fresh clone's CI saw 10.2 s on a 2-core VM running Python at
+# half its usual speed with six test workers. Half the fault window: a message held for the
+# whole fault (what this guards against) still fails it.
+ALLOWED_DELAY = QUERY_TIMEOUT + 10.0
 
 
 @pytest.fixture

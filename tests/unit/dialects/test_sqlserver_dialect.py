@@ -9,10 +9,11 @@ accepts `DELETE TOP 1`), so the shape tests matter as much as the parse.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import string
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta, timezone
 from functools import cache
 from typing import Any
@@ -344,12 +345,37 @@ def parse_problems(sql: str) -> list[str]:
     return list(_parse_problems(re.sub(r"\[(?:[^\]]|\]\])*\]", "[n]", sql)))
 
 
+# What earlier runs found, by sqlfluff's version and the statement's text (pytest's cache,
+# in .pytest_cache): the same text under the same grammar parses the same, so a developer's
+# run parses only statements that changed; a fresh clone (CI) parses every one. About 25 s of
+# the unit tier otherwise.
+_PARSES_KEY = "sfbridge/tsql-parses"
+_earlier_parses: dict[str, list[str]] = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _remembered_parses(pytestconfig: pytest.Config) -> Iterator[None]:
+    cache = getattr(pytestconfig, "cache", None)  # None with -p no:cacheprovider
+    if cache is not None:
+        _earlier_parses.update(cache.get(_PARSES_KEY, {}))
+    known = len(_earlier_parses)
+    yield
+    if cache is not None and len(_earlier_parses) != known:
+        cache.set(_PARSES_KEY, {**cache.get(_PARSES_KEY, {}), **_earlier_parses})
+
+
 @cache  # most statements render the same for one row and for three: parsed once
 def _parse_problems(plain: str) -> tuple[str, ...]:
+    import sqlfluff
+
+    key = f"{sqlfluff.__version__}:{hashlib.sha256(plain.encode()).hexdigest()}"
+    if key in _earlier_parses:
+        return tuple(_earlier_parses[key])
     parsed = _linter().parse_string(plain)
     problems = [violation.desc() for violation in parsed.violations]
     if parsed.tree is None or "unparsable" in parsed.tree.stringify():
         problems.append("unparsable section")
+    _earlier_parses[key] = problems
     return tuple(problems)
 
 
