@@ -41,6 +41,11 @@ log = logging.getLogger(__name__)
 # An in-flight record is this old at least before it counts as left behind (a live batch
 # holds its own record a round trip after writing it).
 ORPHAN_AGE = timedelta(seconds=5)
+# A prepared transaction is this old (seconds) at least before the daemon settles it: between
+# its batch's source commit and its COMMIT PREPARED, a live batch's is decided but still
+# prepared, and settling it then is right but says a batch did not finish when it did (seen
+# behind PgBouncer on a loaded machine). One a crash left is settled a round later.
+PREPARED_GRACE = 5.0
 SUSPECTED_DUPLICATES = "suspected_duplicates"
 # Prepared transactions older than this are reported by `check` and `status`.
 PREPARED_REPORT_AGE = 60.0
@@ -85,9 +90,13 @@ def recording_databases(config: BridgeConfig) -> list[str]:
     return sorted(n for n in names if dialect_for(config.databases[n].dialect).records_transactions)
 
 
-def resolve_in_doubt(config: BridgeConfig, connections: Connections) -> Resolved:
+def resolve_in_doubt(
+    config: BridgeConfig, connections: Connections, *, grace: float = PREPARED_GRACE
+) -> Resolved:
     """One round over every forwarding database of `config`. Database errors are logged and
-    reported in `Resolved.problems`; a database that cannot be reached waits for the next."""
+    reported in `Resolved.problems`; a database that cannot be reached waits for the next.
+    Prepared transactions younger than `grace` seconds are left for a later round
+    (`Resolved.undecided`)."""
     settled = Resolved()
     for source in recording_databases(config):
         dialect = dialect_for(config.databases[source].dialect)
@@ -109,7 +118,15 @@ def resolve_in_doubt(config: BridgeConfig, connections: Connections) -> Resolved
         for destination in two_phase_destinations(config, source):
             try:
                 _resolve_destination(
-                    connection, dialect, table, connections, config, destination, store, settled
+                    connection,
+                    dialect,
+                    table,
+                    connections,
+                    config,
+                    destination,
+                    store,
+                    settled,
+                    grace,
                 )
             except DatabaseError as error:
                 connections.discard(destination)
@@ -137,6 +154,7 @@ def _resolve_destination(
     database: str,
     store: str,
     settled: Resolved,
+    grace: float,
 ) -> None:
     target = connections.get(database)
     target_dialect = dialect_for(config.databases[database].dialect)
@@ -145,7 +163,10 @@ def _resolve_destination(
     decided = source.query(dialect.sql("transactions_decided", transactions=table), (database,))
     source.rollback()
     prepared = _prepared(target, target_dialect, store)
-    for gid in sorted(prepared):
+    for gid, age in sorted(prepared.items()):
+        if age < grace:
+            settled.undecided += 1
+            continue
         outcome = _decision(source, dialect, table, gid, database)
         if outcome is None:
             settled.undecided += 1
@@ -170,11 +191,12 @@ def _resolve_destination(
     _forget(source, dialect, table, [str(gid) for gid, _ in decided if gid not in still])
 
 
-def _prepared(connection: Connection, dialect: Dialect, store: str) -> set[str]:
+def _prepared(connection: Connection, dialect: Dialect, store: str) -> dict[str, float]:
+    """The store's prepared transactions in the destination, and their age in seconds."""
     connection.rollback()
     rows = connection.query(dialect.sql("prepared_transactions"), (gid_pattern(store),))
     connection.rollback()
-    return {str(row[0]) for row in rows}
+    return {str(gid): float(age) for gid, age in rows}
 
 
 def _decision(
