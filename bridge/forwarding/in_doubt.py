@@ -41,10 +41,9 @@ log = logging.getLogger(__name__)
 # An in-flight record is this old at least before it counts as left behind (a live batch
 # holds its own record a round trip after writing it).
 ORPHAN_AGE = timedelta(seconds=5)
-# A prepared transaction is this old (seconds) at least before the daemon settles it: between
-# its batch's source commit and its COMMIT PREPARED, a live batch's is decided but still
-# prepared, and settling it then is right but says a batch did not finish when it did (seen
-# behind PgBouncer on a loaded machine). One a crash left is settled a round later.
+# A prepared transaction younger than this (seconds) when settled may be a live batch's, decided
+# and about to be committed by it (seen behind PgBouncer on a loaded machine): settling it is
+# right either way, but it is not said to be left by a batch that did not finish.
 PREPARED_GRACE = 5.0
 SUSPECTED_DUPLICATES = "suspected_duplicates"
 # Prepared transactions older than this are reported by `check` and `status`.
@@ -90,13 +89,9 @@ def recording_databases(config: BridgeConfig) -> list[str]:
     return sorted(n for n in names if dialect_for(config.databases[n].dialect).records_transactions)
 
 
-def resolve_in_doubt(
-    config: BridgeConfig, connections: Connections, *, grace: float = PREPARED_GRACE
-) -> Resolved:
+def resolve_in_doubt(config: BridgeConfig, connections: Connections) -> Resolved:
     """One round over every forwarding database of `config`. Database errors are logged and
-    reported in `Resolved.problems`; a database that cannot be reached waits for the next.
-    Prepared transactions younger than `grace` seconds are left for a later round
-    (`Resolved.undecided`)."""
+    reported in `Resolved.problems`; a database that cannot be reached waits for the next."""
     settled = Resolved()
     for source in recording_databases(config):
         dialect = dialect_for(config.databases[source].dialect)
@@ -118,15 +113,7 @@ def resolve_in_doubt(
         for destination in two_phase_destinations(config, source):
             try:
                 _resolve_destination(
-                    connection,
-                    dialect,
-                    table,
-                    connections,
-                    config,
-                    destination,
-                    store,
-                    settled,
-                    grace,
+                    connection, dialect, table, connections, config, destination, store, settled
                 )
             except DatabaseError as error:
                 connections.discard(destination)
@@ -154,7 +141,6 @@ def _resolve_destination(
     database: str,
     store: str,
     settled: Resolved,
-    grace: float,
 ) -> None:
     target = connections.get(database)
     target_dialect = dialect_for(config.databases[database].dialect)
@@ -164,9 +150,6 @@ def _resolve_destination(
     source.rollback()
     prepared = _prepared(target, target_dialect, store)
     for gid, age in sorted(prepared.items()):
-        if age < grace:
-            settled.undecided += 1
-            continue
         outcome = _decision(source, dialect, table, gid, database)
         if outcome is None:
             settled.undecided += 1
@@ -180,12 +163,23 @@ def _resolve_destination(
             settled.committed += 1
         else:
             settled.rolled_back += 1
-        log.warning(
-            "database '%s': %s the prepared transaction %s left by a batch that did not finish",
-            database,
-            "committed" if outcome == COMMIT else "rolled back",
-            gid,
-        )
+        done = "committed" if outcome == COMMIT else "rolled back"
+        if age >= PREPARED_GRACE:
+            log.warning(
+                "database '%s': %s the prepared transaction %s left by a batch that did not finish",
+                database,
+                done,
+                gid,
+            )
+        else:
+            log.info(
+                "database '%s': %s the prepared transaction %s, prepared %.1f s ago (its batch "
+                "may have been about to)",
+                database,
+                done,
+                gid,
+                age,
+            )
         _forget(source, dialect, table, [gid])
     still = _prepared(target, target_dialect, store)
     _forget(source, dialect, table, [str(gid) for gid, _ in decided if gid not in still])

@@ -153,8 +153,7 @@ def _settle_what_failed_tasks_left(config: BridgeConfig) -> None:
         return
     connections = Connections(config.databases)
     try:
-        # Its own batches are over: nothing young to wait for.
-        settled = resolve_in_doubt(config, connections, grace=0)
+        settled = resolve_in_doubt(config, connections)
     finally:
         connections.close()
     for problem in settled.problems:
