@@ -93,13 +93,14 @@ class FanOutScenario(Scenario):
         forwarder_keys: dict[str, Any],
         postgresql_keys: dict[str, Any],
         route_keys: dict[str, Any] | None = None,
+        destination_keys: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         databases = {"source": self.source.config_entry()}
         routes = []
         for number, (destination, queue) in enumerate(
             zip(self.destinations, self.queues, strict=True)
         ):
-            databases[f"dest{number}"] = destination.config_entry()
+            databases[f"dest{number}"] = {**destination.config_entry(), **(destination_keys or {})}
             routes.append({"match": queue, "database": f"dest{number}", **(route_keys or {})})
         for entry in databases.values():
             if entry["dialect"] == "postgresql":

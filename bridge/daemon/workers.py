@@ -118,7 +118,7 @@ class PoolWorker(threading.Thread):
         name = entry.forwarder
         forwarder = batches.forwarder
         try:
-            if batches.pause_state().forwarder is not None:
+            if batches.pause_state(entry.source).forwarder is not None:
                 self._health.succeeded(name)
                 self.board.finish(entry, hold=forwarder.slow_poll_interval, again=True)
                 return
