@@ -43,14 +43,25 @@ class Entry:
     failing: bool = False  # the last batch failed: take it again after `held_until`
     failures: int = 0  # batches failed in a row
     held_until: float = 0.0  # monotonic time before which it is not taken
+    index: int = 0  # its place in the board's ring
 
     @property
     def key(self) -> Key:
         return (self.forwarder, self.source)
 
+    @property
+    def wants(self) -> bool:
+        """Whether it wants a batch, now or once its hold ends."""
+        return self.marked or self.backlog or self.failing
+
 
 class WorkBoard:
-    """Marks and turns for one database's forwarders. Thread-safe."""
+    """Marks and turns for one database's forwarders. Thread-safe.
+
+    A mark and a turn cost what wants a batch, not what is configured: the sources that want
+    one are kept apart (`_wanting`), and only they are looked at. With 500 forwarders (1,000
+    sources) a scan of every source took about 0.15 ms per mark, in the listener's thread,
+    on the way of every pushed message."""
 
     def __init__(self, caps: Mapping[str, int]) -> None:
         """`caps`: each forwarder's most batches at once (its `concurrency`)."""
@@ -58,7 +69,10 @@ class WorkBoard:
         self._entries = [
             Entry(name, source) for name in self._caps for source in ("queue", "retry")
         ]
+        for index, entry in enumerate(self._entries):
+            entry.index = index
         self._by_key = {entry.key: entry for entry in self._entries}
+        self._wanting: dict[int, Entry] = {}  # by index: the entries whose `wants` holds
         self._running: Counter[str] = Counter()
         self._cursor = 0
         self._changed = threading.Condition()
@@ -75,7 +89,9 @@ class WorkBoard:
         not_now: list[Key] = []
         with self._changed:
             # Idle workers not already on their way to a source that wants a batch.
-            free = self._idle - sum(1 for entry in self._entries if self._wanted(entry, now))
+            free = self._idle - sum(
+                1 for entry in self._wanting.values() if self._wanted(entry, now)
+            )
             woke = False
             for key in keys:
                 entry = self._by_key.get(key)
@@ -87,6 +103,7 @@ class WorkBoard:
                         not_now.append(key)
                     continue
                 entry.marked = woke = True
+                self._wanting[entry.index] = entry
                 if free > 0 and self._startable(entry, now):
                     free -= 1
                 else:
@@ -107,6 +124,7 @@ class WorkBoard:
                     entry, wake_at = self._next(now)
                     if entry is not None:
                         entry.marked = False
+                        self._update(entry)
                         self._running[entry.forwarder] += 1
                         return entry
                     if now >= deadline:
@@ -137,6 +155,7 @@ class WorkBoard:
             entry.failures = entry.failures + 1 if failing else 0
             entry.marked = entry.marked or again
             entry.held_until = time.monotonic() + hold if hold > 0 else 0.0
+            self._update(entry)
             self._changed.notify_all()
         if turned:
             self._told_backlog(entry)
@@ -150,6 +169,7 @@ class WorkBoard:
             if entry.backlog:
                 return
             entry.backlog = True
+            self._update(entry)
             self._changed.notify_all()
         self._told_backlog(entry)
 
@@ -160,13 +180,13 @@ class WorkBoard:
     def failing(self) -> set[Key]:
         """Sources whose last batch failed."""
         with self._changed:
-            return {entry.key for entry in self._entries if entry.failing}
+            return {entry.key for entry in self._wanting.values() if entry.failing}
 
     def busy(self) -> bool:
         """Whether any source has a batch running or is waiting for one."""
         with self._changed:
             return any(self._running.values()) or any(
-                entry.marked or entry.backlog for entry in self._entries
+                entry.marked or entry.backlog for entry in self._wanting.values()
             )
 
     def close(self) -> None:
@@ -174,9 +194,16 @@ class WorkBoard:
             self._closed = True
             self._changed.notify_all()
 
+    def _update(self, entry: Entry) -> None:
+        """Keep `_wanting` as `entry.wants` says, after a change of its flags."""
+        if entry.wants:
+            self._wanting[entry.index] = entry
+        else:
+            self._wanting.pop(entry.index, None)
+
     def _wanted(self, entry: Entry, now: float) -> bool:
         """Whether `entry` wants a batch and a worker may start one now."""
-        return (entry.marked or entry.backlog or entry.failing) and self._startable(entry, now)
+        return entry.wants and self._startable(entry, now)
 
     def _startable(self, entry: Entry, now: float) -> bool:
         return (
@@ -188,11 +215,10 @@ class WorkBoard:
         when the earliest held-back one may (inf: none)."""
         wake_at = float("inf")
         count = len(self._entries)
-        for step in range(count):
-            index = (self._cursor + step) % count
+        cursor = self._cursor
+        # The ring's order from the cursor on, over the wanting entries only.
+        for index in sorted(self._wanting, key=lambda index: (index - cursor) % count):
             entry = self._entries[index]
-            if not (entry.marked or entry.backlog or entry.failing):
-                continue
             if self._running[entry.forwarder] >= self._caps[entry.forwarder]:
                 continue
             if entry.held_until > now:

@@ -178,7 +178,11 @@ class PushListener(threading.Thread):
         changed: Callable[[bool], None],
         poll_interval: float,
         logins: OutageTracker | None = None,
+        *,
+        tick: Callable[[float], None] | None = None,
     ) -> None:
+        """`tick(now)`: called every time the thread loops (at least every `LISTEN_NAP`), in
+        its thread, with `time.monotonic()`."""
         super().__init__(name=f"listen-{channels.database}", daemon=True)
         self.database = channels.database
         self.channels = channels
@@ -192,6 +196,7 @@ class PushListener(threading.Thread):
         self._changed = changed
         self._poll_interval = poll_interval
         self._logins = logins
+        self._tick = tick
 
     def run(self) -> None:
         connections = Connections(self._databases, self._logins)
@@ -199,6 +204,8 @@ class PushListener(threading.Thread):
         try:
             while not self._stopping.is_set():
                 self.last_progress = now = time.monotonic()
+                if self._tick is not None:
+                    self._tick(now)
                 if not self.listening:
                     if now < next_listen:
                         self._stopping.wait(min(next_listen - now, LISTEN_NAP))

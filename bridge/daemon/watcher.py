@@ -12,6 +12,14 @@ poll, their number growing with the forwarders but none of them taking longer. A
 looked for when it is due, and retry storage a notification tells of at once (its slice
 only).
 
+A look held up (a statement waiting for another client's lock, up to the database's
+`query_timeout`) holds up no push: queues are marked by the listener, and retry storage too,
+once the look has waited `HELD_UP`: from the listener's thread, each retry storage it was told
+of is marked when its retries may come due (the retry policy's shortest delay after the
+notification), and each one whose earliest retry the watcher knew of when that comes due;
+both again every shortest delay while the look waits, since what is due after is not known
+then. A worker's claim takes only what is due.
+
 A queue missing from the database fails its slice's statement: the watcher then probes each
 part alone, marks the missing ones (a worker heals them, or reports why it cannot) and leaves
 them out for `MISSING_TABLE_RETRY`. A database that cannot be reached marks every source, so
@@ -44,6 +52,7 @@ from bridge.exceptions import DatabaseError, DatabaseUnavailable, TableNotFound
 from bridge.forwarding.observers import ForwardingObserver, safe_observer
 from bridge.messages import utcnow
 from bridge.outages import OutageTracker
+from bridge.retry_policy import delay_before_attempt
 from bridge.storage.tables import forwarder_tables
 
 log = logging.getLogger(__name__)
@@ -56,6 +65,9 @@ MAX_BACKOFF = 10.0
 _NEVER = float("inf")
 # The longest the watcher sleeps in one go, so that `last_progress` shows it alive.
 LONGEST_NAP = 1.0
+# A statement of a look that has waited this long is held up: the listener marks retry storage
+# in its stead (see the module docstring).
+HELD_UP = 1.0
 # Sources (a forwarder's queue and its retry storage are two) per work statement. PostgreSQL's
 # planning time grows faster than the number of UNION ALL branches (about 0.13 ms a branch up
 # to 50, 0.5 ms at 200, 1.5-3 ms at 1,000: a poll of 500 forwarders in one statement took
@@ -137,12 +149,19 @@ class WorkWatcher(threading.Thread):
                 self._listening_changed,
                 self.poll_interval,
                 logins,
+                tick=self._while_held_up,
             )
         self._missing: dict[Key, float] = {}  # left out of the query until (monotonic)
         # Retry storage to look at again at (monotonic): the earliest retry not yet due, or
         # 0 for one the listener was told of.
         self._due: dict[Key, float] = {}
         self._due_lock = threading.Lock()
+        # Retry storage whose look has not come back (told of by the listener, or taken from
+        # `_due` by a look that runs), and when its retries may come due (monotonic): marked
+        # from there by the listener while a look is held up.
+        self._unlooked: dict[Key, float] = {}
+        self._shortest_delay = delay_before_attempt(1, config.retries)
+        self._looking_since: float | None = None  # when the running statement of a look began
         self._statements: dict[tuple[int, ...], str] = {}
         self._database_up: bool | None = None
         self._reported = False
@@ -240,11 +259,31 @@ class WorkWatcher(threading.Thread):
         storage is looked at for when the new retries are due."""
         retries = [key for key in keys if key[1] == "retry"]
         if retries:
+            told_due = time.monotonic() + self._shortest_delay
             with self._due_lock:
                 for key in retries:
                     self._due[key] = 0.0
+                    self._unlooked.setdefault(key, told_due)
             self._wake.set()
         self._mark_board([key for key in keys if key[1] == "queue"])
+
+    def _while_held_up(self, now: float) -> None:
+        """In the listener's thread, every time it loops: while a statement of a look has
+        waited `HELD_UP` or more, mark the retry storage that may have come due (see the
+        module docstring) instead of waiting for the look."""
+        since = self._looking_since
+        if since is None or now - since < HELD_UP:
+            return
+        marked: list[Key] = []
+        again = now + self._shortest_delay
+        with self._due_lock:
+            for due in (self._unlooked, self._due):
+                for key, at in due.items():
+                    if 0.0 < at <= now:
+                        marked.append(key)
+                        due[key] = again
+        if marked:
+            self._mark_board(sorted(set(marked)))
 
     def _listening_changed(self, listening: bool) -> None:
         """Listening started (what was sent while nobody listened is polled for at once) or
@@ -274,10 +313,13 @@ class WorkWatcher(threading.Thread):
         if not slices:
             return True  # nothing wanted a look (a database not looked at is not seen up)
         with self._due_lock:
-            # Looked at now, or (a failure) by the full poll after the backoff.
+            # Looked at now, or (a failure) by the full poll after the backoff; until the look
+            # comes back, the listener has them (`_while_held_up`).
             for entries in slices:
                 for _, part in entries:
-                    self._due.pop(part.key, None)
+                    at = self._due.pop(part.key, 0.0)
+                    if at > 0.0:
+                        self._unlooked[part.key] = min(self._unlooked.get(part.key, at), at)
         try:
             if wanted is None and self.listening and self._push is not None:
                 self._push.read_triggers(connections.get(self.database))
@@ -320,6 +362,7 @@ class WorkWatcher(threading.Thread):
         params = [value for _, part in parts for value in part.params]
         connection = connections.get(self.database)
         self.queries += 1
+        self._looking_since = time.monotonic()
         try:
             connection.begin_read()
             rows = connection.query(sql, params)
@@ -327,6 +370,11 @@ class WorkWatcher(threading.Thread):
         except BaseException:
             connection.rollback()
             raise
+        finally:
+            self._looking_since = None
+        with self._due_lock:  # looked at: when their retries come due is known now
+            for _, part in parts:
+                self._unlooked.pop(part.key, None)
         return rows
 
     def _query_one_by_one(

@@ -6,15 +6,18 @@ from __future__ import annotations
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from support import (
+    RETRY_TABLE,
     SAMPLES_RECEIVER,
     PgPair,
     nsb_message_headers,
     pg_connect,
+    pg_count,
     pg_create_queue,
     pg_nsb_send,
     pg_pair_config,
@@ -176,22 +179,17 @@ def test_a_trigger_the_login_may_not_create_is_a_warning_and_the_queue_is_polled
             admin.execute(f"DROP ROLE {role}")
 
 
-def test_a_message_is_pushed_while_the_poll_waits_for_a_table_kept_locked(
-    tmp_path: Path, new_pg_database: Any
-) -> None:
-    """The safety poll is stuck behind another client's lock on a second forwarder's queue
-    (for up to the 60 s of its query_timeout); a message to the first is picked up all the
-    same, while the poll still waits."""
+def held_up_pair(tmp_path: Path, new_pg_database: Any) -> tuple[PgPair, str, Callable[[], bool]]:
+    """A pair whose forwarding database also holds a second forwarder's queue, `OTHER`, and
+    a check that the watcher's look waits for a lock (for up to the 60 s of its
+    query_timeout). The receiver's queue is not created."""
     sender, receiver = new_pg_database(), new_pg_database()
     raw = pg_pair_config(sender, receiver, forwarder={"peek_interval": "1s"})
     raw["databases"]["sender"]["query_timeout"] = "60s"
-    other = '"public"."Other.Forward"'
-    raw["forwarders"].append({"name": "other", "database": "sender", "queue": other})
+    raw["forwarders"].append({"name": "other", "database": "sender", "queue": OTHER})
     config = write_config(tmp_path / "sfbridge.yaml", raw)
     installed = sfbridge("-c", str(config), "install")
     assert installed.returncode == 0, installed.stdout + installed.stderr
-    pg_create_queue(receiver, SAMPLES_RECEIVER)
-    pair = PgPair(config, sender, receiver)
     name = database_name(sender)
     waiting_poll = (
         "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'sfbridge' "
@@ -202,10 +200,24 @@ def test_a_message_is_pushed_while_the_poll_waits_for_a_table_kept_locked(
     def poll_waits() -> bool:
         return pg_rows(sender.replace(name, "postgres"), waiting_poll)[0][0] == 1
 
+    return PgPair(config, sender, receiver), sender, poll_waits
+
+
+OTHER = '"public"."Other.Forward"'
+
+
+def test_a_message_is_pushed_while_the_poll_waits_for_a_table_kept_locked(
+    tmp_path: Path, new_pg_database: Any
+) -> None:
+    """The safety poll is stuck behind another client's lock on a second forwarder's queue
+    (for up to the 60 s of its query_timeout); a message to the first is picked up all the
+    same, while the poll still waits."""
+    pair, sender, poll_waits = held_up_pair(tmp_path, new_pg_database)
+    pg_create_queue(pair.receiver, SAMPLES_RECEIVER)
     with pair.daemon(tmp_path / "daemon.log") as daemon:
         daemon.wait_for_output(PUSHING)
         with pg_connect(sender) as dba:
-            dba.execute(f"LOCK TABLE {other} IN ACCESS EXCLUSIVE MODE")
+            dba.execute(f"LOCK TABLE {OTHER} IN ACCESS EXCLUSIVE MODE")
             try:
                 # The next look at every source (5 s apart) runs into the lock.
                 wait_until(poll_waits, 15, "the watcher's poll to wait for the lock")
@@ -216,3 +228,31 @@ def test_a_message_is_pushed_while_the_poll_waits_for_a_table_kept_locked(
         assert daemon.stop() == 0, daemon.output()
         assert "Traceback" not in daemon.output()  # the listener thread ended cleanly too
     assert pair.received() == Counter(sent)
+
+
+def test_a_retry_comes_due_while_the_poll_waits_for_a_table_kept_locked(
+    tmp_path: Path, new_pg_database: Any
+) -> None:
+    """The same held-up poll, for retry storage: a message whose first delivery failed (its
+    destination queue did not exist yet) is stored for a retry 1 s later. The look that
+    would tell when it is due waits for the lock, and the retry is made all the same once
+    the queue is there, while the poll still waits."""
+    pair, sender, poll_waits = held_up_pair(tmp_path, new_pg_database)
+    with pair.daemon(tmp_path / "daemon.log") as daemon:
+        daemon.wait_for_output(PUSHING)
+        with pg_connect(sender) as dba:
+            dba.execute(f"LOCK TABLE {OTHER} IN ACCESS EXCLUSIVE MODE")
+            try:
+                wait_until(poll_waits, 15, "the watcher's poll to wait for the lock")
+                sent = pair.send(1)
+                wait_until(
+                    lambda: pg_count(sender, RETRY_TABLE) == 1, 10, "the first attempt to fail"
+                )
+                pg_create_queue(pair.receiver, SAMPLES_RECEIVER)
+                wait_until(lambda: pair.delivered() == 1, 10, "the retry delivered")
+                assert poll_waits(), "the poll ended before the retry was made: nothing shown"
+            finally:
+                dba.rollback()
+        assert daemon.stop() == 0, daemon.output()
+    assert pair.received() == Counter(sent)
+    assert pg_count(sender, RETRY_TABLE) == 0
