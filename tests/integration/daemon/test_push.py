@@ -6,7 +6,8 @@ from __future__ import annotations
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -206,6 +207,19 @@ def held_up_pair(tmp_path: Path, new_pg_database: Any) -> tuple[PgPair, str, Cal
 OTHER = '"public"."Other.Forward"'
 
 
+@contextmanager
+def other_queue_locked(sender: str, poll_waits: Callable[[], bool]) -> Iterator[None]:
+    """While open, another client holds `OTHER` locked and the watcher's look waits for it
+    (the next look at every source, 5 s apart, runs into the lock)."""
+    with pg_connect(sender) as dba:
+        dba.execute(f"LOCK TABLE {OTHER} IN ACCESS EXCLUSIVE MODE")
+        try:
+            wait_until(poll_waits, 15, "the watcher's poll to wait for the lock")
+            yield
+        finally:
+            dba.rollback()
+
+
 def test_a_message_is_pushed_while_the_poll_waits_for_a_table_kept_locked(
     tmp_path: Path, new_pg_database: Any
 ) -> None:
@@ -216,15 +230,9 @@ def test_a_message_is_pushed_while_the_poll_waits_for_a_table_kept_locked(
     pg_create_queue(pair.receiver, SAMPLES_RECEIVER)
     with pair.daemon(tmp_path / "daemon.log") as daemon:
         daemon.wait_for_output(PUSHING)
-        with pg_connect(sender) as dba:
-            dba.execute(f"LOCK TABLE {OTHER} IN ACCESS EXCLUSIVE MODE")
-            try:
-                # The next look at every source (5 s apart) runs into the lock.
-                wait_until(poll_waits, 15, "the watcher's poll to wait for the lock")
-                sent = picked_up_within(pair, 5)
-                assert poll_waits(), "the poll ended before the message came: nothing shown"
-            finally:
-                dba.rollback()
+        with other_queue_locked(sender, poll_waits):
+            sent = picked_up_within(pair, 5)
+            assert poll_waits(), "the poll ended before the message came: nothing shown"
         assert daemon.stop() == 0, daemon.output()
         assert "Traceback" not in daemon.output()  # the listener thread ended cleanly too
     assert pair.received() == Counter(sent)
@@ -240,19 +248,12 @@ def test_a_retry_comes_due_while_the_poll_waits_for_a_table_kept_locked(
     pair, sender, poll_waits = held_up_pair(tmp_path, new_pg_database)
     with pair.daemon(tmp_path / "daemon.log") as daemon:
         daemon.wait_for_output(PUSHING)
-        with pg_connect(sender) as dba:
-            dba.execute(f"LOCK TABLE {OTHER} IN ACCESS EXCLUSIVE MODE")
-            try:
-                wait_until(poll_waits, 15, "the watcher's poll to wait for the lock")
-                sent = pair.send(1)
-                wait_until(
-                    lambda: pg_count(sender, RETRY_TABLE) == 1, 10, "the first attempt to fail"
-                )
-                pg_create_queue(pair.receiver, SAMPLES_RECEIVER)
-                wait_until(lambda: pair.delivered() == 1, 10, "the retry delivered")
-                assert poll_waits(), "the poll ended before the retry was made: nothing shown"
-            finally:
-                dba.rollback()
+        with other_queue_locked(sender, poll_waits):
+            sent = pair.send(1)
+            wait_until(lambda: pg_count(sender, RETRY_TABLE) == 1, 10, "the first attempt to fail")
+            pg_create_queue(pair.receiver, SAMPLES_RECEIVER)
+            wait_until(lambda: pair.delivered() == 1, 10, "the retry delivered")
+            assert poll_waits(), "the poll ended before the retry was made: nothing shown"
         assert daemon.stop() == 0, daemon.output()
     assert pair.received() == Counter(sent)
     assert pg_count(sender, RETRY_TABLE) == 0
